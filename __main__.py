@@ -1,0 +1,10 @@
+"""trainstack: one `pulumi up` from an empty AWS account to GPU training on EKS."""
+
+import pulumi
+
+from stacks.config import load_config
+from stacks.stack import build_stack
+
+config = load_config()
+for name, value in build_stack(config).items():
+    pulumi.export(name, value)

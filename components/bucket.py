@@ -1,0 +1,148 @@
+"""The stack's S3 bucket: build contexts, artifacts and checkpoints under fixed prefixes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+BUILD_CONTEXT_PREFIX = "build-contexts/"
+ARTIFACT_PREFIX = "artifacts/"
+CHECKPOINT_PREFIX = "checkpoints/"
+# Multipart uploads of large checkpoints that never complete still cost storage.
+ABORT_MULTIPART_AFTER_DAYS = 7
+NONCURRENT_VERSION_DAYS = 7
+
+
+@dataclass(frozen=True)
+class ArtifactBucketArgs:
+    encryption: str  # "SSE-S3" | "KMS"
+    checkpoint_retention_days: int  # 0 keeps checkpoints
+    build_context_retention_days: int
+    protect: bool
+
+
+class ArtifactBucket(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ArtifactBucketArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:storage:ArtifactBucket", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.kms_key = None
+        if args.encryption == "KMS":
+            self.kms_key = aws.kms.Key(
+                f"{name}-key",
+                description=f"Encrypts the {name} bucket",
+                enable_key_rotation=True,
+                deletion_window_in_days=30,
+                opts=child,
+            )
+
+        # Protected buckets refuse `pulumi destroy` and are never emptied by it.
+        self.bucket = aws.s3.Bucket(
+            name,
+            bucket_prefix=f"{name}-",
+            force_destroy=not args.protect,
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=args.protect),
+        )
+        bucket_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.bucket])
+
+        aws.s3.BucketOwnershipControls(
+            f"{name}-ownership",
+            bucket=self.bucket.id,
+            rule={"object_ownership": "BucketOwnerEnforced"},
+            opts=bucket_opts,
+        )
+        self.public_access_block = aws.s3.BucketPublicAccessBlock(
+            f"{name}-public-access",
+            bucket=self.bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=bucket_opts,
+        )
+        self.versioning = aws.s3.BucketVersioning(
+            f"{name}-versioning",
+            bucket=self.bucket.id,
+            versioning_configuration={"status": "Enabled"},
+            opts=bucket_opts,
+        )
+        sse = (
+            {"sse_algorithm": "aws:kms", "kms_master_key_id": self.kms_key.arn}
+            if self.kms_key
+            else {"sse_algorithm": "AES256"}
+        )
+        self.encryption = aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption",
+            bucket=self.bucket.id,
+            rules=[
+                {"apply_server_side_encryption_by_default": sse, "bucket_key_enabled": bool(self.kms_key)}
+            ],
+            opts=bucket_opts,
+        )
+        self.lifecycle = aws.s3.BucketLifecycleConfiguration(
+            f"{name}-lifecycle",
+            bucket=self.bucket.id,
+            rules=lifecycle_rules(args),
+            # Lifecycle rules on a versioned bucket must see versioning first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.versioning]),
+        )
+        self.policy = aws.s3.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=self.bucket.id,
+            policy=self.bucket.arn.apply(tls_only_policy),
+            # A Deny policy cannot be written before the public access block settles.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.public_access_block]),
+        )
+
+        self.bucket_name = self.bucket.bucket
+        self.arn = self.bucket.arn
+        self.register_outputs({"bucketName": self.bucket_name, "arn": self.arn})
+
+
+def lifecycle_rules(args: ArtifactBucketArgs) -> list[dict]:
+    rules: list[dict] = [
+        {
+            "id": "expire-build-contexts",
+            "status": "Enabled",
+            "filter": {"prefix": BUILD_CONTEXT_PREFIX},
+            "expiration": {"days": args.build_context_retention_days},
+            "noncurrent_version_expiration": {"noncurrent_days": NONCURRENT_VERSION_DAYS},
+        },
+        {
+            "id": "abort-incomplete-multipart-uploads",
+            "status": "Enabled",
+            "filter": {"prefix": ""},
+            "abort_incomplete_multipart_upload": {"days_after_initiation": ABORT_MULTIPART_AFTER_DAYS},
+        },
+    ]
+    checkpoints: dict = {
+        "id": "checkpoint-retention",
+        "status": "Enabled",
+        "filter": {"prefix": CHECKPOINT_PREFIX},
+        "noncurrent_version_expiration": {"noncurrent_days": NONCURRENT_VERSION_DAYS},
+    }
+    if args.checkpoint_retention_days > 0:
+        checkpoints["expiration"] = {"days": args.checkpoint_retention_days}
+    rules.append(checkpoints)
+    return rules
+
+
+def tls_only_policy(bucket_arn: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )

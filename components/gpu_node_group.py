@@ -1,0 +1,179 @@
+"""A GPU managed node group with its own launch template, and EFA wiring when asked for.
+
+EFA layout follows AWS's current guidance for accelerated instances: the primary ENA interface on
+network card 0, device 0; an efa-only interface on card 0, device 1; an efa-only interface at
+device 0 on every other card, up to the instance type's maximum EFA interfaces. All nodes share
+one subnet (one AZ) and, optionally, a cluster placement group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+
+from components.cluster import Cluster
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+EFA_LABEL = "vpc.amazonaws.com/efa.present"
+
+
+@dataclass(frozen=True)
+class GpuNodeGroupArgs:
+    group_name: str
+    instance_type: str
+    node_count: int
+    efa: bool
+    capacity_type: str  # ON_DEMAND | SPOT | CAPACITY_BLOCK
+    capacity_reservation_id: str | None
+    placement_group: bool
+    disk_size_gib: int
+    cluster: Cluster
+    subnet_id: pulumi.Input[str]  # one subnet: one AZ, as EFA needs
+    vpc_id: pulumi.Input[str]
+
+
+def efa_network_interfaces(efa_count: int, security_group_ids: list[pulumi.Input[str]]) -> list[dict]:
+    """Launch template interfaces for `efa_count` EFA interfaces (efa_count >= 1)."""
+    common = {"security_groups": security_group_ids, "delete_on_termination": "true"}
+    interfaces = [
+        {"network_card_index": 0, "device_index": 0, "interface_type": "interface", **common},
+        {"network_card_index": 0, "device_index": 1, "interface_type": "efa-only", **common},
+    ]
+    interfaces += [
+        {"network_card_index": card, "device_index": 0, "interface_type": "efa-only", **common}
+        for card in range(1, efa_count)
+    ]
+    return interfaces
+
+
+def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
+    labels = {
+        "trainstack.dev/node-group": args.group_name,
+        "trainstack.dev/instance-type": args.instance_type,
+        "trainstack.dev/accelerator": f"nvidia-{gpu_model.lower()}",
+    }
+    if args.efa:
+        labels[EFA_LABEL] = "true"
+    return labels
+
+
+class GpuNodeGroup(pulumi.ComponentResource):
+    def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:compute:GpuNodeGroup", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        # EC2's own facts, not a table: a live run asks DescribeInstanceTypes.
+        facts = aws.ec2.get_instance_type(
+            instance_type=args.instance_type, opts=pulumi.InvokeOptions(parent=self)
+        )
+        self.gpu_count = sum(g.count for g in facts.gpuses)
+        gpu_model = facts.gpuses[0].name
+        self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
+        node_group_name = f"{args.cluster.cluster_name}-{args.group_name}"
+
+        template: dict = {
+            "name_prefix": f"{node_group_name}-",
+            "update_default_version": True,
+            "block_device_mappings": [
+                {
+                    "device_name": "/dev/xvda",
+                    "ebs": {
+                        "volume_size": args.disk_size_gib,
+                        "volume_type": "gp3",
+                        "encrypted": "true",
+                        "delete_on_termination": "true",
+                    },
+                }
+            ],
+            # IMDSv2 only; hop limit 2 so pods without Pod Identity cannot borrow the node role by accident.
+            "metadata_options": {
+                "http_tokens": "required",
+                "http_put_response_hop_limit": 2,
+                "http_endpoint": "enabled",
+            },
+            "tag_specifications": [
+                {
+                    "resource_type": "instance",
+                    "tags": {"Name": node_group_name, "trainstack.dev/node-group": args.group_name},
+                }
+            ],
+        }
+        if args.capacity_type == "CAPACITY_BLOCK":
+            # Capacity Blocks: the instance type lives in the template, not the node group.
+            template["instance_type"] = args.instance_type
+            template["instance_market_options"] = {"market_type": "capacity-block"}
+        if args.capacity_reservation_id:
+            template["capacity_reservation_specification"] = {
+                "capacity_reservation_target": {"capacity_reservation_id": args.capacity_reservation_id}
+            }
+
+        self.security_group = None
+        self.placement_group = None
+        if args.efa:
+            self.security_group = aws.ec2.SecurityGroup(
+                f"{name}-efa",
+                description=f"EFA traffic between {node_group_name} nodes",
+                vpc_id=args.vpc_id,
+                tags={"Name": f"{node_group_name}-efa"},
+                opts=child,
+            )
+            sg_opts = pulumi.ResourceOptions(parent=self)
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-efa-in",
+                security_group_id=self.security_group.id,
+                referenced_security_group_id=self.security_group.id,
+                ip_protocol="-1",
+                description="EFA: all traffic from the same group",
+                opts=sg_opts,
+            )
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-efa-out",
+                security_group_id=self.security_group.id,
+                referenced_security_group_id=self.security_group.id,
+                ip_protocol="-1",
+                description="EFA: all traffic to the same group",
+                opts=sg_opts,
+            )
+            template["network_interfaces"] = efa_network_interfaces(
+                self.efa_count, [args.cluster.cluster_security_group_id, self.security_group.id]
+            )
+        if args.placement_group:
+            self.placement_group = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+            template["placement"] = {"group_name": self.placement_group.name}
+
+        self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", **template, opts=child)
+
+        self.node_group = eks.ManagedNodeGroup(
+            name,
+            cluster=args.cluster.eks,
+            node_group_name=node_group_name,
+            node_role=args.cluster.node_role,
+            ami_type="AL2023_x86_64_NVIDIA",
+            capacity_type=args.capacity_type,
+            instance_types=None if args.capacity_type == "CAPACITY_BLOCK" else [args.instance_type],
+            subnet_ids=[args.subnet_id],
+            launch_template={
+                "id": self.launch_template.id,
+                "version": self.launch_template.latest_version.apply(str),
+            },
+            # Training nodes are sized by config, not by an autoscaler.
+            scaling_config={
+                "min_size": args.node_count,
+                "desired_size": args.node_count,
+                "max_size": args.node_count,
+            },
+            labels=gpu_labels(args, gpu_model),
+            taints=[GPU_TAINT],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster.system_nodes]),
+        )
+        self.group_name = args.group_name
+        self.node_group_name = node_group_name
+        self.register_outputs(
+            {
+                "nodeGroupName": node_group_name,
+                "gpusPerNode": self.gpu_count,
+                "efaInterfacesPerNode": self.efa_count,
+            }
+        )

@@ -1,0 +1,322 @@
+"""The training image: a build context in S3, a CodeBuild project, and a build per content change.
+
+With `builder: docker` the same image is built by pulumi-docker on the machine running Pulumi.
+Either way `image_uri` is the pushed image pinned by digest (`<repo>@sha256:...`), so a job
+always runs exactly what was built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_docker as docker
+
+from components.bucket import BUILD_CONTEXT_PREFIX, ArtifactBucket
+from components.build_trigger import ImageBuildTrigger
+from components.registry import ImageRegistry
+
+BUILDSPEC = Path(__file__).with_name("buildspec.yml")
+CODEBUILD_IMAGE = "aws/codebuild/standard:7.0"
+LOG_RETENTION_DAYS = 30
+NIGHTLY_SCHEDULE = "cron(0 3 * * ? *)"  # 03:00 UTC
+# Left out of the context: they change without changing the image.
+IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".DS_Store"}
+FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def context_archive(directory: Path) -> bytes:
+    """Zip a directory deterministically: same files give the same bytes, whatever their mtimes."""
+    files = sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file() and not IGNORED_PARTS & set(p.relative_to(directory).parts) and p.suffix != ".pyc"
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in files:
+            info = zipfile.ZipInfo(path.relative_to(directory).as_posix(), date_time=FIXED_ZIP_TIME)
+            mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes(), compresslevel=9)
+    return buffer.getvalue()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ImageBuildArgs:
+    context_dir: Path
+    base_image: str
+    builder: str  # "codebuild" | "docker"
+    compute_type: str
+    build_timeout_minutes: int
+    nightly_rebuild: bool
+    source_repository: str | None
+    bucket: ArtifactBucket
+    registry: ImageRegistry
+    region: str
+    archive_dir: Path  # where the zipped context is written before upload
+
+
+class ImageBuild(pulumi.ComponentResource):
+    image_uri: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ImageBuildArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:build:ImageBuild", name, None, opts)
+        archive = context_archive(args.context_dir)
+        self.context_hash = sha256(archive)
+        if args.builder == "docker":
+            self.image_uri = self._docker_build(name, args)
+        else:
+            self.image_uri = self._codebuild(name, args, archive)
+        self.register_outputs({"imageUri": self.image_uri, "contextHash": self.context_hash})
+
+    def _docker_build(self, name: str, args: ImageBuildArgs) -> pulumi.Output[str]:
+        repo = args.registry.repository
+        token = aws.ecr.get_authorization_token_output(
+            registry_id=repo.registry_id, opts=pulumi.InvokeOptions(parent=self)
+        )
+        image = docker.Image(
+            name,
+            image_name=pulumi.Output.concat(repo.repository_url, ":", self.context_hash),
+            build={
+                "context": str(args.context_dir),
+                "dockerfile": str(args.context_dir / "Dockerfile"),
+                "args": {"BASE_IMAGE": args.base_image},
+                "platform": "linux/amd64",
+            },
+            registry={
+                "server": repo.repository_url,
+                "username": token.user_name,
+                "password": pulumi.Output.secret(token.password),
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return image.repo_digest
+
+    def _codebuild(self, name: str, args: ImageBuildArgs, archive: bytes) -> pulumi.Output[str]:
+        child = pulumi.ResourceOptions(parent=self)
+        project_name = f"{pulumi.get_project()}-{pulumi.get_stack()}-{name}"
+        buildspec = BUILDSPEC.read_text()
+        bucket, repo = args.bucket, args.registry.repository
+
+        args.archive_dir.mkdir(parents=True, exist_ok=True)
+        archive_path = args.archive_dir / f"{self.context_hash}.zip"
+        archive_path.write_bytes(archive)
+        key = f"{BUILD_CONTEXT_PREFIX}{self.context_hash}.zip"
+        context_object = aws.s3.BucketObjectv2(
+            f"{name}-context",
+            bucket=bucket.bucket_name,
+            key=key,
+            source=pulumi.FileAsset(str(archive_path)),
+            opts=child,
+        )
+        source_location = pulumi.Output.concat(bucket.bucket_name, "/", key)
+
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=f"/aws/codebuild/{project_name}",
+            retention_in_days=LOG_RETENTION_DAYS,
+            opts=child,
+        )
+        self.role = aws.iam.Role(
+            f"{name}-codebuild",
+            assume_role_policy=json.dumps(service_trust("codebuild.amazonaws.com")),
+            opts=child,
+        )
+        kms_arn = bucket.kms_key.arn if bucket.kms_key else None
+        self.role_policy = aws.iam.RolePolicy(
+            f"{name}-codebuild",
+            role=self.role.id,
+            policy=pulumi.Output.all(
+                log_group=self.log_group.arn,
+                bucket=bucket.arn,
+                repository=repo.arn,
+                kms=kms_arn,
+            ).apply(
+                lambda a: json.dumps(codebuild_policy(a["log_group"], a["bucket"], a["repository"], a["kms"]))
+            ),
+            opts=child,
+        )
+
+        # With a source repository the primary source is GitHub (webhooks need that); builds from
+        # `pulumi up` and the schedule override it with the uploaded context.
+        if args.source_repository:
+            source = {
+                "type": "GITHUB",
+                "location": args.source_repository,
+                "git_clone_depth": 1,
+                "buildspec": buildspec,
+            }
+            context_dir = args.context_dir.name
+        else:
+            source = {"type": "S3", "location": source_location, "buildspec": buildspec}
+            context_dir = "."
+        self.project = aws.codebuild.Project(
+            f"{name}-project",
+            name=project_name,
+            description="Builds the trainstack training image and pushes it to ECR",
+            service_role=self.role.arn,
+            build_timeout=args.build_timeout_minutes,
+            artifacts={"type": "NO_ARTIFACTS"},
+            source=source,
+            environment={
+                "type": "LINUX_CONTAINER",
+                "image": CODEBUILD_IMAGE,
+                "compute_type": args.compute_type,
+                "privileged_mode": True,  # docker build needs the daemon
+                "environment_variables": [
+                    {"name": "REPOSITORY_URI", "value": repo.repository_url},
+                    {"name": "BASE_IMAGE", "value": args.base_image},
+                    {"name": "CONTEXT_HASH", "value": self.context_hash},
+                    {"name": "CONTEXT_DIR", "value": context_dir},
+                ],
+            },
+            logs_config={"cloudwatch_logs": {"group_name": self.log_group.name, "status": "ENABLED"}},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role_policy]),
+        )
+
+        self.trigger = ImageBuildTrigger(
+            f"{name}-build",
+            {
+                "region": args.region,
+                "project_name": self.project.name,
+                "source_location": source_location,
+                "context_hash": self.context_hash,
+                "buildspec_hash": sha256(buildspec.encode()),
+                "repository_url": repo.repository_url,
+                "repository_name": repo.name,
+                "timeout_minutes": args.build_timeout_minutes,
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[context_object, self.project]),
+        )
+
+        if args.nightly_rebuild:
+            self._nightly(name, source_location)
+        if args.source_repository:
+            aws.codebuild.Webhook(
+                f"{name}-webhook",
+                project_name=self.project.name,
+                build_type="BUILD",
+                filter_groups=[
+                    {
+                        "filters": [
+                            {"type": "EVENT", "pattern": "PUSH"},
+                            {"type": "HEAD_REF", "pattern": "^refs/heads/main$"},
+                            {"type": "FILE_PATH", "pattern": f"^{context_dir}/"},
+                        ]
+                    }
+                ],
+                opts=child,
+            )
+        return self.trigger.image_uri
+
+    def _nightly(self, name: str, source_location: pulumi.Output[str]) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(
+            f"{name}-scheduler",
+            assume_role_policy=json.dumps(service_trust("scheduler.amazonaws.com")),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-scheduler",
+            role=role.id,
+            policy=self.project.arn.apply(
+                lambda arn: json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [{"Effect": "Allow", "Action": "codebuild:StartBuild", "Resource": arn}],
+                    }
+                )
+            ),
+            opts=child,
+        )
+        aws.scheduler.Schedule(
+            f"{name}-nightly",
+            schedule_expression=NIGHTLY_SCHEDULE,
+            flexible_time_window={"mode": "OFF"},
+            target={
+                "arn": "arn:aws:scheduler:::aws-sdk:codebuild:startBuild",
+                "role_arn": role.arn,
+                "input": pulumi.Output.json_dumps(
+                    {
+                        "ProjectName": self.project.name,
+                        "SourceTypeOverride": "S3",
+                        "SourceLocationOverride": source_location,
+                        "EnvironmentVariablesOverride": [
+                            {"Name": "CONTEXT_DIR", "Value": ".", "Type": "PLAINTEXT"}
+                        ],
+                    }
+                ),
+            },
+            opts=child,
+        )
+
+
+def service_trust(service: str) -> dict:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+    }
+
+
+def codebuild_policy(
+    log_group_arn: str, bucket_arn: str, repository_arn: str, kms_key_arn: str | None
+) -> dict:
+    statements = [
+        {
+            "Sid": "OwnLogs",
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": [log_group_arn, f"{log_group_arn}:*"],
+        },
+        {
+            "Sid": "ReadBuildContexts",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:GetObjectVersion"],
+            "Resource": f"{bucket_arn}/{BUILD_CONTEXT_PREFIX}*",
+        },
+        {
+            "Sid": "LocateBucket",
+            "Effect": "Allow",
+            "Action": ["s3:GetBucketLocation", "s3:GetBucketAcl"],
+            "Resource": bucket_arn,
+        },
+        {
+            "Sid": "PushImage",
+            "Effect": "Allow",
+            "Action": [
+                "ecr:BatchCheckLayerAvailability",
+                "ecr:BatchGetImage",
+                "ecr:CompleteLayerUpload",
+                "ecr:GetDownloadUrlForLayer",
+                "ecr:InitiateLayerUpload",
+                "ecr:PutImage",
+                "ecr:UploadLayerPart",
+            ],
+            "Resource": repository_arn,
+        },
+        {
+            # AWS defines no resource for GetAuthorizationToken: "*" is the only value it accepts.
+            "Sid": "RegistryLogin",
+            "Effect": "Allow",
+            "Action": "ecr:GetAuthorizationToken",
+            "Resource": "*",
+        },
+    ]
+    if kms_key_arn:
+        statements.append(
+            {"Sid": "DecryptContexts", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": kms_key_arn}
+        )
+    return {"Version": "2012-10-17", "Statement": statements}

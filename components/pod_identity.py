@@ -1,0 +1,116 @@
+"""IAM for training pods: an EKS Pod Identity association for the training service account.
+
+Pods get the stack's bucket (list it, read/write objects) and ECR pull on the stack's repository,
+nothing else. The node role stays minimal; pods never need it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.cluster import Cluster
+
+TRAINING_NAMESPACE = "training"
+TRAINING_SERVICE_ACCOUNT = "trainer"
+
+
+@dataclass(frozen=True)
+class TrainingPodIdentityArgs:
+    cluster: Cluster
+    bucket_arn: pulumi.Input[str]
+    repository_arn: pulumi.Input[str]
+    kms_key_arn: pulumi.Input[str] | None = None
+
+
+class TrainingPodIdentity(pulumi.ComponentResource):
+    def __init__(self, name: str, args: TrainingPodIdentityArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:compute:TrainingPodIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.cluster.provider)
+
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": TRAINING_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "trainstack"}},
+            opts=k8s_opts,
+        )
+        self.service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-service-account",
+            metadata={
+                "name": TRAINING_SERVICE_ACCOUNT,
+                "namespace": self.namespace.metadata["name"],
+                "labels": {"app.kubernetes.io/part-of": "trainstack"},
+            },
+            opts=k8s_opts,
+        )
+        self.role = aws.iam.Role(
+            f"{name}-role",
+            description="Training pods of trainstack (EKS Pod Identity)",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "pods.eks.amazonaws.com"},
+                            "Action": ["sts:AssumeRole", "sts:TagSession"],
+                        }
+                    ],
+                }
+            ),
+            opts=child,
+        )
+        self.policy = aws.iam.RolePolicy(
+            f"{name}-policy",
+            role=self.role.id,
+            policy=pulumi.Output.all(args.bucket_arn, args.repository_arn, args.kms_key_arn).apply(
+                lambda a: json.dumps(training_policy(*a))
+            ),
+            opts=child,
+        )
+        self.association = aws.eks.PodIdentityAssociation(
+            f"{name}-association",
+            cluster_name=args.cluster.cluster_name,
+            namespace=self.namespace.metadata["name"],
+            service_account=self.service_account.metadata["name"],
+            role_arn=self.role.arn,
+            # The agent add-on must run before pods can use the association.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[args.cluster.pod_identity_agent, self.policy]
+            ),
+        )
+        self.namespace_name = TRAINING_NAMESPACE
+        self.service_account_name = TRAINING_SERVICE_ACCOUNT
+        self.register_outputs({"roleArn": self.role.arn})
+
+
+def training_policy(bucket_arn: str, repository_arn: str, kms_key_arn: str | None) -> dict:
+    statements = [
+        {"Sid": "ListBucket", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": bucket_arn},
+        {
+            "Sid": "ReadWriteObjects",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            "Resource": f"{bucket_arn}/*",
+        },
+        {
+            "Sid": "PullTrainingImage",
+            "Effect": "Allow",
+            "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            "Resource": repository_arn,
+        },
+    ]
+    if kms_key_arn:
+        statements.append(
+            {
+                "Sid": "UseBucketKey",
+                "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": kms_key_arn,
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}

@@ -1,0 +1,79 @@
+"""The ECR repository the training image is pushed to."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+
+@dataclass(frozen=True)
+class ImageRegistryArgs:
+    untagged_expiry_days: int
+    keep_last_images: int
+    force_delete: bool
+    protect: bool
+    kms_key_arn: pulumi.Input[str] | None = None
+
+
+class ImageRegistry(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ImageRegistryArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:build:ImageRegistry", name, None, opts)
+        encryption = (
+            {"encryption_type": "KMS", "kms_key": args.kms_key_arn}
+            if args.kms_key_arn is not None
+            else {"encryption_type": "AES256"}
+        )
+        self.repository = aws.ecr.Repository(
+            name,
+            name=f"{pulumi.get_project()}/{pulumi.get_stack()}/{name}",
+            # Jobs run images pinned by digest; immutable tags keep a tag meaning one build.
+            image_tag_mutability="IMMUTABLE",
+            image_scanning_configuration={"scan_on_push": True},
+            encryption_configurations=[encryption],
+            force_delete=args.force_delete,
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=args.protect),
+        )
+        self.lifecycle_policy = aws.ecr.LifecyclePolicy(
+            f"{name}-lifecycle",
+            repository=self.repository.name,
+            policy=lifecycle_policy(args.untagged_expiry_days, args.keep_last_images),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.repository_url = self.repository.repository_url
+        self.arn = self.repository.arn
+        self.register_outputs({"repositoryUrl": self.repository_url, "arn": self.arn})
+
+
+def lifecycle_policy(untagged_expiry_days: int, keep_last_images: int) -> str:
+    # ECR evaluates rules by ascending priority; a tagStatus "any" rule must come last.
+    return json.dumps(
+        {
+            "rules": [
+                {
+                    "rulePriority": 1,
+                    "description": f"Expire untagged images after {untagged_expiry_days} days",
+                    "selection": {
+                        "tagStatus": "untagged",
+                        "countType": "sinceImagePushed",
+                        "countUnit": "days",
+                        "countNumber": untagged_expiry_days,
+                    },
+                    "action": {"type": "expire"},
+                },
+                {
+                    "rulePriority": 2,
+                    "description": f"Keep the newest {keep_last_images} images",
+                    "selection": {
+                        "tagStatus": "any",
+                        "countType": "imageCountMoreThan",
+                        "countNumber": keep_last_images,
+                    },
+                    "action": {"type": "expire"},
+                },
+            ]
+        },
+        indent=2,
+    )

@@ -1,0 +1,69 @@
+"""Instance facts for validation, EFA layout and cost estimates.
+
+Figures come from ../shared/reference/aws-gpu-facts.md (us-east-1, Linux, on-demand, mid-2026).
+The same catalog answers `aws.ec2.get_instance_type` in the offline plan, so the program and the
+plan read one source of truth; a live `pulumi up` asks EC2 instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    hourly_usd: float | None  # None: not sold on demand (Capacity Blocks only)
+    vcpus: int
+    memory_gib: int
+    gpus: int
+    gpu_model: str | None
+    gpu_manufacturer: str | None
+    gpu_memory_mib: int
+    max_efa_interfaces: int
+    network_cards: int
+    network: str
+
+    @property
+    def has_nvidia_gpus(self) -> bool:
+        return self.gpu_manufacturer == "NVIDIA" and self.gpus > 0
+
+    @property
+    def efa_supported(self) -> bool:
+        return self.max_efa_interfaces > 0
+
+    @property
+    def on_demand(self) -> bool:
+        return self.hourly_usd is not None
+
+
+def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network):
+    return InstanceType(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network)
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = {
+    t.name: t
+    for t in (
+        _t("p5.48xlarge", 55.04, 192, 2048, 8, "H100", "NVIDIA", 81920, 32, 32, "3200 Gbps"),
+        _t("p5e.48xlarge", None, 192, 2048, 8, "H200", "NVIDIA", 134468, 32, 32, "3200 Gbps"),
+        _t("p5en.48xlarge", 63.296, 192, 2048, 8, "H200", "NVIDIA", 134468, 16, 16, "3200 Gbps"),
+        _t("p4d.24xlarge", 21.958, 96, 1152, 8, "A100", "NVIDIA", 40960, 4, 4, "400 Gbps"),
+        _t("p4de.24xlarge", 27.447, 96, 1152, 8, "A100", "NVIDIA", 81920, 4, 4, "400 Gbps"),
+        _t("g5.xlarge", 1.006, 4, 16, 1, "A10G", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline"),
+        _t("g5.12xlarge", 5.672, 48, 192, 4, "A10G", "NVIDIA", 22888, 1, 1, "40 Gbps"),
+        _t("g5.48xlarge", 16.288, 192, 768, 8, "A10G", "NVIDIA", 22888, 1, 1, "100 Gbps"),
+        _t("g6.xlarge", 0.8048, 4, 16, 1, "L4", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline"),
+        _t("g6e.xlarge", 1.861, 4, 32, 1, "L40S", "NVIDIA", 45776, 0, 1, "2.5 Gbps baseline"),
+        _t("g6e.48xlarge", 30.131, 192, 1536, 8, "L40S", "NVIDIA", 45776, 4, 4, "400 Gbps"),
+        _t("trn1.32xlarge", 21.50, 128, 512, 16, "Trainium", "AWS", 32768, 8, 8, "800 Gbps"),
+        _t("m5.large", 0.096, 2, 8, 0, None, None, 0, 0, 1, "up to 10 Gbps"),
+        _t("m6i.large", 0.096, 2, 8, 0, None, None, 0, 0, 1, "up to 10 Gbps"),
+    )
+}
+
+GPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.has_nvidia_gpus)
+CPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.gpus == 0)
+
+# Hourly costs of the managed pieces a stack keeps running (same reference file).
+EKS_CONTROL_PLANE_HOURLY_USD = 0.10
+NAT_GATEWAY_HOURLY_USD = 0.045

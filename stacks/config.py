@@ -1,0 +1,595 @@
+"""The typed stack config: one schema for everything a `Pulumi.<stack>.yaml` can set.
+
+`load_config` reads the Pulumi config of the running stack, checks it and returns a frozen
+`StackConfig`, or raises one `ConfigError` that lists every problem. It runs before any resource
+is registered. Defaults describe the cheap `dev` stack: one g6.xlarge node, no EFA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import re
+import typing
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pulumi
+
+from stacks.catalog import CPU_INSTANCE_TYPES, GPU_INSTANCE_TYPES, INSTANCE_TYPES
+from stacks.schema import ConfigError, Reader, describe, setting
+
+PROJECT = "trainstack"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+REGION_KEY = "aws:region"
+
+# Add-on versions are pinned per Kubernetes version (EKS publishes a build per minor version).
+EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    "1.33": {
+        "vpc-cni": "v1.20.4-eksbuild.1",
+        "coredns": "v1.12.1-eksbuild.2",
+        "kube-proxy": "v1.33.3-eksbuild.4",
+        "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
+    },
+    "1.34": {
+        "vpc-cni": "v1.20.4-eksbuild.1",
+        "coredns": "v1.12.3-eksbuild.1",
+        "kube-proxy": "v1.34.0-eksbuild.4",
+        "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
+    },
+}
+
+KubernetesVersion = Literal["1.33", "1.34"]
+CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
+JobKind = Literal["PyTorchJob", "RayJob", "RayCluster"]
+WaitMode = Literal["none", "running", "succeeded"]
+ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+ComputeType = Literal[
+    "BUILD_GENERAL1_SMALL",
+    "BUILD_GENERAL1_MEDIUM",
+    "BUILD_GENERAL1_LARGE",
+    "BUILD_GENERAL1_XLARGE",
+    "BUILD_GENERAL1_2XLARGE",
+]
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    vpc_cidr: str = setting("vpcCidr", "CIDR of the VPC trainstack creates (/16 to /20).", "10.0.0.0/16")
+    availability_zones: int = setting("availabilityZones", "AZs to spread subnets over (2-6).", 2)
+    nat_gateways: Literal["single", "onePerAz"] = setting(
+        "natGateways", "One NAT gateway for the VPC (cheap) or one per AZ (resilient).", "single"
+    )
+    existing_vpc_id: str | None = setting(
+        "existingVpcId", "Use this VPC instead of creating one (then list its subnets).", None
+    )
+    existing_private_subnet_ids: tuple[str, ...] = setting(
+        "existingPrivateSubnetIds", "Private subnets of the existing VPC, two AZs or more.", factory=tuple
+    )
+    existing_public_subnet_ids: tuple[str, ...] = setting(
+        "existingPublicSubnetIds", "Public subnets of the existing VPC (load balancers).", factory=tuple
+    )
+
+
+@dataclass(frozen=True)
+class SystemNodeGroupConfig:
+    instance_type: str = setting("instanceType", "CPU instance type for operators.", "m6i.large")
+    min_size: int = setting("minSize", "Smallest node count.", 1)
+    desired_size: int = setting("desiredSize", "Node count at creation.", 2)
+    max_size: int = setting("maxSize", "Largest node count.", 3)
+    disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (20-1000).", 50)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    kubernetes_version: KubernetesVersion = setting(
+        "kubernetesVersion", "EKS Kubernetes version; add-ons are pinned per version.", "1.33"
+    )
+    endpoint_public_access: bool = setting("endpointPublicAccess", "Expose the API endpoint publicly.", True)
+    endpoint_private_access: bool = setting(
+        "endpointPrivateAccess", "Expose the API endpoint inside the VPC.", True
+    )
+    public_access_cidrs: tuple[str, ...] = setting(
+        "publicAccessCidrs", "CIDRs allowed to reach the public endpoint.", factory=lambda: ("0.0.0.0/0",)
+    )
+    admin_principals: tuple[str, ...] = setting(
+        "adminPrincipals", "IAM role/user ARNs granted cluster admin through access entries.", factory=tuple
+    )
+    control_plane_logs: tuple[ControlPlaneLog, ...] = setting(
+        "controlPlaneLogs",
+        "Control-plane log types sent to CloudWatch.",
+        factory=lambda: ("api", "audit", "authenticator"),
+    )
+    system_node_group: SystemNodeGroupConfig = setting(
+        "systemNodeGroup", "CPU node group for cluster operators.", factory=SystemNodeGroupConfig
+    )
+
+
+@dataclass(frozen=True)
+class GpuNodeGroupConfig:
+    name: str = setting("name", "Node group name (lowercase, digits, '-'; at most 32).")
+    instance_type: str = setting("instanceType", "NVIDIA GPU instance type from the catalog.")
+    node_count: int = setting("nodeCount", "Number of nodes (1-64).", 1)
+    efa: bool = setting("efa", "Attach EFA interfaces (instance type must support EFA).", False)
+    capacity_type: CapacityType = setting("capacityType", "How the nodes are bought.", "ON_DEMAND")
+    capacity_reservation_id: str | None = setting(
+        "capacityReservationId", "Capacity reservation or Capacity Block id (cr-...).", None
+    )
+    placement_group: bool = setting(
+        "placementGroup", "Put nodes in a cluster placement group (not with a reservation).", False
+    )
+    disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (50-16384).", 200)
+
+    @property
+    def instance(self):
+        return INSTANCE_TYPES[self.instance_type]
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    builder: Literal["codebuild", "docker"] = setting(
+        "builder", "Build in AWS CodeBuild, or locally with Docker (pulumi-docker).", "codebuild"
+    )
+    context: str = setting("context", "Build context directory, relative to the project.", "workload")
+    base_image: str = setting(
+        "baseImage",
+        "CUDA PyTorch base image (Dockerfile BASE_IMAGE).",
+        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel",
+    )
+    compute_type: ComputeType = setting("computeType", "CodeBuild compute type.", "BUILD_GENERAL1_LARGE")
+    build_timeout_minutes: int = setting("buildTimeoutMinutes", "CodeBuild build timeout (5-480).", 60)
+    nightly_rebuild: bool = setting("nightlyRebuild", "Rebuild every night (EventBridge schedule).", False)
+    source_repository: str | None = setting(
+        "sourceRepository", "GitHub HTTPS URL; when set, pushes trigger builds (webhook).", None
+    )
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    untagged_expiry_days: int = setting("untaggedExpiryDays", "Expire untagged images after N days.", 7)
+    keep_last_images: int = setting("keepLastImages", "Keep only the newest N images.", 30)
+    force_delete: bool = setting("forceDelete", "Allow deleting the repository with its images.", False)
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    encryption: Literal["SSE-S3", "KMS"] = setting("encryption", "Bucket encryption.", "SSE-S3")
+    checkpoint_retention_days: int = setting(
+        "checkpointRetentionDays", "Expire checkpoints after N days (0 keeps them).", 30
+    )
+    build_context_retention_days: int = setting(
+        "buildContextRetentionDays", "Expire uploaded build contexts after N days.", 14
+    )
+    protect: bool = setting(
+        "protect", "Protect the bucket and registry from deletion (Pulumi protect, no force-destroy).", False
+    )
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str = setting("name", "Job name (Kubernetes name; at most 47 for Ray kinds).")
+    kind: JobKind = setting("kind", "What to launch.")
+    node_group: str = setting("nodeGroup", "GPU node group the job runs on.")
+    nodes: int = setting("nodes", "Nodes the job uses (at most the group's nodeCount).", 1)
+    command: tuple[str, ...] = setting(
+        "command", "Container command (image default when empty).", factory=tuple
+    )
+    args: tuple[str, ...] = setting("args", "Container arguments.", factory=tuple)
+    env: dict[str, str] = setting("env", "Extra environment variables.", factory=dict)
+    wait: WaitMode = setting("wait", "What `pulumi up` waits for.", "running")
+    timeout_minutes: int = setting("timeoutMinutes", "How long `pulumi up` waits (1-10080).", 60)
+
+
+def _default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
+    return (GpuNodeGroupConfig(name="gpu", instance_type="g6.xlarge"),)
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    stack: str
+    region: str
+    tags: dict[str, str] = setting("tags", "Tags added to every AWS resource.", factory=dict)
+    network: NetworkConfig = setting("network", "VPC and subnets.", factory=NetworkConfig)
+    cluster: ClusterConfig = setting("cluster", "EKS control plane and system nodes.", factory=ClusterConfig)
+    gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = setting(
+        "gpuNodeGroups", "GPU node groups, one entry each.", factory=_default_gpu_node_groups
+    )
+    image: ImageConfig = setting("image", "Training image build.", factory=ImageConfig)
+    registry: RegistryConfig = setting("registry", "ECR repository.", factory=RegistryConfig)
+    storage: StorageConfig = setting(
+        "storage", "S3 bucket for build contexts, artifacts, checkpoints.", factory=StorageConfig
+    )
+    jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
+
+    def node_group(self, name: str) -> GpuNodeGroupConfig:
+        return next(g for g in self.gpu_node_groups if g.name == name)
+
+
+TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.metadata]
+
+# Kubernetes DNS-1123 labels; node groups are also part of AWS names, so they get a tighter bound.
+_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+_PRINCIPAL = re.compile(r"^arn:aws[-a-z]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
+_VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GITHUB = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+(\.git)?$")
+NAME_RULE = "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
+MAX_NODE_GROUP_NAME = 32
+MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
+
+
+def load_config(stack: str | None = None) -> StackConfig:
+    """Read and check the running stack's config (from the Pulumi engine or the offline plan)."""
+    from pulumi.runtime import config as rc
+
+    stack = stack or pulumi.get_stack()
+    keys = set(rc.CONFIG.get()) | set(rc.get_config_env())
+    values = {k: rc.get_config(k) for k in keys}
+    return parse_config(stack, values)
+
+
+def parse_config(stack: str, values: dict[str, str]) -> StackConfig:
+    """Parse a flat Pulumi config map (`trainstack:key` -> JSON or plain string)."""
+    reader = Reader()
+    known = {f.metadata["key"] for f in TOP_LEVEL}
+    for full_key in sorted(values):
+        ns, _, key = full_key.partition(":")
+        if ns == PROJECT and key not in known:
+            reader.problem(
+                full_key, values[full_key], "unknown key", ", ".join(f"{PROJECT}:{k}" for k in sorted(known))
+            )
+
+    region = values.get(REGION_KEY)
+    if region is None:
+        reader.problem(
+            REGION_KEY,
+            None,
+            "required (the AWS provider and the catalog need it)",
+            "a region such as us-east-1",
+        )
+        region = ""
+    elif not _REGION.match(region):
+        reader.problem(REGION_KEY, region, "not an AWS region name", "a region such as us-east-1")
+
+    kwargs: dict = {}
+    hints = typing.get_type_hints(StackConfig)
+    for f in TOP_LEVEL:
+        full_key = f"{PROJECT}:{f.metadata['key']}"
+        if full_key not in values:
+            continue
+        raw = values[full_key]
+        try:
+            data = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError:
+            reader.problem(full_key, raw, "not valid structured config", "a YAML object or list")
+            continue
+        kwargs[f.name] = reader.read(hints[f.name], data, full_key)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if any(v is None for v in kwargs.get("gpu_node_groups", ())) or any(
+        v is None for v in kwargs.get("jobs", ())
+    ):
+        # Entries missing required keys are already reported; keep checking the rest.
+        kwargs["gpu_node_groups"] = tuple(g for g in kwargs.get("gpu_node_groups", ()) if g is not None)
+        kwargs["jobs"] = tuple(j for j in kwargs.get("jobs", ()) if j is not None)
+    config = StackConfig(stack=stack, region=region, **kwargs)
+    if not reader.problems:
+        _check(config, reader)
+    if reader.problems:
+        raise ConfigError(stack, reader.problems)
+    return config
+
+
+def _check(c: StackConfig, r: Reader) -> None:
+    """Value and cross-field rules, run once the shapes are right."""
+    p = PROJECT
+    for k, v in c.tags.items():
+        if k.lower().startswith("aws:") or not 1 <= len(k) <= 128 or len(v) > 256:
+            r.problem(
+                f"{p}:tags.{k}",
+                v,
+                "not a valid AWS tag",
+                "keys of 1-128 characters not starting with 'aws:', values up to 256",
+            )
+
+    _check_network(c.network, r)
+    _check_cluster(c.cluster, r)
+
+    groups = c.gpu_node_groups
+    if not groups:
+        r.problem(f"{p}:gpuNodeGroups", [], "at least one GPU node group is needed", "a list of node groups")
+    for name, n in Counter(g.name for g in groups).items():
+        if n > 1:
+            r.problem(f"{p}:gpuNodeGroups", name, f"name used by {n} node groups", "unique names")
+    for i, g in enumerate(groups):
+        _check_node_group(g, f"{p}:gpuNodeGroups[{i}]", r)
+
+    by_name = {g.name: g for g in groups}
+    for name, n in Counter(j.name for j in c.jobs).items():
+        if n > 1:
+            r.problem(f"{p}:jobs", name, f"name used by {n} jobs", "unique names")
+    for i, j in enumerate(c.jobs):
+        _check_job(j, by_name, f"{p}:jobs[{i}]", r)
+
+    img = c.image
+    context = PROJECT_ROOT / img.context
+    if not (context / "Dockerfile").is_file():
+        r.problem(
+            f"{p}:image.context",
+            img.context,
+            "no Dockerfile in that directory",
+            "a directory of this project holding a Dockerfile",
+        )
+    if not 5 <= img.build_timeout_minutes <= 480:
+        r.problem(f"{p}:image.buildTimeoutMinutes", img.build_timeout_minutes, "out of range", "5-480")
+    if img.source_repository is not None and not _GITHUB.match(img.source_repository):
+        r.problem(
+            f"{p}:image.sourceRepository",
+            img.source_repository,
+            "not a GitHub repository URL",
+            "https://github.com/<owner>/<repo>",
+        )
+    if img.builder == "docker" and (img.nightly_rebuild or img.source_repository):
+        r.problem(
+            f"{p}:image.builder",
+            img.builder,
+            "nightlyRebuild and sourceRepository need CodeBuild",
+            "codebuild, or turn those off",
+        )
+
+    reg = c.registry
+    if not 1 <= reg.untagged_expiry_days <= 365:
+        r.problem(f"{p}:registry.untaggedExpiryDays", reg.untagged_expiry_days, "out of range", "1-365")
+    if not 1 <= reg.keep_last_images <= 1000:
+        r.problem(f"{p}:registry.keepLastImages", reg.keep_last_images, "out of range", "1-1000")
+    if c.storage.protect and reg.force_delete:
+        r.problem(
+            f"{p}:registry.forceDelete",
+            True,
+            "a protected stack keeps its images",
+            "false while storage.protect is true",
+        )
+
+    st = c.storage
+    if not 0 <= st.checkpoint_retention_days <= 3650:
+        r.problem(
+            f"{p}:storage.checkpointRetentionDays",
+            st.checkpoint_retention_days,
+            "out of range",
+            "0 (keep) to 3650",
+        )
+    if not 1 <= st.build_context_retention_days <= 365:
+        r.problem(
+            f"{p}:storage.buildContextRetentionDays", st.build_context_retention_days, "out of range", "1-365"
+        )
+
+
+def _check_network(n: NetworkConfig, r: Reader) -> None:
+    k = f"{PROJECT}:network"
+    try:
+        net = ipaddress.IPv4Network(n.vpc_cidr)
+        if not 16 <= net.prefixlen <= 20:
+            r.problem(f"{k}.vpcCidr", n.vpc_cidr, "prefix length out of range", "/16 to /20")
+    except ValueError:
+        r.problem(f"{k}.vpcCidr", n.vpc_cidr, "not an IPv4 CIDR", "a CIDR such as 10.0.0.0/16")
+    if not 2 <= n.availability_zones <= 6:
+        r.problem(f"{k}.availabilityZones", n.availability_zones, "out of range", "2-6 (EKS needs two AZs)")
+    if n.existing_vpc_id is None:
+        if n.existing_private_subnet_ids or n.existing_public_subnet_ids:
+            r.problem(
+                f"{k}.existingVpcId",
+                None,
+                "subnets given without their VPC",
+                "the id of the VPC that holds them",
+            )
+        return
+    if not _VPC.match(n.existing_vpc_id):
+        r.problem(f"{k}.existingVpcId", n.existing_vpc_id, "not a VPC id", "vpc-<hex>")
+    if len(n.existing_private_subnet_ids) < 2:
+        r.problem(
+            f"{k}.existingPrivateSubnetIds",
+            list(n.existing_private_subnet_ids),
+            "too few subnets",
+            "two or more, in different AZs",
+        )
+    for key, ids in (
+        ("existingPrivateSubnetIds", n.existing_private_subnet_ids),
+        ("existingPublicSubnetIds", n.existing_public_subnet_ids),
+    ):
+        for i, s in enumerate(ids):
+            if not _SUBNET.match(s):
+                r.problem(f"{k}.{key}[{i}]", s, "not a subnet id", "subnet-<hex>")
+
+
+def _check_cluster(c: ClusterConfig, r: Reader) -> None:
+    k = f"{PROJECT}:cluster"
+    if not (c.endpoint_public_access or c.endpoint_private_access):
+        r.problem(
+            f"{k}.endpointPrivateAccess",
+            False,
+            "the API endpoint would be unreachable",
+            "true, or endpointPublicAccess true",
+        )
+    for i, cidr in enumerate(c.public_access_cidrs):
+        try:
+            ipaddress.IPv4Network(cidr)
+        except ValueError:
+            r.problem(
+                f"{k}.publicAccessCidrs[{i}]", cidr, "not an IPv4 CIDR", "a CIDR such as 203.0.113.0/24"
+            )
+    for i, arn in enumerate(c.admin_principals):
+        if not _PRINCIPAL.match(arn):
+            r.problem(
+                f"{k}.adminPrincipals[{i}]",
+                arn,
+                "not an IAM role or user ARN",
+                "arn:aws:iam::<account>:role/<name>",
+            )
+    s = c.system_node_group
+    sk = f"{k}.systemNodeGroup"
+    if s.instance_type not in CPU_INSTANCE_TYPES:
+        r.problem(
+            f"{sk}.instanceType",
+            s.instance_type,
+            "not a CPU instance type in the catalog",
+            ", ".join(CPU_INSTANCE_TYPES),
+        )
+    if not 1 <= s.min_size <= s.desired_size <= s.max_size <= 20:
+        r.problem(
+            f"{sk}.desiredSize",
+            s.desired_size,
+            f"sizes must satisfy 1 <= minSize ({s.min_size}) <= desiredSize <= maxSize ({s.max_size}) <= 20",
+            "ordered sizes",
+        )
+    if not 20 <= s.disk_size_gib <= 1000:
+        r.problem(f"{sk}.diskSizeGiB", s.disk_size_gib, "out of range", "20-1000")
+
+
+def _check_node_group(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
+    if not _LABEL.match(g.name) or len(g.name) > MAX_NODE_GROUP_NAME:
+        r.problem(
+            f"{k}.name",
+            g.name,
+            "not a valid node group name",
+            f"{NAME_RULE}; at most {MAX_NODE_GROUP_NAME} characters",
+        )
+    if g.instance_type not in GPU_INSTANCE_TYPES:
+        r.problem(
+            f"{k}.instanceType",
+            g.instance_type,
+            "not an NVIDIA GPU instance type in the catalog",
+            ", ".join(GPU_INSTANCE_TYPES),
+        )
+        return
+    it = g.instance
+    if not 1 <= g.node_count <= 64:
+        r.problem(f"{k}.nodeCount", g.node_count, "out of range", "1-64")
+    if g.efa and not it.efa_supported:
+        efa_types = ", ".join(t for t in GPU_INSTANCE_TYPES if INSTANCE_TYPES[t].efa_supported)
+        r.problem(
+            f"{k}.efa",
+            True,
+            f"{g.instance_type} has no EFA interfaces",
+            f"false, or an EFA instance type ({efa_types})",
+        )
+    if g.capacity_type == "CAPACITY_BLOCK" and not g.capacity_reservation_id:
+        r.problem(
+            f"{k}.capacityReservationId",
+            None,
+            "CAPACITY_BLOCK needs the Capacity Block's reservation id",
+            "cr- followed by 17 hex digits",
+        )
+    if g.capacity_reservation_id is not None:
+        if not _RESERVATION.match(g.capacity_reservation_id):
+            r.problem(
+                f"{k}.capacityReservationId",
+                g.capacity_reservation_id,
+                "not a capacity reservation id",
+                "cr- followed by 17 hex digits",
+            )
+        if g.capacity_type == "SPOT":
+            r.problem(
+                f"{k}.capacityType",
+                "SPOT",
+                "Spot capacity cannot target a reservation",
+                "ON_DEMAND or CAPACITY_BLOCK with a reservation",
+            )
+        if g.placement_group:
+            r.problem(
+                f"{k}.placementGroup",
+                True,
+                "a placement group breaks reservations bought without it (InsufficientInstanceCapacity)",
+                "false when capacityReservationId is set",
+            )
+    if not it.on_demand and g.capacity_type != "CAPACITY_BLOCK":
+        r.problem(
+            f"{k}.capacityType",
+            g.capacity_type,
+            f"{g.instance_type} is sold only as Capacity Blocks",
+            "CAPACITY_BLOCK",
+        )
+    if not 50 <= g.disk_size_gib <= 16384:
+        r.problem(f"{k}.diskSizeGiB", g.disk_size_gib, "out of range", "50-16384")
+
+
+def _check_job(j: JobConfig, groups: dict[str, GpuNodeGroupConfig], k: str, r: Reader) -> None:
+    limit = MAX_JOB_NAME[j.kind]
+    if not _LABEL.match(j.name) or len(j.name) > limit:
+        r.problem(
+            f"{k}.name", j.name, f"not a valid {j.kind} name", f"{NAME_RULE}; at most {limit} characters"
+        )
+    group = groups.get(j.node_group)
+    if group is None:
+        r.problem(
+            f"{k}.nodeGroup",
+            j.node_group,
+            "no GPU node group has that name",
+            ", ".join(groups) or "(none defined)",
+        )
+    elif not 1 <= j.nodes <= group.node_count:
+        r.problem(
+            f"{k}.nodes",
+            j.nodes,
+            f"node group '{group.name}' has {group.node_count} node(s)",
+            f"1-{group.node_count}",
+        )
+    for name in j.env:
+        if not _ENV_NAME.match(name):
+            r.problem(
+                f"{k}.env.{name}",
+                j.env[name],
+                "not a valid environment variable name",
+                "letters, digits and '_', not starting with a digit",
+            )
+    if not 1 <= j.timeout_minutes <= 10080:
+        r.problem(f"{k}.timeoutMinutes", j.timeout_minutes, "out of range", "1-10080 (one week)")
+    if j.kind == "RayCluster" and j.wait == "succeeded":
+        r.problem(
+            f"{k}.wait", "succeeded", "a RayCluster runs until deleted and never succeeds", "none | running"
+        )
+
+
+def reference_rows() -> list[tuple[str, str, str, str]]:
+    """(key, type, default, description) for every setting, for the README's config reference."""
+    rows = [(REGION_KEY, "string", "(required)", "AWS region of the stack (also read by the AWS provider).")]
+
+    def walk(cls, prefix):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if "key" not in f.metadata:
+                continue
+            tp = hints[f.name]
+            key = f"{prefix}{f.metadata['key']}"
+            item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+            if dataclasses.is_dataclass(item):
+                rows.append((key, "list of objects", _default(f), f.metadata["doc"]))
+                walk(item, f"{key}[].")
+            elif dataclasses.is_dataclass(tp):
+                rows.append((key, "object", "", f.metadata["doc"]))
+                walk(tp, f"{key}.")
+            else:
+                rows.append((key, describe(tp), _default(f), f.metadata["doc"]))
+
+    walk(StackConfig, f"{PROJECT}:")
+    return rows
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return "(required)"
+    if value is None:
+        return "unset"
+    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        return ", ".join(f"{v.name} ({v.instance_type})" for v in value)
+    if isinstance(value, tuple):
+        return json.dumps(list(value))
+    return json.dumps(value)

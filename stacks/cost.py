@@ -1,0 +1,48 @@
+"""Estimated hourly cost of what a stack keeps running, from the catalog's on-demand prices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stacks.catalog import EKS_CONTROL_PLANE_HOURLY_USD, INSTANCE_TYPES, NAT_GATEWAY_HOURLY_USD
+from stacks.config import StackConfig
+
+
+@dataclass(frozen=True)
+class CostLine:
+    item: str
+    quantity: int
+    unit_usd: float | None  # None: bought ahead (Capacity Blocks), not billed per hour here
+
+    @property
+    def subtotal(self) -> float:
+        return self.quantity * (self.unit_usd or 0.0)
+
+
+def nat_gateway_count(cfg: StackConfig) -> int:
+    if cfg.network.existing_vpc_id:
+        return 0
+    return cfg.network.availability_zones if cfg.network.nat_gateways == "onePerAz" else 1
+
+
+def hourly_cost(cfg: StackConfig) -> list[CostLine]:
+    system = cfg.cluster.system_node_group
+    lines = [
+        CostLine("EKS control plane", 1, EKS_CONTROL_PLANE_HOURLY_USD),
+        CostLine("NAT gateway", nat_gateway_count(cfg), NAT_GATEWAY_HOURLY_USD),
+        CostLine(
+            f"{system.instance_type} (system nodes)",
+            system.desired_size,
+            INSTANCE_TYPES[system.instance_type].hourly_usd,
+        ),
+    ]
+    for g in cfg.gpu_node_groups:
+        price = None if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd
+        lines.append(
+            CostLine(f"{g.instance_type} (node group {g.name}, {g.capacity_type})", g.node_count, price)
+        )
+    return [line for line in lines if line.quantity]
+
+
+def total(lines: list[CostLine]) -> float:
+    return round(sum(line.subtotal for line in lines), 4)

@@ -1,0 +1,144 @@
+"""A small typed reader from plain config data to frozen dataclasses.
+
+Each field carries the key a user writes in `Pulumi.<stack>.yaml` and a one-line doc, so the
+same declaration drives parsing, error messages and the README's config reference. Every
+problem is collected (not raised at the first one) so a user fixes a config in one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+import pulumi
+
+
+def setting(key: str, doc: str, default: Any = dataclasses.MISSING, *, factory=None):
+    """Declare a config field: its YAML key, its doc line and its default (none: required)."""
+    meta = {"key": key, "doc": doc}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str  # as a user writes it: trainstack:gpuNodeGroups[0].instanceType
+    value: Any
+    reason: str
+    allowed: str
+
+    def __str__(self) -> str:
+        shown = "(missing)" if self.value is _ABSENT else json.dumps(self.value, default=str)
+        return f"{self.key} = {shown}: {self.reason}; allowed: {self.allowed}"
+
+
+class ConfigError(pulumi.RunError):
+    """Raised once with every problem; RunError makes Pulumi print it without a traceback."""
+
+    def __init__(self, stack: str, problems: list[Problem]):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"stack '{stack}' has {len(problems)} config problem(s); "
+            f"fix them in Pulumi.{stack}.yaml (or with `pulumi config set`):\n{lines}"
+        )
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(missing)"
+
+
+_ABSENT = _Absent()
+
+
+def describe(tp: Any) -> str:
+    """Human description of a type, for 'allowed' and the config reference."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Literal:
+        return " | ".join(str(a) for a in args)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return describe(inner[0]) + " (optional)"
+    if origin in (list, tuple):
+        return f"list of {describe(args[0])}"
+    if origin is dict:
+        return "map of string to string"
+    if dataclasses.is_dataclass(tp):
+        return "object"
+    return {str: "string", int: "integer", bool: "true | false", float: "number"}[tp]
+
+
+class Reader:
+    """Reads plain data into a dataclass, recording problems instead of raising."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def problem(self, key: str, value: Any, reason: str, allowed: str) -> None:
+        self.problems.append(Problem(key, value, reason, allowed))
+
+    def read(self, tp: Any, value: Any, key: str) -> Any:
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin in (Union, types.UnionType):
+            if value is None:
+                return None
+            (inner,) = [a for a in args if a is not type(None)]
+            return self.read(inner, value, key)
+        if origin is Literal:
+            if value not in args:
+                self.problem(key, value, "not a known value", describe(tp))
+            return value
+        if origin in (list, tuple):
+            if not isinstance(value, list):
+                self.problem(key, value, "expected a list", describe(tp))
+                return []
+            return tuple(self.read(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
+        if origin is dict:
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                self.problem(key, value, "expected a map of strings", describe(tp))
+                return {}
+            return dict(value)
+        if dataclasses.is_dataclass(tp):
+            return self.read_object(tp, value, key)
+        # bool is an int in Python: keep `nodeCount: true` from passing as 1.
+        ok = isinstance(value, tp) and not (tp in (int, float) and isinstance(value, bool))
+        if tp is float and isinstance(value, int) and not isinstance(value, bool):
+            ok, value = True, float(value)
+        if not ok:
+            self.problem(key, value, f"expected {describe(tp)}", describe(tp))
+        return value
+
+    def read_object(self, cls: type, value: Any, key: str) -> Any:
+        if not isinstance(value, dict):
+            self.problem(key, value, "expected an object", f"keys {', '.join(keys_of(cls))}")
+            value = {}
+        hints = typing.get_type_hints(cls)
+        known = keys_of(cls)
+        for unknown in sorted(set(value) - set(known)):
+            self.problem(f"{key}.{unknown}", value[unknown], "unknown key", ", ".join(sorted(known)))
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            yaml_key = f.metadata["key"]
+            sub = f"{key}.{yaml_key}"
+            if yaml_key in value:
+                kwargs[f.name] = self.read(hints[f.name], value[yaml_key], sub)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                self.problem(sub, _ABSENT, "required", describe(hints[f.name]))
+        try:
+            return cls(**kwargs)
+        except TypeError:  # a required field was missing: already recorded
+            return None
+
+
+def keys_of(cls: type) -> list[str]:
+    return [f.metadata["key"] for f in dataclasses.fields(cls)]
