@@ -267,7 +267,7 @@ def parse_config(stack: str, values: dict[str, str]) -> StackConfig:
         try:
             data = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError:
-            reader.problem(full_key, raw, "not valid structured config", "a YAML object or list")
+            reader.shape_problem(full_key, raw, "not valid structured config", "a YAML object or list")
             continue
         kwargs[f.name] = reader.read(hints[f.name], data, full_key)
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
@@ -278,7 +278,7 @@ def parse_config(stack: str, values: dict[str, str]) -> StackConfig:
         kwargs["gpu_node_groups"] = tuple(g for g in kwargs.get("gpu_node_groups", ()) if g is not None)
         kwargs["jobs"] = tuple(j for j in kwargs.get("jobs", ()) if j is not None)
     config = StackConfig(stack=stack, region=region, **kwargs)
-    if not reader.problems:
+    if not reader.malformed:
         _check(config, reader)
     if reader.problems:
         raise ConfigError(stack, reader.problems)

@@ -80,9 +80,15 @@ class Reader:
 
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        # Values of the wrong type or outside an enum: cross-field rules cannot run on them.
+        self.malformed = False
 
     def problem(self, key: str, value: Any, reason: str, allowed: str) -> None:
         self.problems.append(Problem(key, value, reason, allowed))
+
+    def shape_problem(self, key: str, value: Any, reason: str, allowed: str) -> None:
+        self.malformed = True
+        self.problem(key, value, reason, allowed)
 
     def read(self, tp: Any, value: Any, key: str) -> Any:
         origin = typing.get_origin(tp)
@@ -94,18 +100,18 @@ class Reader:
             return self.read(inner, value, key)
         if origin is Literal:
             if value not in args:
-                self.problem(key, value, "not a known value", describe(tp))
+                self.shape_problem(key, value, "not a known value", describe(tp))
             return value
         if origin in (list, tuple):
             if not isinstance(value, list):
-                self.problem(key, value, "expected a list", describe(tp))
+                self.shape_problem(key, value, "expected a list", describe(tp))
                 return []
             return tuple(self.read(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
         if origin is dict:
             if not isinstance(value, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in value.items()
             ):
-                self.problem(key, value, "expected a map of strings", describe(tp))
+                self.shape_problem(key, value, "expected a map of strings", describe(tp))
                 return {}
             return dict(value)
         if dataclasses.is_dataclass(tp):
@@ -115,12 +121,12 @@ class Reader:
         if tp is float and isinstance(value, int) and not isinstance(value, bool):
             ok, value = True, float(value)
         if not ok:
-            self.problem(key, value, f"expected {describe(tp)}", describe(tp))
+            self.shape_problem(key, value, f"expected {describe(tp)}", describe(tp))
         return value
 
     def read_object(self, cls: type, value: Any, key: str) -> Any:
         if not isinstance(value, dict):
-            self.problem(key, value, "expected an object", f"keys {', '.join(keys_of(cls))}")
+            self.shape_problem(key, value, "expected an object", f"keys {', '.join(keys_of(cls))}")
             value = {}
         hints = typing.get_type_hints(cls)
         known = keys_of(cls)
@@ -133,7 +139,7 @@ class Reader:
             if yaml_key in value:
                 kwargs[f.name] = self.read(hints[f.name], value[yaml_key], sub)
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                self.problem(sub, _ABSENT, "required", describe(hints[f.name]))
+                self.shape_problem(sub, _ABSENT, "required", describe(hints[f.name]))
         try:
             return cls(**kwargs)
         except TypeError:  # a required field was missing: already recorded
