@@ -1,0 +1,158 @@
+"""`make plan`: the offline plan CLI, its files, their shape and the dependency edges."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from offline.plan import read_stack_file
+
+
+def run_plan(tmp_path: Path, stack: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "offline.plan", "--stack", stack, "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module", params=["dev", "prod"])
+def planned(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"plan-{request.param}")
+    proc = run_plan(out, request.param)
+    return request.param, proc, out / request.param
+
+
+def test_plan_exits_zero_and_writes_files(planned):
+    stack, proc, out = planned
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "resources.json").is_file()
+    assert (out / "outputs.json").is_file()
+    assert sorted(p.name for p in (out / "manifests").iterdir()) == [
+        "namespace-training.yaml",
+        "serviceaccount-training-trainer.yaml",
+    ]
+    assert f"Offline plan of stack '{stack}'" in proc.stdout
+    assert "Resources by type:" in proc.stdout
+    assert "Estimated cost while the stack runs" in proc.stdout
+
+
+def test_resources_json_shape(planned):
+    _, proc, out = planned
+    resources = json.loads((out / "resources.json").read_text())
+    assert isinstance(resources, list) and resources
+    urns = {r["urn"] for r in resources}
+    for r in resources:
+        assert set(r) == {"urn", "type", "name", "parent", "custom", "inputs", "dependencies"}
+        assert r["urn"].startswith("urn:pulumi:") and r["urn"].endswith(f"::{r['name']}")
+        assert r["parent"] is None or r["parent"] in urns
+        assert isinstance(r["custom"], bool)
+        assert set(r["dependencies"]) <= urns, f"{r['name']} depends on an unregistered resource"
+        assert r["parent"] not in r["dependencies"]
+    components = [r for r in resources if not r["custom"] and r["type"].startswith("trainstack:")]
+    assert {c["type"] for c in components} == {
+        "trainstack:storage:ArtifactBucket",
+        "trainstack:build:ImageRegistry",
+        "trainstack:build:ImageBuild",
+        "trainstack:network:Network",
+        "trainstack:compute:Cluster",
+        "trainstack:compute:GpuNodeGroup",
+        "trainstack:compute:TrainingPodIdentity",
+    }
+
+
+def test_secrets_are_masked(planned):
+    _, _, out = planned
+    resources = json.loads((out / "resources.json").read_text())
+    (provider,) = [r for r in resources if r["type"] == "pulumi:providers:kubernetes"]
+    assert provider["inputs"]["kubeconfig"] == "[secret]"
+    assert "get-token" not in (out / "resources.json").read_text()
+    assert json.loads((out / "outputs.json").read_text())["kubeconfig"] == "[secret]"
+
+
+def test_manifests_are_what_the_cluster_receives(planned):
+    _, _, out = planned
+    sa = yaml.safe_load((out / "manifests" / "serviceaccount-training-trainer.yaml").read_text())
+    assert sa["apiVersion"] == "v1" and sa["kind"] == "ServiceAccount"
+    assert sa["metadata"]["namespace"] == "training"
+
+
+def test_dependency_edges(planned):
+    _, _, out = planned
+    resources = json.loads((out / "resources.json").read_text())
+    by_name = {(r["type"], r["name"]): r for r in resources}
+
+    def deps(type_, name):
+        return {u.rsplit("::", 1)[1] for u in by_name[(type_, name)]["dependencies"]}
+
+    assert {"image-project", "image-context"} <= deps("pulumi-python:dynamic:Resource", "image-build")
+    assert "image-codebuild" in deps("aws:codebuild/project:Project", "image-project")
+    assert "eks" in deps("eks:index:ManagedNodeGroup", "eks-system")
+    assert {"eks", "eks-system"} <= deps("aws:eks/addon:Addon", "eks-eks-pod-identity-agent")
+    assert "eks" in deps("pulumi:providers:kubernetes", "eks-k8s")
+    assert "eks-k8s" in deps("kubernetes:core/v1:Namespace", "training-pods-namespace")
+    assert {"eks-eks-pod-identity-agent", "training-pods-role"} <= deps(
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation", "training-pods-association"
+    )
+    assert "artifacts-versioning" in deps("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "artifacts-lifecycle")
+
+
+def test_prod_plan_shows_efa_node_groups(tmp_path):
+    proc = run_plan(tmp_path, "prod")
+    assert proc.returncode == 0, proc.stderr
+    resources = json.loads((tmp_path / "prod" / "resources.json").read_text())
+    (ng,) = [r for r in resources if r["type"] == "eks:index:ManagedNodeGroup" and r["name"] == "gpu-p5"]
+    dep_names = {u.rsplit("::", 1)[1] for u in ng["dependencies"]}
+    assert {"eks", "eks-system", "gpu-p5-lt"} <= dep_names
+    (lt,) = [r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    assert {"gpu-p5-efa", "gpu-p5-placement"} <= {u.rsplit("::", 1)[1] for u in lt["dependencies"]}
+    assert "p5.48xlarge" in proc.stdout and "$110.51/hour" in proc.stdout
+
+
+def test_bad_config_exits_nonzero_without_traceback(tmp_path):
+    stack_file = ROOT / "Pulumi.badcfg.yaml"
+    stack_file.write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "aws:region": "us-east-1",
+                    "trainstack:gpuNodeGroups": [{"name": "gpu", "instanceType": "g6.xlarge", "efa": True}],
+                }
+            }
+        )
+    )
+    try:
+        proc = run_plan(tmp_path, "badcfg")
+    finally:
+        stack_file.unlink()
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "trainstack:gpuNodeGroups[0].efa = true: g6.xlarge has no EFA interfaces" in proc.stderr
+    assert not (tmp_path / "badcfg").exists()
+
+
+def test_missing_stack_file(tmp_path):
+    proc = run_plan(tmp_path, "nosuchstack")
+    assert proc.returncode == 1
+    assert "no stack file Pulumi.nosuchstack.yaml" in proc.stderr
+
+
+def test_stack_file_secrets_stay_secret(tmp_path):
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"config": {"aws:region": "us-east-1", "trainstack:tags": {"owner": {"secure": "v1:abc"}}, "plain": True}}
+        )
+    )
+    values, secret_keys = read_stack_file(path)
+    assert secret_keys == ["trainstack:tags"]
+    assert json.loads(values["trainstack:tags"]) == {"owner": "[secret]"}
+    assert values["trainstack:plain"] == "true"
