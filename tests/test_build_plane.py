@@ -19,7 +19,9 @@ REPO = "aws:ecr/repository:Repository"
 def test_bucket_dev(dev_plan):
     bucket = dev_plan.one(BUCKET)
     assert bucket.inputs["forceDestroy"] is True
-    sse = dev_plan.one("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    sse = dev_plan.one(
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    )
     assert sse.inputs["rules"][0]["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "AES256"}
     assert dev_plan.by_type("aws:kms/key:Key") == [dev_plan.one("aws:kms/key:Key", "eks-secrets")]
 
@@ -27,7 +29,9 @@ def test_bucket_dev(dev_plan):
 def test_bucket_prod_is_protected_and_kms_encrypted(prod_plan):
     bucket = prod_plan.one(BUCKET)
     assert bucket.inputs["forceDestroy"] is False
-    sse = prod_plan.one("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    sse = prod_plan.one(
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    )
     rule = sse.inputs["rules"][0]
     assert rule["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
     assert rule["applyServerSideEncryptionByDefault"]["kmsMasterKeyId"].startswith("arn:aws:kms:")
@@ -62,7 +66,10 @@ def test_protection_is_a_resource_option():
 
 def test_bucket_blocks_public_access_and_versions(dev_plan):
     pab = dev_plan.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-    assert all(pab.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    assert all(
+        pab.inputs[k] is True
+        for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+    )
     versioning = dev_plan.one("aws:s3/bucketVersioning:BucketVersioning")
     assert versioning.inputs["versioningConfiguration"] == {"status": "Enabled"}
 
@@ -87,7 +94,9 @@ def test_lifecycle_rules_follow_config(dev_plan, prod_plan):
     assert dev["checkpoint-retention"]["filter"] == {"prefix": "checkpoints/"}
     assert dev["expire-build-contexts"]["expiration"] == {"days": 14}
     assert dev["expire-build-contexts"]["filter"] == {"prefix": "build-contexts/"}
-    assert dev["abort-incomplete-multipart-uploads"]["abortIncompleteMultipartUpload"] == {"daysAfterInitiation": 7}
+    assert dev["abort-incomplete-multipart-uploads"]["abortIncompleteMultipartUpload"] == {
+        "daysAfterInitiation": 7
+    }
 
 
 def test_checkpoint_retention_zero_keeps_checkpoints():
@@ -129,7 +138,9 @@ def test_codebuild_project(dev_plan):
     assert variables["REPOSITORY_URI"].endswith(".amazonaws.com/trainstack/dev/training")
     assert project.inputs["source"]["type"] == "S3"
     assert project.inputs["source"]["buildspec"] == (ROOT / "components" / "buildspec.yml").read_text()
-    assert project.inputs["logsConfig"]["cloudwatchLogs"]["groupName"] == "/aws/codebuild/trainstack-dev-image"
+    assert (
+        project.inputs["logsConfig"]["cloudwatchLogs"]["groupName"] == "/aws/codebuild/trainstack-dev-image"
+    )
     logs = dev_plan.one("aws:cloudwatch/logGroup:LogGroup")
     assert logs.inputs["retentionInDays"] == 30
 
@@ -178,7 +189,9 @@ def test_nightly_rebuild_only_when_configured(dev_plan, prod_plan):
     assert json.loads(target["input"])["ProjectName"] == "trainstack-prod-image"
     sched_policy = policy_of(prod_plan, "image-scheduler")
     (stmt,) = sched_policy["Statement"]
-    assert stmt["Action"] == "codebuild:StartBuild" and stmt["Resource"].endswith(":project/trainstack-prod-image")
+    assert stmt["Action"] == "codebuild:StartBuild" and stmt["Resource"].endswith(
+        ":project/trainstack-prod-image"
+    )
 
 
 def test_source_repository_webhook():

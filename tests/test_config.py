@@ -75,10 +75,14 @@ def test_unknown_nested_key_is_reported():
 
 
 def test_wrong_types_are_reported_with_the_key():
-    msgs = problems(gpuNodeGroups=[group(nodeCount="2", efa="yes")], cluster={"publicAccessCidrs": "0.0.0.0/0"})
+    msgs = problems(
+        gpuNodeGroups=[group(nodeCount="2", efa="yes")], cluster={"publicAccessCidrs": "0.0.0.0/0"}
+    )
     assert 'trainstack:gpuNodeGroups[0].nodeCount = "2": expected integer; allowed: integer' in msgs
     assert 'trainstack:gpuNodeGroups[0].efa = "yes": expected true | false; allowed: true | false' in msgs
-    assert any(m.startswith('trainstack:cluster.publicAccessCidrs = "0.0.0.0/0": expected a list') for m in msgs)
+    assert any(
+        m.startswith('trainstack:cluster.publicAccessCidrs = "0.0.0.0/0": expected a list') for m in msgs
+    )
 
 
 def test_bool_is_not_an_integer():
@@ -93,7 +97,9 @@ def test_missing_required_key():
 
 def test_unknown_instance_type_lists_the_catalog():
     (msg,) = problems(gpuNodeGroups=[group(instanceType="g7.xlarge")])
-    assert msg.startswith('trainstack:gpuNodeGroups[0].instanceType = "g7.xlarge": not an NVIDIA GPU instance type')
+    assert msg.startswith(
+        'trainstack:gpuNodeGroups[0].instanceType = "g7.xlarge": not an NVIDIA GPU instance type'
+    )
     assert all(t in msg for t in GPU_INSTANCE_TYPES)
 
 
@@ -104,7 +110,9 @@ def test_trainium_is_not_a_gpu_node_group():
 
 def test_efa_on_an_instance_without_efa():
     (msg,) = problems(gpuNodeGroups=[group(efa=True)])
-    assert msg.startswith("trainstack:gpuNodeGroups[0].efa = true: g6.xlarge has no EFA interfaces; allowed: false")
+    assert msg.startswith(
+        "trainstack:gpuNodeGroups[0].efa = true: g6.xlarge has no EFA interfaces; allowed: false"
+    )
     assert "p5.48xlarge" in msg
 
 
@@ -115,7 +123,10 @@ def test_capacity_block_needs_a_reservation():
 
 def test_bad_reservation_id_and_spot_with_reservation():
     msgs = problems(gpuNodeGroups=[group(capacityType="SPOT", capacityReservationId="cr-123")])
-    assert any(m.startswith('trainstack:gpuNodeGroups[0].capacityReservationId = "cr-123": not a capacity') for m in msgs)
+    assert any(
+        m.startswith('trainstack:gpuNodeGroups[0].capacityReservationId = "cr-123": not a capacity')
+        for m in msgs
+    )
     assert any(m.startswith('trainstack:gpuNodeGroups[0].capacityType = "SPOT": Spot capacity') for m in msgs)
 
 
@@ -130,7 +141,9 @@ def test_placement_group_with_reservation_is_refused():
             )
         ]
     )
-    assert msg.startswith("trainstack:gpuNodeGroups[0].placementGroup = true: a placement group breaks reservations")
+    assert msg.startswith(
+        "trainstack:gpuNodeGroups[0].placementGroup = true: a placement group breaks reservations"
+    )
 
 
 def test_capacity_block_only_instance_needs_capacity_block():
@@ -156,7 +169,9 @@ def test_duplicate_node_group_names():
 
 def test_invalid_names():
     msgs = problems(gpuNodeGroups=[group(name="GPU_a")], jobs=[job(name="Train!", nodeGroup="GPU_a")])
-    assert any(m.startswith('trainstack:gpuNodeGroups[0].name = "GPU_a": not a valid node group name') for m in msgs)
+    assert any(
+        m.startswith('trainstack:gpuNodeGroups[0].name = "GPU_a": not a valid node group name') for m in msgs
+    )
     assert any(m.startswith('trainstack:jobs[0].name = "Train!": not a valid PyTorchJob name') for m in msgs)
 
 
@@ -184,7 +199,10 @@ def test_duplicate_job_names():
 
 def test_bad_kind():
     (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(kind="TFJob")])
-    assert msg == 'trainstack:jobs[0].kind = "TFJob": not a known value; allowed: PyTorchJob | RayJob | RayCluster'
+    assert (
+        msg
+        == 'trainstack:jobs[0].kind = "TFJob": not a known value; allowed: PyTorchJob | RayJob | RayCluster'
+    )
 
 
 def test_malformed_values_hold_back_cross_field_rules():
@@ -205,15 +223,26 @@ def test_env_names_are_checked():
 
 
 def test_network_rules():
-    msgs = problems(network={"vpcCidr": "10.0.0.0/8", "availabilityZones": 1, "existingPrivateSubnetIds": ["subnet-1"]})
-    assert 'trainstack:network.vpcCidr = "10.0.0.0/8": prefix length out of range; allowed: /16 to /20' in msgs
+    msgs = problems(
+        network={"vpcCidr": "10.0.0.0/8", "availabilityZones": 1, "existingPrivateSubnetIds": ["subnet-1"]}
+    )
+    assert (
+        'trainstack:network.vpcCidr = "10.0.0.0/8": prefix length out of range; allowed: /16 to /20' in msgs
+    )
     assert any(m.startswith("trainstack:network.availabilityZones = 1: out of range") for m in msgs)
-    assert any(m.startswith("trainstack:network.existingVpcId = null: subnets given without their VPC") for m in msgs)
+    assert any(
+        m.startswith("trainstack:network.existingVpcId = null: subnets given without their VPC") for m in msgs
+    )
 
 
 def test_existing_vpc_needs_two_private_subnets():
-    msgs = problems(network={"existingVpcId": "vpc-0123abcd", "existingPrivateSubnetIds": ["subnet-0123abcd"]})
-    assert any(m.startswith("trainstack:network.existingPrivateSubnetIds = [") and "too few subnets" in m for m in msgs)
+    msgs = problems(
+        network={"existingVpcId": "vpc-0123abcd", "existingPrivateSubnetIds": ["subnet-0123abcd"]}
+    )
+    assert any(
+        m.startswith("trainstack:network.existingPrivateSubnetIds = [") and "too few subnets" in m
+        for m in msgs
+    )
 
 
 def test_cluster_rules():
@@ -238,16 +267,39 @@ def test_cluster_value_rules():
             "systemNodeGroup": {"instanceType": "p5.48xlarge", "minSize": 3, "desiredSize": 2},
         }
     )
-    assert any(m.startswith("trainstack:cluster.endpointPrivateAccess = false: the API endpoint would be unreachable") for m in msgs)
-    assert any(m.startswith('trainstack:cluster.adminPrincipals[0] = "admin": not an IAM role or user ARN') for m in msgs)
-    assert any(m.startswith('trainstack:cluster.systemNodeGroup.instanceType = "p5.48xlarge": not a CPU instance') for m in msgs)
-    assert any(m.startswith("trainstack:cluster.systemNodeGroup.desiredSize = 2: sizes must satisfy") for m in msgs)
+    assert any(
+        m.startswith(
+            "trainstack:cluster.endpointPrivateAccess = false: the API endpoint would be unreachable"
+        )
+        for m in msgs
+    )
+    assert any(
+        m.startswith('trainstack:cluster.adminPrincipals[0] = "admin": not an IAM role or user ARN')
+        for m in msgs
+    )
+    assert any(
+        m.startswith('trainstack:cluster.systemNodeGroup.instanceType = "p5.48xlarge": not a CPU instance')
+        for m in msgs
+    )
+    assert any(
+        m.startswith("trainstack:cluster.systemNodeGroup.desiredSize = 2: sizes must satisfy") for m in msgs
+    )
 
 
 def test_image_rules():
-    msgs = problems(image={"context": "nowhere", "builder": "docker", "nightlyRebuild": True, "buildTimeoutMinutes": 2})
-    assert 'trainstack:image.context = "nowhere": no Dockerfile in that directory; allowed: a directory of this project holding a Dockerfile' in msgs
-    assert any(m.startswith('trainstack:image.builder = "docker": nightlyRebuild and sourceRepository need CodeBuild') for m in msgs)
+    msgs = problems(
+        image={"context": "nowhere", "builder": "docker", "nightlyRebuild": True, "buildTimeoutMinutes": 2}
+    )
+    assert (
+        'trainstack:image.context = "nowhere": no Dockerfile in that directory; allowed: a directory of this project holding a Dockerfile'
+        in msgs
+    )
+    assert any(
+        m.startswith(
+            'trainstack:image.builder = "docker": nightlyRebuild and sourceRepository need CodeBuild'
+        )
+        for m in msgs
+    )
     assert any(m.startswith("trainstack:image.buildTimeoutMinutes = 2: out of range") for m in msgs)
 
 
@@ -258,10 +310,19 @@ def test_protected_stack_cannot_force_delete_images():
 
 def test_all_problems_come_in_one_error():
     with pytest.raises(ConfigError) as err:
-        parse_config("prod", {**BASE, "trainstack:gpuNodeGroups": json.dumps([group(efa=True, nodeCount=0)]), "trainstack:typo": "1"})
+        parse_config(
+            "prod",
+            {
+                **BASE,
+                "trainstack:gpuNodeGroups": json.dumps([group(efa=True, nodeCount=0)]),
+                "trainstack:typo": "1",
+            },
+        )
     text = str(err.value)
     assert text.startswith("stack 'prod' has 3 config problem(s); fix them in Pulumi.prod.yaml")
-    assert "trainstack:typo" in text and "gpuNodeGroups[0].efa" in text and "gpuNodeGroups[0].nodeCount" in text
+    assert (
+        "trainstack:typo" in text and "gpuNodeGroups[0].efa" in text and "gpuNodeGroups[0].nodeCount" in text
+    )
 
 
 def test_bad_config_registers_no_resource():

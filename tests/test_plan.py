@@ -102,7 +102,9 @@ def test_dependency_edges(planned):
     assert {"eks-eks-pod-identity-agent", "training-pods-role"} <= deps(
         "aws:eks/podIdentityAssociation:PodIdentityAssociation", "training-pods-association"
     )
-    assert "artifacts-versioning" in deps("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "artifacts-lifecycle")
+    assert "artifacts-versioning" in deps(
+        "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "artifacts-lifecycle"
+    )
 
 
 def test_prod_plan_shows_efa_node_groups(tmp_path):
@@ -149,7 +151,13 @@ def test_stack_file_secrets_stay_secret(tmp_path):
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"config": {"aws:region": "us-east-1", "trainstack:tags": {"owner": {"secure": "v1:abc"}}, "plain": True}}
+            {
+                "config": {
+                    "aws:region": "us-east-1",
+                    "trainstack:tags": {"owner": {"secure": "v1:abc"}},
+                    "plain": True,
+                }
+            }
         )
     )
     values, secret_keys = read_stack_file(path)
