@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time as wall_time
+from typing import ClassVar
 
 import boto3
+import botocore.exceptions
 import pytest
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
@@ -241,13 +243,13 @@ def test_throttling_gives_up_after_max_retries():
 def test_other_errors_are_not_retried():
     time = FakeTime()
     r = BuildRunner(REGION, sleep=time.sleep, clock=time.clock, report=lambda m: None)
-    with pytest.raises(Exception, match="ResourceNotFoundException|does not exist|not found"):
+    with pytest.raises(botocore.exceptions.ClientError, match="ResourceNotFoundException"):
         r.build(inputs(project_name="missing"))
     assert time.sleeps == []
 
 
 class Recorder:
-    builds: list[dict] = []
+    builds: ClassVar[list[dict]] = []
 
     def __init__(self, region):
         self.region = region

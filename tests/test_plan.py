@@ -46,7 +46,7 @@ def test_plan_exits_zero_and_writes_files(planned):
 
 
 def test_resources_json_shape(planned):
-    _, proc, out = planned
+    _, _, out = planned
     resources = json.loads((out / "resources.json").read_text())
     assert isinstance(resources, list) and resources
     urns = {r["urn"] for r in resources}
