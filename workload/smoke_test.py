@@ -1,0 +1,36 @@
+"""Run inside the freshly built image before it is pushed (buildspec.yml): fail fast, push nothing broken.
+
+Checks the imports the trainers need, reports torch/CUDA/NCCL versions, and runs one forward and
+backward pass of the tiny model on CPU (CodeBuild has no GPU).
+"""
+
+import sys
+
+import torch
+
+
+def main() -> int:
+    import boto3
+    import ray
+    import ray.train.torch  # noqa: F401
+
+    from trainer.model import MODEL_SIZES, Transformer
+
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.backends.cuda.is_built() else "n/a"
+    print(
+        f"torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}, ray {ray.__version__}, boto3 {boto3.__version__}"
+    )
+    cfg = MODEL_SIZES["tiny"]
+    model = Transformer(cfg)
+    tokens = torch.randint(0, cfg.vocab_size, (2, 16))
+    logits = model(tokens)
+    if logits.shape != (2, 16, cfg.vocab_size) or not torch.isfinite(logits).all():
+        print(f"smoke test failed: logits {tuple(logits.shape)}, finite={bool(torch.isfinite(logits).all())}")
+        return 1
+    logits.sum().backward()
+    print("smoke test passed: tiny model forward and backward on CPU")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

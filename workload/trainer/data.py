@@ -1,0 +1,95 @@
+"""Tokenized training data: a flat file of token ids, read in fixed windows, sharded by rank.
+
+The format is nanoGPT's: little-endian uint16 token ids (uint32 when the vocabulary needs it),
+one file, no header. Batch contents depend only on (seed, step, rank), so a resumed run reads
+exactly what an uninterrupted one would have, without saving loader state.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainer import storage
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
+
+
+def write_synthetic_dataset(path: Path, n_tokens: int, vocab_size: int, seed: int = 0) -> Path:
+    """Learnable generated data: runs of an affine sequence t[i+1] = (a*t[i] + b) mod V.
+
+    Each run starts at a random token with one of a few (a, b) rules, so a model must learn the
+    rules and infer which one is active from context: loss falls steadily, well below ln(V).
+    """
+    rng = np.random.default_rng(seed)
+    rules = [(1, 1), (1, 3), (3, 7), (5, 1)]
+    out = np.empty(n_tokens, dtype=np.int64)
+    i = 0
+    while i < n_tokens:
+        length = int(rng.integers(16, 64))
+        a, b = rules[rng.integers(len(rules))]
+        t = int(rng.integers(vocab_size))
+        for j in range(i, min(i + length, n_tokens)):
+            out[j] = t
+            t = (a * t + b) % vocab_size
+        i += length
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    out.astype(token_dtype(vocab_size)).tofile(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+class TokenWindows:
+    """Fixed-length windows (inputs, next-token targets) over a token file, sharded by rank."""
+
+    def __init__(self, path: Path, vocab_size: int, seq_len: int, rank: int, world_size: int, seed: int = 0):
+        self.tokens = np.memmap(path, dtype=token_dtype(vocab_size), mode="r")
+        self.seq_len = seq_len
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        # Window w covers tokens [w*seq_len, w*seq_len + seq_len + 1): the +1 is the last target.
+        self.num_windows = (len(self.tokens) - 1) // seq_len
+        if self.num_windows < world_size:
+            raise ValueError(
+                f"{path} holds {len(self.tokens)} tokens: too few for {world_size} ranks at seq_len {seq_len}"
+            )
+
+    def _order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng((self.seed, epoch)).permutation(self.num_windows)
+
+    def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's batch for a global step: rank r takes every world_size-th window."""
+        per_step = batch_size * self.world_size
+        per_epoch = self.num_windows // per_step
+        if per_epoch == 0:
+            raise ValueError(f"{self.num_windows} windows cannot fill one global batch of {per_step}")
+        epoch, offset = divmod(step, per_epoch)
+        order = self._order(epoch)
+        first = offset * per_step + self.rank
+        windows = order[first : first + per_step : self.world_size]
+        rows = np.stack(
+            [
+                self.tokens[w * self.seq_len : w * self.seq_len + self.seq_len + 1].astype(np.int64)
+                for w in windows
+            ]
+        )
+        data = torch.from_numpy(rows)
+        return data[:, :-1], data[:, 1:]
+
+
+def resolve_dataset(uri: str, cache_dir: Path) -> Path:
+    """A local path as it is; an s3:// object downloaded once into cache_dir (atomically)."""
+    if not uri.startswith("s3://"):
+        return Path(uri)
+    bucket, key = storage.split_s3_uri(uri)
+    local = cache_dir / key
+    if not local.exists():
+        storage.download_file(bucket, key, local)
+    return local
