@@ -12,8 +12,7 @@ import torch
 def main() -> int:
     import boto3
     import ray
-    import ray.train.torch  # noqa: F401
-
+    import ray.train.torch
     from trainer.model import MODEL_SIZES, Transformer
 
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.backends.cuda.is_built() else "n/a"
