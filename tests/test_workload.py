@@ -1,0 +1,309 @@
+"""The training workload: model, data sharding, checkpoints, and real CPU training runs.
+
+The runs use torchrun with 2 gloo processes and a local 2-CPU Ray, as the image would run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+from moto import mock_aws
+from moto.server import ThreadedMotoServer
+
+WORKLOAD = ROOT / "workload"
+sys.path.insert(0, str(WORKLOAD))
+
+from trainer import checkpoint, storage  # noqa: E402
+from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset  # noqa: E402
+from trainer.model import MODEL_SIZES, Transformer, flops_per_token, parameter_count  # noqa: E402
+
+
+def metrics_of(output: str) -> list[dict]:
+    return [json.loads(line.split("metrics ", 1)[1]) for line in output.splitlines() if "metrics {" in line]
+
+
+def losses(records: list[dict]) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+def torchrun(tmp: Path, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer.train",
+    ]
+    cmd += [
+        "--data-cache",
+        str(tmp / "data"),
+        "--checkpoint-dir",
+        str(tmp / "ckpt"),
+        "--log-every",
+        "5",
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=WORKLOAD,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        start_new_session=True,
+        **popen,
+    )
+
+
+def run_to_end(tmp: Path, *args: str, env: dict | None = None) -> list[dict]:
+    proc = torchrun(tmp, *args, env=env)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    return metrics_of(out)
+
+
+def descendants(pid: int) -> list[int]:
+    """All processes below pid (torchrun starts each worker in a session of its own)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+# --- model and data -------------------------------------------------------------------------
+
+
+def test_parameter_counts():
+    tiny = MODEL_SIZES["tiny"]
+    assert parameter_count(tiny) == sum(p.numel() for p in Transformer(tiny).parameters())
+    with torch.device("meta"):
+        big = Transformer(MODEL_SIZES["1b"])
+    assert parameter_count(MODEL_SIZES["1b"]) == sum(p.numel() for p in big.parameters())
+    assert 1.0e9 < parameter_count(MODEL_SIZES["1b"]) < 1.3e9
+    assert flops_per_token(MODEL_SIZES["1b"], 2048) > 6e9
+
+
+def test_model_is_causal():
+    torch.manual_seed(0)
+    cfg = MODEL_SIZES["tiny"]
+    model = Transformer(cfg).eval()
+    tokens = torch.randint(0, cfg.vocab_size, (1, 24))
+    changed = tokens.clone()
+    changed[0, 12:] = (changed[0, 12:] + 1) % cfg.vocab_size
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    assert torch.allclose(a[0, :12], b[0, :12], atol=1e-6)
+    assert not torch.allclose(a[0, 12:], b[0, 12:])
+
+
+def test_token_dtype():
+    assert token_dtype(32000) == np.uint16 and token_dtype(128256) == np.uint32
+
+
+def test_ranks_read_disjoint_deterministic_shards(tmp_path):
+    path = write_synthetic_dataset(tmp_path / "tokens.bin", 50_000, 256, seed=1)
+    r0 = TokenWindows(path, 256, 32, rank=0, world_size=2)
+    r1 = TokenWindows(path, 256, 32, rank=1, world_size=2)
+    x0, y0 = r0.batch(7, 4)
+    x1, _ = r1.batch(7, 4)
+    assert x0.shape == (4, 32) and torch.equal(x0[:, 1:], y0[:, :-1])
+    rows0, rows1 = {tuple(r.tolist()) for r in x0}, {tuple(r.tolist()) for r in x1}
+    assert not rows0 & rows1
+    assert torch.equal(r0.batch(7, 4)[0], x0)  # same step, same batch: resume needs no loader state
+    assert not torch.equal(r0.batch(8, 4)[0], x0)
+
+
+def test_dataset_from_s3_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    local = write_synthetic_dataset(tmp_path / "src.bin", 10_000, 256)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="data")
+        s3.upload_file(str(local), "data", "datasets/tokens.bin")
+        path = resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache")
+        assert path == tmp_path / "cache" / "datasets" / "tokens.bin"
+        assert path.read_bytes() == local.read_bytes()
+
+
+def test_latest_complete_skips_torn_checkpoints(tmp_path):
+    for step, complete in ((10, True), (20, True), (30, False)):
+        d = checkpoint.step_dir(tmp_path, step)
+        d.mkdir()
+        (d / "__0_0.distcp").write_bytes(b"x")
+        if complete:
+            (d / checkpoint.MARKER).write_text("{}")
+    assert checkpoint.latest_complete(tmp_path) == 20
+    checkpoint.prune(tmp_path, keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step_00000020",
+        "step_00000030",
+    ]  # newer torn one stays
+
+
+# --- real training runs ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_loss_goes_down(tmp_path):
+    records = run_to_end(tmp_path, "--steps", "40", "--checkpoint-every", "20")
+    loss = losses(records)
+    assert sorted(loss) == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert loss[40] < loss[5] - 1.0, loss
+    assert records[0] == {"event": "start", "resumed_from": 0, "steps": 40, "world_size": 2, "model": "tiny"}
+    assert all(r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in records if "loss" in r)
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == [20, 40]
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "step_00000040").iterdir()) == [
+        ".metadata",
+        "COMPLETE",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_redoing_steps(tmp_path):
+    reference = losses(run_to_end(tmp_path / "reference", "--steps", "40", "--checkpoint-every", "10"))
+
+    run = tmp_path / "killed"
+    proc = torchrun(run, "--steps", "40", "--checkpoint-every", "10")
+    deadline = time.monotonic() + 240
+    while checkpoint.latest_complete(run / "ckpt") is None or checkpoint.latest_complete(run / "ckpt") < 20:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint at step 20 in time"
+        time.sleep(0.2)
+    for pid in [proc.pid, *descendants(proc.pid)]:  # no chance to clean up: as when a node dies
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    saved = checkpoint.latest_complete(run / "ckpt")
+    assert 20 <= saved < 40
+
+    records = run_to_end(run, "--steps", "40", "--checkpoint-every", "10")
+    assert records[0]["resumed_from"] == saved
+    resumed = losses(records)
+    assert min(resumed) > saved  # nothing before the checkpoint is trained again
+    assert max(resumed) == 40
+    # Same data, same weights and optimizer state: the resumed run follows the uninterrupted one.
+    for step, value in resumed.items():
+        if step - saved >= 5:  # the first window after resume is a partial log interval
+            assert value == pytest.approx(reference[step], abs=2e-3), (step, value, reference[step])
+    assert checkpoint.latest_complete(run / "ckpt") == 40
+
+
+@pytest.mark.slow
+def test_torn_checkpoint_is_never_loaded(tmp_path):
+    run_to_end(tmp_path, "--steps", "10", "--checkpoint-every", "10")
+    torn = checkpoint.step_dir(tmp_path / "ckpt", 30)
+    torn.mkdir()
+    (torn / "__0_0.distcp").write_bytes(b"half a shard")
+    records = run_to_end(tmp_path, "--steps", "20", "--checkpoint-every", "10")
+    assert records[0]["resumed_from"] == 10
+    assert max(losses(records)) == 20
+
+
+@pytest.fixture
+def moto_server(monkeypatch):
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    boto3.client("s3").create_bucket(Bucket="ckpt")
+    yield env
+    server.stop()
+
+
+@pytest.mark.slow
+def test_checkpoints_sync_to_s3_and_resume_from_there(tmp_path, moto_server):
+    uri = "s3://ckpt/checkpoints/job-a"
+    run_to_end(
+        tmp_path / "node1",
+        "--steps",
+        "20",
+        "--checkpoint-every",
+        "10",
+        "--s3-checkpoints",
+        uri,
+        env=moto_server,
+    )
+    keys = sorted(o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="ckpt")["Contents"])
+    for step in ("step_00000010", "step_00000020"):
+        assert f"checkpoints/job-a/{step}/COMPLETE" in keys
+        assert (
+            f"checkpoints/job-a/{step}/__0_0.distcp" in keys
+            and f"checkpoints/job-a/{step}/__1_0.distcp" in keys
+        )
+    assert storage.list_prefixes("ckpt", "checkpoints/job-a") == ["step_00000010", "step_00000020"]
+
+    # A fresh node with an empty volume picks the run up from S3.
+    records = run_to_end(
+        tmp_path / "node2",
+        "--steps",
+        "30",
+        "--checkpoint-every",
+        "10",
+        "--s3-checkpoints",
+        uri,
+        env=moto_server,
+    )
+    assert records[0]["resumed_from"] == 20
+    assert max(losses(records)) == 30
+
+
+@pytest.mark.slow
+def test_ray_train_trains_and_resumes(tmp_path):
+    script = f"""
+import sys
+from trainer.ray_train import main
+common = ["--num-workers", "2", "--checkpoint-every", "10", "--log-every", "5",
+          "--checkpoint-dir", {str(tmp_path / "ckpt")!r}, "--data-cache", {str(tmp_path / "data")!r},
+          "--storage-path", {str(tmp_path / "ray")!r}]
+assert main(common + ["--steps", "20"]) == 0
+assert main(common + ["--steps", "30"]) == 0
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=WORKLOAD,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**env, "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    starts = [r for r in metrics_of(out) if r.get("event") == "start"]
+    assert {r["resumed_from"] for r in starts} == {0, 20}
+    loss = losses(metrics_of(out))
+    assert loss[20] < loss[5]
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == [10, 20, 30]
