@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workload"))
 
-from trainer.model import MODEL_SIZES, flops_per_token, parameter_count  # noqa: E402
-from trainer.train import build_model, init_distributed, peak_flops  # noqa: E402
+from trainer.model import MODEL_SIZES, flops_per_token, parameter_count
+from trainer.train import build_model, init_distributed, peak_flops
 
 
 def main() -> int:
