@@ -130,12 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "build" / "plan")
+    parser.add_argument("--stack-file", type=Path, help="config to plan with (default: Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
 
-    stack_file = PROJECT_ROOT / f"Pulumi.{args.stack}.yaml"
+    stack_file = args.stack_file or PROJECT_ROOT / f"Pulumi.{args.stack}.yaml"
     if not stack_file.is_file():
         print(
-            f"error: no stack file {stack_file.name}; create it or pick a stack with STACK=<name>",
+            f"error: no stack file {stack_file}; create it or pick a stack with STACK=<name>",
             file=sys.stderr,
         )
         return 1
