@@ -21,6 +21,7 @@ import pulumi_docker as docker
 
 from components.bucket import BUILD_CONTEXT_PREFIX, ArtifactBucket
 from components.build_trigger import ImageBuildTrigger
+from components.iam import service_trust
 from components.registry import ImageRegistry
 
 BUILDSPEC = Path(__file__).with_name("buildspec.yml")
@@ -262,13 +263,6 @@ class ImageBuild(pulumi.ComponentResource):
             },
             opts=child,
         )
-
-
-def service_trust(service: str) -> dict:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
-    }
 
 
 def codebuild_policy(

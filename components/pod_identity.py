@@ -14,6 +14,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster
+from components.iam import service_trust
 
 TRAINING_NAMESPACE = "training"
 TRAINING_SERVICE_ACCOUNT = "trainer"
@@ -51,16 +52,7 @@ class TrainingPodIdentity(pulumi.ComponentResource):
             f"{name}-role",
             description="Training pods of trainstack (EKS Pod Identity)",
             assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "pods.eks.amazonaws.com"},
-                            "Action": ["sts:AssumeRole", "sts:TagSession"],
-                        }
-                    ],
-                }
+                service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
             ),
             opts=child,
         )
