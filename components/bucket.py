@@ -27,7 +27,8 @@ class ArtifactBucketArgs:
 class ArtifactBucket(pulumi.ComponentResource):
     def __init__(self, name: str, args: ArtifactBucketArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:storage:ArtifactBucket", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        # Protected stacks refuse `pulumi destroy` on what holds data, and never empty it.
+        keep_data = pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=args.protect)
 
         self.kms_key = None
         if args.encryption == "KMS":
@@ -36,15 +37,14 @@ class ArtifactBucket(pulumi.ComponentResource):
                 description=f"Encrypts the {name} bucket",
                 enable_key_rotation=True,
                 deletion_window_in_days=30,
-                opts=child,
+                opts=keep_data,  # losing the key loses every object it encrypted
             )
 
-        # Protected buckets refuse `pulumi destroy` and are never emptied by it.
         self.bucket = aws.s3.Bucket(
             name,
             bucket_prefix=f"{name}-",
             force_destroy=not args.protect,
-            opts=pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=args.protect),
+            opts=keep_data,
         )
         bucket_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.bucket])
 

@@ -52,16 +52,16 @@ def test_protection_is_a_resource_option():
     @pulumi.runtime.test
     def build():
         for protect in (True, False):
-            bucket = ArtifactBucket(f"b{protect}", ArtifactBucketArgs("SSE-S3", 30, 14, protect))
+            bucket = ArtifactBucket(f"b{protect}", ArtifactBucketArgs("KMS", 30, 14, protect))
             registry = ImageRegistry(f"r{protect}", ImageRegistryArgs(7, 30, not protect, protect))
-            seen[protect] = (bucket.bucket._protect, registry.repository._protect)
+            seen[protect] = (bucket.bucket._protect, bucket.kms_key._protect, registry.repository._protect)
         return pulumi.Output.from_input(1)
 
     from offline.engine import OfflineMocks
 
     pulumi.runtime.set_mocks(OfflineMocks("us-east-1"), project="trainstack", stack="t", preview=False)
     build()
-    assert seen == {True: (True, True), False: (False, False)}
+    assert seen == {True: (True, True, True), False: (False, False, False)}
 
 
 def test_bucket_blocks_public_access_and_versions(dev_plan):
