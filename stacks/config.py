@@ -26,18 +26,20 @@ PROJECT = "trainstack"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REGION_KEY = "aws:region"
 
-# Add-on versions are pinned per Kubernetes version (EKS publishes a build per minor version).
+# Add-on versions are pinned per Kubernetes version: the latest EKS add-on builds in the EKS user
+# guide's version tables (vpc-cni, coredns, kube-proxy). Check a new pin with
+# `aws eks describe-addon-versions --kubernetes-version <v> --addon-name <name>`.
 EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "1.33": {
-        "vpc-cni": "v1.20.4-eksbuild.1",
-        "coredns": "v1.12.1-eksbuild.2",
-        "kube-proxy": "v1.33.3-eksbuild.4",
+        "vpc-cni": "v1.20.1-eksbuild.3",
+        "coredns": "v1.12.4-eksbuild.1",
+        "kube-proxy": "v1.33.5-eksbuild.2",
         "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
     },
     "1.34": {
-        "vpc-cni": "v1.20.4-eksbuild.1",
-        "coredns": "v1.12.3-eksbuild.1",
-        "kube-proxy": "v1.34.0-eksbuild.4",
+        "vpc-cni": "v1.20.1-eksbuild.3",
+        "coredns": "v1.12.4-eksbuild.1",
+        "kube-proxy": "v1.34.1-eksbuild.2",
         "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
     },
 }
