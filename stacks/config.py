@@ -27,20 +27,20 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REGION_KEY = "aws:region"
 
 # Add-on versions are pinned per Kubernetes version: the latest EKS add-on builds in the EKS user
-# guide's version tables (vpc-cni, coredns, kube-proxy). Check a new pin with
+# guide's version tables (vpc-cni, coredns, kube-proxy; the agent from public pins). Check a pin with
 # `aws eks describe-addon-versions --kubernetes-version <v> --addon-name <name>`.
 EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "1.33": {
         "vpc-cni": "v1.20.1-eksbuild.3",
         "coredns": "v1.12.4-eksbuild.1",
         "kube-proxy": "v1.33.5-eksbuild.2",
-        "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
+        "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
     },
     "1.34": {
         "vpc-cni": "v1.20.1-eksbuild.3",
         "coredns": "v1.12.4-eksbuild.1",
         "kube-proxy": "v1.34.1-eksbuild.2",
-        "eks-pod-identity-agent": "v1.3.8-eksbuild.2",
+        "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
     },
 }
 
