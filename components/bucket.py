@@ -1,4 +1,4 @@
-"""The stack's S3 bucket: build contexts, artifacts and checkpoints under fixed prefixes."""
+"""The stack's S3 bucket: build contexts and checkpoints under fixed prefixes, artifacts beside them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pulumi
 import pulumi_aws as aws
 
 BUILD_CONTEXT_PREFIX = "build-contexts/"
-ARTIFACT_PREFIX = "artifacts/"
 CHECKPOINT_PREFIX = "checkpoints/"
 # Multipart uploads of large checkpoints that never complete still cost storage.
 ABORT_MULTIPART_AFTER_DAYS = 7

@@ -67,9 +67,6 @@ class PlanRun:
             raise LookupError(f"expected one {type_} {name or ''}, found {[r.name for r in found]}")
         return found[0]
 
-    def get(self, urn: str) -> Registration:
-        return next(r for r in self.resources if r.urn == urn)
-
 
 def _clean(value: Any) -> Any:
     """Turn the wire form of inputs into plain JSON, masking secrets and unknowns."""

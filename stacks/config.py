@@ -206,9 +206,6 @@ class StackConfig:
     )
     jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
 
-    def node_group(self, name: str) -> GpuNodeGroupConfig:
-        return next(g for g in self.gpu_node_groups if g.name == name)
-
 
 TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.metadata]
 

@@ -72,7 +72,7 @@ def describe(tp: Any) -> str:
         return "map of string to string"
     if dataclasses.is_dataclass(tp):
         return "object"
-    return {str: "string", int: "integer", bool: "true | false", float: "number"}[tp]
+    return {str: "string", int: "integer", bool: "true | false"}[tp]
 
 
 class Reader:
@@ -117,9 +117,7 @@ class Reader:
         if dataclasses.is_dataclass(tp):
             return self.read_object(tp, value, key)
         # bool is an int in Python: keep `nodeCount: true` from passing as 1.
-        ok = isinstance(value, tp) and not (tp in (int, float) and isinstance(value, bool))
-        if tp is float and isinstance(value, int) and not isinstance(value, bool):
-            ok, value = True, float(value)
+        ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
         if not ok:
             self.shape_problem(key, value, f"expected {describe(tp)}", describe(tp))
         return value

@@ -161,3 +161,41 @@ def test_stack_file_secrets_stay_secret(tmp_path):
     assert secret_keys == ["trainstack:tags"]
     assert json.loads(values["trainstack:tags"]) == {"owner": "[secret]"}
     assert values["trainstack:plain"] == "true"
+
+
+def test_offline_engine_answers_the_provider_invokes(tmp_path):
+    from offline.engine import ACCOUNT_ID, run_program
+
+    program = tmp_path / "program.py"
+    program.write_text(
+        """
+import pulumi
+import pulumi_aws as aws
+
+pulumi.export("zones", aws.get_availability_zones(state="available").names[:2])
+pulumi.export("account", aws.get_caller_identity().account_id)
+pulumi.export("partition", aws.get_partition().partition)
+pulumi.export("region", aws.get_region().region)
+pulumi.export("ami", aws.ssm.get_parameter(name="/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id").value)
+p5 = aws.ec2.get_instance_type(instance_type="p5.48xlarge")
+pulumi.export("p5", [p5.efa_maximum_interfaces, p5.maximum_network_cards, p5.gpuses[0].count, p5.gpuses[0].name])
+"""
+    )
+    run = run_program("t", {"aws:region": "eu-west-1"}, program=program)
+    assert run.outputs["zones"] == ["eu-west-1a", "eu-west-1b"]
+    assert run.outputs["account"] == ACCOUNT_ID
+    assert run.outputs["partition"] == "aws"
+    assert run.outputs["region"] == "eu-west-1"
+    assert run.outputs["ami"].startswith("ami-0")
+    assert run.outputs["p5"] == [32, 32, 8, "H100"]
+
+
+def test_offline_engine_names_an_unanswered_invoke(tmp_path):
+    from offline.engine import run_program
+
+    program = tmp_path / "program.py"
+    program.write_text("import pulumi_aws as aws\naws.ec2.get_vpc(default=True)\n")
+    with pytest.raises(
+        Exception, match=r"no answer for invoke aws:ec2/getVpc:getVpc; add one to offline/engine.py"
+    ):
+        run_program("t", {"aws:region": "us-east-1"}, program=program)
