@@ -114,6 +114,9 @@ class ImageBuild(pulumi.ComponentResource):
 
         args.archive_dir.mkdir(parents=True, exist_ok=True)
         archive_path = args.archive_dir / f"{self.context_hash}.zip"
+        for stale in args.archive_dir.glob("*.zip"):  # only the current context is uploaded
+            if stale != archive_path:
+                stale.unlink()
         archive_path.write_bytes(archive)
         key = f"{BUILD_CONTEXT_PREFIX}{self.context_hash}.zip"
         context_object = aws.s3.BucketObjectv2(

@@ -242,3 +242,15 @@ def test_stack_exports(stack, dev_plan, prod_plan):
     run = dev_plan if stack == "dev" else prod_plan
     assert run.outputs["clusterName"] == f"trainstack-{stack}"
     assert run.outputs["bucketName"]
+
+
+def test_only_the_current_context_archive_is_kept():
+    from stacks.stack import ARCHIVE_DIR
+
+    stale = ARCHIVE_DIR / "dev" / ("0" * 64 + ".zip")
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"old context")
+    run = plan("dev")
+    context_hash = run.one("pulumi-python:dynamic:Resource").inputs["context_hash"]
+    assert sorted(p.name for p in stale.parent.iterdir()) == [f"{context_hash}.zip"]
+    assert (stale.parent / f"{context_hash}.zip").read_bytes() == context_archive(ROOT / "workload")
