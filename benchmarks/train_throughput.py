@@ -17,12 +17,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workload"))
 
 from trainer.model import MODEL_SIZES, flops_per_token, parameter_count
-from trainer.train import build_model, init_distributed, peak_flops
+from trainer.train import build_model, init_distributed, peak_flops, train_step
 
 
 def main() -> int:
@@ -39,19 +38,13 @@ def main() -> int:
     ctx = init_distributed()
     cfg = MODEL_SIZES[args.model]
     seq_len = args.seq_len or cfg.max_seq_len
-    model = build_model(args.model, ctx)
-    if args.compile:
-        for block in model.blocks:
-            block.compile()
+    model = build_model(args.model, ctx, args.compile)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.device.type == "cuda")
     tokens = torch.randint(0, cfg.vocab_size, (args.batch_size, seq_len + 1), device=ctx.device)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
     def step() -> None:
-        loss = F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(model, optimizer, inputs, targets)
 
     def sync() -> None:
         if ctx.device.type == "cuda":

@@ -61,6 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--s3-checkpoints", default="", help="s3://bucket/prefix to mirror checkpoints to")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
     return p.parse_args(argv)
 
 
@@ -85,9 +86,12 @@ def init_distributed() -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
-def build_model(name: str, ctx: DistContext) -> torch.nn.Module:
+def build_model(name: str, ctx: DistContext, compile_blocks: bool = False) -> torch.nn.Module:
     torch.manual_seed(0)  # same initial weights on every rank before sharding
     model = Transformer(MODEL_SIZES[name]).to(ctx.device)
+    if compile_blocks:  # per block, so FSDP2 keeps its per-block all-gathers
+        for block in model.blocks:
+            block.compile()
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     mp = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -98,6 +102,19 @@ def build_model(name: str, ctx: DistContext) -> torch.nn.Module:
         fully_shard(block, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
+
+
+def train_step(
+    model: torch.nn.Module, optimizer, inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """One optimizer step; returns the (local) loss."""
+    logits = model(inputs)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
 
 
 def lr_at(step: int, args: argparse.Namespace) -> float:
@@ -146,7 +163,7 @@ def train(args: argparse.Namespace, ctx: DistContext, report: Callable[[dict], N
     data = TokenWindows(
         dataset_path(args, cfg.vocab_size, ctx), cfg.vocab_size, seq_len, ctx.rank, ctx.world_size, args.seed
     )
-    model = build_model(args.model, ctx)
+    model = build_model(args.model, ctx, args.compile)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=ctx.device.type == "cuda"
     )
@@ -173,12 +190,7 @@ def train(args: argparse.Namespace, ctx: DistContext, report: Callable[[dict], N
         inputs, targets = (t.to(ctx.device, non_blocking=True) for t in data.batch(step, args.batch_size))
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args)
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(model, optimizer, inputs, targets)
         step += 1
         window_steps += 1
 
