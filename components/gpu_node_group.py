@@ -119,23 +119,19 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 tags={"Name": f"{node_group_name}-efa"},
                 opts=child,
             )
-            sg_opts = pulumi.ResourceOptions(parent=self)
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-efa-in",
-                security_group_id=self.security_group.id,
-                referenced_security_group_id=self.security_group.id,
-                ip_protocol="-1",
-                description="EFA: all traffic from the same group",
-                opts=sg_opts,
-            )
-            aws.vpc.SecurityGroupEgressRule(
-                f"{name}-efa-out",
-                security_group_id=self.security_group.id,
-                referenced_security_group_id=self.security_group.id,
-                ip_protocol="-1",
-                description="EFA: all traffic to the same group",
-                opts=sg_opts,
-            )
+            # EFA's OS-bypass traffic needs every protocol, both ways, within the group.
+            for rule, direction, suffix in (
+                (aws.vpc.SecurityGroupIngressRule, "from", "in"),
+                (aws.vpc.SecurityGroupEgressRule, "to", "out"),
+            ):
+                rule(
+                    f"{name}-efa-{suffix}",
+                    security_group_id=self.security_group.id,
+                    referenced_security_group_id=self.security_group.id,
+                    ip_protocol="-1",
+                    description=f"EFA: all traffic {direction} the same group",
+                    opts=child,
+                )
             template["network_interfaces"] = efa_network_interfaces(
                 self.efa_count, [args.cluster.cluster_security_group_id, self.security_group.id]
             )
