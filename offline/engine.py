@@ -172,11 +172,12 @@ class OfflineMocks(mocks.Mocks):
         computed: dict[str, Any] = {
             "arn": _arn(service or "custom", f"{kind.split(':')[0]}/{name}", self.region),
         }
-        # Autonamed resources get the logical name plus a suffix, as the providers do.
-        state.setdefault("name", f"{args.name}-{hashlib.sha1(args.name.encode()).hexdigest()[:7]}")
+        # Autonamed resources get the logical name (or prefix) plus a suffix, as the providers do.
+        suffix = hashlib.sha1(args.name.encode()).hexdigest()[:7]
+        state.setdefault("name", f"{args.name}-{suffix}")
         t = args.typ
         if t == "aws:s3/bucket:Bucket":
-            bucket = state.get("bucket") or f"{args.name}-0a1b2c3"
+            bucket = state.get("bucket") or f"{state.get('bucketPrefix', args.name + '-')}{suffix}"
             computed = {"bucket": bucket, "arn": f"arn:aws:s3:::{bucket}"}
         elif t == "aws:ecr/repository:Repository":
             computed = {
@@ -196,12 +197,10 @@ class OfflineMocks(mocks.Mocks):
             computed = {"latestVersion": 1, "defaultVersion": 1}
         elif t == "eks:index:Cluster":
             computed = self._cluster_outputs(state)
-        elif t == "eks:index:ManagedNodeGroup":
-            computed = {"nodeGroup": None}
         elif t == "pulumi-python:dynamic:Resource" and "context_hash" in state:
             repo = state["repository_url"]
             computed = {"image_uri": f"{repo}@{fake_digest(repo, state['context_hash'])}", "build_id": ""}
-        elif t == "docker-build:index:Image" or t == "docker:index/image:Image":
+        elif t == "docker:index/image:Image":
             computed = {"repoDigest": f"{state.get('imageName', '').split(':')[0]}@{fake_digest(args.name)}"}
         state.update(computed)
         return f"{args.name}-id", state
