@@ -119,17 +119,18 @@ def test_prod_plan_shows_efa_node_groups(tmp_path):
     assert "p5.48xlarge" in proc.stdout and "$110.51/hour" in proc.stdout
 
 
+def write_stack_file(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
 def test_bad_config_exits_nonzero_without_traceback(tmp_path):
-    stack_file = tmp_path / "Pulumi.badcfg.yaml"
-    stack_file.write_text(
-        yaml.safe_dump(
-            {
-                "config": {
-                    "aws:region": "us-east-1",
-                    "trainstack:gpuNodeGroups": [{"name": "gpu", "instanceType": "g6.xlarge", "efa": True}],
-                }
-            }
-        )
+    stack_file = write_stack_file(
+        tmp_path / "Pulumi.badcfg.yaml",
+        {
+            "aws:region": "us-east-1",
+            "trainstack:gpuNodeGroups": [{"name": "gpu", "instanceType": "g6.xlarge", "efa": True}],
+        },
     )
     proc = run_plan(tmp_path, "badcfg", "--stack-file", str(stack_file))
     assert proc.returncode == 2
@@ -145,17 +146,9 @@ def test_missing_stack_file(tmp_path):
 
 
 def test_stack_file_secrets_stay_secret(tmp_path):
-    path = tmp_path / "Pulumi.x.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "config": {
-                    "aws:region": "us-east-1",
-                    "trainstack:tags": {"owner": {"secure": "v1:abc"}},
-                    "plain": True,
-                }
-            }
-        )
+    path = write_stack_file(
+        tmp_path / "Pulumi.x.yaml",
+        {"aws:region": "us-east-1", "trainstack:tags": {"owner": {"secure": "v1:abc"}}, "plain": True},
     )
     values, secret_keys = read_stack_file(path)
     assert secret_keys == ["trainstack:tags"]
