@@ -429,6 +429,9 @@ def _check_cluster(c: ClusterConfig, r: Reader) -> None:
                 "not an IAM role or user ARN",
                 "arn:aws:iam::<account>:role/<name>",
             )
+    for arn, n in Counter(c.admin_principals).items():
+        if n > 1:  # EKS allows one access entry per principal
+            r.problem(f"{k}.adminPrincipals", arn, f"listed {n} times", "each principal once")
     s = c.system_node_group
     sk = f"{k}.systemNodeGroup"
     if s.instance_type not in CPU_INSTANCE_TYPES:

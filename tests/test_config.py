@@ -286,6 +286,13 @@ def test_cluster_value_rules():
     )
 
 
+def test_admin_principals_are_unique():
+    arn = "arn:aws:iam::123456789012:role/Admin"
+    assert problems(cluster={"adminPrincipals": [arn, arn]}) == [
+        f'trainstack:cluster.adminPrincipals = "{arn}": listed 2 times; allowed: each principal once'
+    ]
+
+
 def test_image_rules():
     msgs = problems(
         image={"context": "nowhere", "builder": "docker", "nightlyRebuild": True, "buildTimeoutMinutes": 2}
