@@ -134,9 +134,10 @@ def peak_flops(device: torch.device) -> float | None:
 
 def dataset_path(args: argparse.Namespace, vocab_size: int, ctx: DistContext) -> Path:
     if args.data:
-        path = resolve_dataset(args.data, args.data_cache) if ctx.local_rank == 0 else None
+        if ctx.local_rank == 0:  # one download per node; the others find it cached
+            resolve_dataset(args.data, args.data_cache)
         dist.barrier()
-        return path or resolve_dataset(args.data, args.data_cache)
+        return resolve_dataset(args.data, args.data_cache)
     path = args.data_cache / f"synthetic-v{vocab_size}-s{args.seed}.bin"
     if ctx.local_rank == 0 and not path.exists():
         write_synthetic_dataset(path, SYNTHETIC_TOKENS, vocab_size, seed=args.seed)
@@ -196,11 +197,8 @@ def train(args: argparse.Namespace, ctx: DistContext, report: Callable[[dict], N
 
         if step % args.log_every == 0 or step == args.steps:
             mean_loss = loss.detach().clone()
-            dist.all_reduce(
-                mean_loss, op=dist.ReduceOp.AVG if ctx.device.type == "cuda" else dist.ReduceOp.SUM
-            )
-            if ctx.device.type != "cuda":
-                mean_loss /= ctx.world_size  # gloo has no AVG
+            dist.all_reduce(mean_loss, op=dist.ReduceOp.SUM)  # gloo has no AVG: sum, then divide
+            mean_loss /= ctx.world_size
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - window_start
