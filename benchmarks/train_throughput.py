@@ -43,19 +43,16 @@ def main() -> int:
     tokens = torch.randint(0, cfg.vocab_size, (args.batch_size, seq_len + 1), device=ctx.device)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
-    def step() -> None:
-        train_step(model, optimizer, inputs, targets)
-
     def sync() -> None:
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
 
     for _ in range(args.warmup):
-        step()
+        train_step(model, optimizer, inputs, targets)
     sync()
     start = time.perf_counter()
     for _ in range(args.steps):
-        step()
+        train_step(model, optimizer, inputs, targets)
     sync()
     elapsed = time.perf_counter() - start
 
