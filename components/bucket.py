@@ -104,11 +104,14 @@ class ArtifactBucket(pulumi.ComponentResource):
 def lifecycle_rules(args: ArtifactBucketArgs) -> list[dict]:
     rules: list[dict] = [
         {
-            "id": "expire-build-contexts",
+            # The current context is what the CodeBuild project and the nightly schedule point at:
+            # it never expires. Pulumi deletes a superseded one (a new hash is a new key), which
+            # leaves a noncurrent version; that expires after the retention period.
+            "id": "expire-superseded-build-contexts",
             "status": "Enabled",
             "filter": {"prefix": BUILD_CONTEXT_PREFIX},
-            "expiration": {"days": args.build_context_retention_days},
-            "noncurrent_version_expiration": {"noncurrent_days": NONCURRENT_VERSION_DAYS},
+            "noncurrent_version_expiration": {"noncurrent_days": args.build_context_retention_days},
+            "expiration": {"expired_object_delete_marker": True},
         },
         {
             "id": "abort-incomplete-multipart-uploads",

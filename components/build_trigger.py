@@ -1,8 +1,13 @@
 """Start a CodeBuild build from `pulumi up`, wait for it and output the pushed image by digest.
 
-A Pulumi dynamic provider backed by boto3. A build starts on create, and on update only when the
-build context hash or the buildspec hash changed: any other change (a longer timeout, say) is
-taken in place without a build. Deleting the resource leaves the image in ECR.
+A Pulumi dynamic provider backed by boto3. A build is needed on create, and on update only when
+the image tag (a hash of every build input), the registry or the region changed: any other change
+(a longer timeout, say) is taken in place without a build. Builds are idempotent: a tag already
+in ECR is reused (a build whose result Pulumi never recorded), and a build of the same tag still
+running is joined rather than started twice. Deleting the resource leaves the image in ECR.
+
+The boto3 clients use the stack's region and `aws:profile`, and refuse to run in any account but
+the one the stack's AWS provider deploys to.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ import botocore.exceptions
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-# Inputs whose change means a new image; nothing else starts a build.
-BUILD_INPUTS = ("context_hash", "buildspec_hash")
+# Inputs whose change means a new image (or the old one is out of reach); nothing else builds.
+BUILD_INPUTS = ("image_tag", "repository_url", "region")
 THROTTLING_CODES = {
     "Throttling",
     "ThrottlingException",
@@ -27,6 +32,11 @@ THROTTLING_CODES = {
     "RequestLimitExceeded",
     "ProvisionedThroughputExceededException",
 }
+# Connection failures while polling a build that runs on are retried like throttling.
+NETWORK_ERRORS = (
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.HTTPClientError,
+)
 FAILED_STATES = {"FAILED", "FAULT", "TIMED_OUT", "STOPPED"}
 LOG_TAIL_LINES = 20
 
@@ -40,6 +50,7 @@ class BuildRunner:
     """The boto3 side, separate from Pulumi so it can be tested against moto and Stubber."""
 
     region: str
+    profile: str | None = None
     poll_seconds: float = 15.0
     max_retries: int = 8
     sleep: Callable[[float], None] = time.sleep
@@ -49,12 +60,15 @@ class BuildRunner:
     def __post_init__(self) -> None:
         # Own retries below, so botocore's own do not multiply with them.
         cfg = botocore.config.Config(region_name=self.region, retries={"max_attempts": 1, "mode": "standard"})
-        self.codebuild = boto3.client("codebuild", config=cfg)
-        self.ecr = boto3.client("ecr", config=cfg)
-        self.logs = boto3.client("logs", config=cfg)
+        session = boto3.Session(profile_name=self.profile, region_name=self.region)
+        self.codebuild = session.client("codebuild", config=cfg)
+        self.ecr = session.client("ecr", config=cfg)
+        self.logs = session.client("logs", config=cfg)
+        self.sts = session.client("sts", config=cfg)
 
     def call(self, fn: Callable[..., dict], **kwargs: Any) -> dict:
-        """Call an AWS API, retrying throttling with exponential backoff (1 s, 2 s, 4 s, ...)."""
+        """Call an AWS API, retrying throttling and dropped connections with exponential backoff
+        (1 s, 2 s, 4 s, ...)."""
         for attempt in range(self.max_retries + 1):
             try:
                 return fn(**kwargs)
@@ -62,18 +76,60 @@ class BuildRunner:
                 code = err.response.get("Error", {}).get("Code", "")
                 if code not in THROTTLING_CODES or attempt == self.max_retries:
                     raise
-                delay = min(2.0**attempt, 60.0)
-                self.report(f"AWS throttled {fn.__name__} ({code}); retrying in {delay:.0f}s")
-                self.sleep(delay)
+                reason = f"AWS throttled {fn.__name__} ({code})"
+            except NETWORK_ERRORS as err:
+                if attempt == self.max_retries:
+                    raise
+                reason = f"{fn.__name__} failed to reach AWS ({err})"
+            delay = min(2.0**attempt, 60.0)
+            self.report(f"{reason}; retrying in {delay:.0f}s")
+            self.sleep(delay)
         raise AssertionError("unreachable")
 
+    def check_account(self, expected: str) -> None:
+        """Refuse to build anywhere but the stack's account (boto3 and the Pulumi AWS provider
+        resolve credentials separately)."""
+        actual = self.call(self.sts.get_caller_identity)["Account"]
+        if actual != expected:
+            raise BuildFailed(
+                f"The image build's AWS credentials are for account {actual}, but the stack deploys to "
+                f"account {expected}. Point both at one account: the same AWS_PROFILE (or `aws:profile` "
+                "in the stack config) and credentials for `pulumi up` and the build."
+            )
+
     def build(self, inputs: dict[str, Any]) -> dict[str, str]:
-        """Start a build for `inputs`, wait for it, return {buildId, imageUri}."""
-        project = inputs["project_name"]
-        tag = inputs["context_hash"]
+        """Make sure the image for `inputs` is in ECR and return {build_id, image_uri}: reuse an
+        existing tag, join a build of that tag still running, or start one and wait for it."""
+        self.check_account(inputs["account_id"])
+        tag = inputs["image_tag"]
+        existing = self.image_digest(inputs["repository_name"], tag)
+        if existing:
+            self.report(f"{inputs['repository_url']}:{tag} is already in ECR; reusing it")
+            return {"build_id": "", "image_uri": f"{inputs['repository_url']}@{existing}"}
+        build_id = self.running_build(inputs["project_name"], tag)
+        if build_id:
+            self.report(f"CodeBuild {build_id} is already building {tag}; waiting for it")
+        else:
+            build_id = self.start(inputs)
+        build = self.wait(build_id, float(inputs["timeout_minutes"]) * 60)
+        status = build["buildStatus"]
+        if status != "SUCCEEDED":
+            raise BuildFailed(self.failure_message(build))
+        digest = self.image_digest(inputs["repository_name"], tag)
+        if not digest:
+            raise BuildFailed(
+                f"CodeBuild {build_id} succeeded but {inputs['repository_url']}:{tag} is not in ECR. "
+                f"Look at the build's post_build phase: {self.console_link(build_id)}"
+            )
+        image_uri = f"{inputs['repository_url']}@{digest}"
+        self.report(f"CodeBuild {build_id} pushed {image_uri}")
+        return {"build_id": build_id, "image_uri": image_uri}
+
+    def start(self, inputs: dict[str, Any]) -> str:
+        tag = inputs["image_tag"]
         started = self.call(
             self.codebuild.start_build,
-            projectName=project,
+            projectName=inputs["project_name"],
             sourceTypeOverride="S3",
             sourceLocationOverride=inputs["source_location"],
             environmentVariablesOverride=[
@@ -82,16 +138,22 @@ class BuildRunner:
             ],
         )
         build_id = started["build"]["id"]
-        self.report(f"CodeBuild {build_id} started for context {tag[:12]}")
-        build = self.wait(build_id, float(inputs["timeout_minutes"]) * 60)
-        status = build["buildStatus"]
-        if status != "SUCCEEDED":
-            raise BuildFailed(self.failure_message(build))
-        digest = self.image_digest(inputs["repository_name"], tag)
-        image_uri = f"{inputs['repository_url']}@{digest}"
-        self.report(f"CodeBuild {build_id} pushed {image_uri}")
-        return {"build_id": build_id, "image_uri": image_uri}
+        self.report(f"CodeBuild {build_id} started for {tag}")
+        return build_id
 
+    def running_build(self, project: str, tag: str) -> str | None:
+        """A build of `tag` still in progress (say, from a `pulumi up` that was interrupted)."""
+        ids = self.call(self.codebuild.list_builds_for_project, projectName=project, sortOrder="DESCENDING")
+        recent = ids.get("ids", [])[:20]
+        if not recent:
+            return None
+        for build in self.call(self.codebuild.batch_get_builds, ids=recent)["builds"]:
+            env = build.get("environment", {}).get("environmentVariables", [])
+            if build.get("buildStatus") == "IN_PROGRESS" and {"name": "IMAGE_TAG", "value": tag} in [
+                {"name": v.get("name"), "value": v.get("value")} for v in env
+            ]:
+                return build["id"]
+        return None
     def wait(self, build_id: str, timeout_s: float) -> dict:
         deadline = self.clock() + timeout_s
         last_phase = None
@@ -111,8 +173,15 @@ class BuildRunner:
                 )
             self.sleep(self.poll_seconds)
 
-    def image_digest(self, repository: str, tag: str) -> str:
-        found = self.call(self.ecr.describe_images, repositoryName=repository, imageIds=[{"imageTag": tag}])
+    def image_digest(self, repository: str, tag: str) -> str | None:
+        try:
+            found = self.call(
+                self.ecr.describe_images, repositoryName=repository, imageIds=[{"imageTag": tag}]
+            )
+        except botocore.exceptions.ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "ImageNotFoundException":
+                return None
+            raise
         return found["imageDetails"][0]["imageDigest"]
 
     def failure_message(self, build: dict) -> str:
@@ -159,8 +228,8 @@ class BuildRunner:
 
 class ImageBuildProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
-        result = BuildRunner(props["region"]).build(props)
-        return CreateResult(id_=f"{props['project_name']}/{props['context_hash']}", outs={**props, **result})
+        result = BuildRunner(props["region"], props.get("aws_profile")).build(props)
+        return CreateResult(id_=f"{props['project_name']}/{props['image_tag']}", outs={**props, **result})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         changed = [k for k in news if k != "__provider" and olds.get(k) != news.get(k)]
@@ -168,7 +237,7 @@ class ImageBuildProvider(ResourceProvider):
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         if needs_build(olds, news):
-            return UpdateResult(outs={**news, **BuildRunner(news["region"]).build(news)})
+            return UpdateResult(outs={**news, **BuildRunner(news["region"], news.get("aws_profile")).build(news)})
         return UpdateResult(outs={**news, "build_id": olds["build_id"], "image_uri": olds["image_uri"]})
 
 

@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 
 from components.iam import service_trust
 from components.network import Network
+from components.principals import role_of_principal, same_principal
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 # The minimum a node needs: join the cluster, run the VPC CNI, pull images.
@@ -33,6 +34,7 @@ class ClusterArgs:
     endpoint_private_access: bool
     public_access_cidrs: tuple[str, ...]
     admin_principals: tuple[str, ...]
+    deployer_arn: str  # who runs `pulumi up`: EKS makes the creator an admin by itself
     control_plane_logs: tuple[str, ...]
     system_instance_type: str
     system_min_size: int
@@ -68,6 +70,15 @@ class Cluster(pulumi.ComponentResource):
         ]
 
         versions = args.addon_versions
+        admins = [arn for arn in args.admin_principals if not same_principal(arn, args.deployer_arn)]
+        if len(admins) < len(args.admin_principals):
+            # pulumi-eks keeps bootstrapClusterCreatorAdminPermissions: a second entry for the
+            # creator fails with ResourceInUseException (pulumi/pulumi-eks#2373).
+            pulumi.log.info(
+                f"{role_of_principal(args.deployer_arn)} runs this deployment and is made cluster admin "
+                "as the cluster's creator; its adminPrincipals entry is not created again.",
+                resource=self,
+            )
         self.eks = eks.Cluster(
             name,
             name=args.cluster_name,
@@ -88,19 +99,27 @@ class Cluster(pulumi.ComponentResource):
                         )
                     },
                 )
-                for i, arn in enumerate(args.admin_principals)
+                for i, arn in enumerate(admins)
             },
             encryption_config_key_arn=self.secrets_key.arn,
             enabled_cluster_log_types=list(args.control_plane_logs),
             skip_default_node_group=True,
-            instance_roles=[self.node_role],
-            node_associate_public_ip_address=False,
+            # Managed node groups use the security group EKS creates; pulumi-eks's own cluster and
+            # node groups would only serve its self-managed node groups.
+            skip_default_security_groups=True,
             deletion_protection=args.deletion_protection,
             # vpc-cni >= 1.18.4 understands efa-only interfaces.
             vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=versions["vpc-cni"]),
-            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(version=versions["coredns"]),
+            # Created below once nodes exist: inside eks.Cluster it would wait for nodes that cannot
+            # start yet and time out DEGRADED (pulumi/pulumi-eks#1819).
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(version=versions["kube-proxy"]),
             opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies),
+        )
+        # The group EKS creates for the cluster: managed nodes without a launch template get it
+        # automatically; nodes whose template names security groups must list it to join.
+        self.cluster_security_group_id = self.eks.eks_cluster.apply(
+            lambda c: c.vpc_config.cluster_security_group_id
         )
 
         self.system_nodes = eks.ManagedNodeGroup(
@@ -120,15 +139,18 @@ class Cluster(pulumi.ComponentResource):
             labels=SYSTEM_NODE_LABEL,
             opts=child,
         )
-        self.pod_identity_agent = aws.eks.Addon(
-            f"{name}-eks-pod-identity-agent",
-            cluster_name=args.cluster_name,
-            addon_name="eks-pod-identity-agent",
-            addon_version=versions["eks-pod-identity-agent"],
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            # A DaemonSet: it needs nodes to become healthy.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, self.system_nodes]),
+        # Both need running nodes to become healthy (a Deployment and a DaemonSet).
+        self.coredns, self.pod_identity_agent = (
+            aws.eks.Addon(
+                f"{name}-{addon}",
+                cluster_name=args.cluster_name,
+                addon_name=addon,
+                addon_version=versions[addon],
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, self.system_nodes]),
+            )
+            for addon in ("coredns", "eks-pod-identity-agent")
         )
 
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
@@ -139,5 +161,4 @@ class Cluster(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=child,
         )
-        self.cluster_security_group_id = self.eks.cluster_security_group_id
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})

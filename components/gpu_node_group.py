@@ -31,7 +31,8 @@ class GpuNodeGroupArgs:
     placement_group: bool
     disk_size_gib: int
     cluster: Cluster
-    subnet_id: pulumi.Input[str]  # one subnet: one AZ, as EFA needs
+    kubernetes_version: str  # with a launch template pulumi-eks does not default it
+    subnet_id: pulumi.Input[str]  # one subnet in an AZ that offers the type: one AZ, as EFA needs
     vpc_id: pulumi.Input[str]
 
 
@@ -47,6 +48,13 @@ def efa_network_interfaces(efa_count: int, security_group_ids: list[pulumi.Input
         for card in range(1, efa_count)
     ]
     return interfaces
+
+
+def scaling_config(args: GpuNodeGroupArgs) -> dict[str, int]:
+    """Training nodes are sized by config, not by an autoscaler. A Capacity Block group may sit at
+    zero outside its block, so its minimum is 0."""
+    minimum = 0 if args.capacity_type == "CAPACITY_BLOCK" else args.node_count
+    return {"min_size": minimum, "desired_size": args.node_count, "max_size": args.node_count}
 
 
 def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
@@ -87,10 +95,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
                     },
                 }
             ],
-            # IMDSv2 only; hop limit 2 so pods without Pod Identity cannot borrow the node role by accident.
+            # IMDSv2 with hop limit 1: pods (one network hop away) cannot reach IMDS and borrow the
+            # node role; Pod Identity needs no IMDS, and host-network daemons are not a hop away.
             "metadata_options": {
                 "http_tokens": "required",
-                "http_put_response_hop_limit": 2,
+                "http_put_response_hop_limit": 1,
                 "http_endpoint": "enabled",
             },
             "tag_specifications": [
@@ -154,12 +163,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 "id": self.launch_template.id,
                 "version": self.launch_template.latest_version.apply(str),
             },
-            # Training nodes are sized by config, not by an autoscaler.
-            scaling_config={
-                "min_size": args.node_count,
-                "desired_size": args.node_count,
-                "max_size": args.node_count,
-            },
+            # A Kubernetes version change rolls these nodes too (pulumi-eks leaves it unset with a
+            # launch template, and EKS would keep the creation-time version forever).
+            version=args.kubernetes_version,
+            scaling_config=scaling_config(args),
+            # EKS scales a Capacity Block group to zero before the block ends (and back up when
+            # a new block starts): its desired size is EKS's, not drift to undo.
+            ignore_scaling_changes=args.capacity_type == "CAPACITY_BLOCK",
             labels=gpu_labels(args, gpu_model),
             taints=[GPU_TAINT],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster.system_nodes]),

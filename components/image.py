@@ -2,7 +2,12 @@
 
 With `builder: docker` the same image is built by pulumi-docker on the machine running Pulumi.
 Either way `image_uri` is the pushed image pinned by digest (`<repo>@sha256:...`), so a job
-always runs exactly what was built.
+always runs exactly what was built. The tag is `build-<hash of context, buildspec and base image>`,
+so a tag names one build's inputs and an existing tag can be reused instead of rebuilt.
+
+The base image comes from Docker Hub, which rate-limits anonymous pulls per IP (and CodeBuild
+shares IPs). With Docker Hub credentials configured, builds pull it through an ECR pull-through
+cache instead: authenticated, and cached in the account after the first pull.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ import pulumi_docker as docker
 from components.bucket import BUILD_CONTEXT_PREFIX, ArtifactBucket
 from components.build_trigger import ImageBuildTrigger
 from components.iam import service_trust
-from components.registry import ImageRegistry
+from components.registry import STACK_BUILD_TAG_PREFIX, ImageRegistry
 
 BUILDSPEC = Path(__file__).with_name("buildspec.yml")
 CODEBUILD_IMAGE = "aws/codebuild/standard:7.0"
 LOG_RETENTION_DAYS = 30
 NIGHTLY_SCHEDULE = "cron(0 3 * * ? *)"  # 03:00 UTC
+DOCKER_HUB = "registry-1.docker.io"
+# ECR reads pull-through cache credentials only from secrets named with this prefix.
+PULL_THROUGH_SECRET_PREFIX = "ecr-pullthroughcache/"
 # Left out of the context: they change without changing the image.
 IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".DS_Store"}
 FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -64,10 +72,20 @@ class ImageBuildArgs:
     build_timeout_minutes: int
     nightly_rebuild: bool
     source_repository: str | None
+    docker_hub_username: str | None
+    docker_hub_access_token: str | None  # from a secret config value; kept secret here
     bucket: ArtifactBucket
     registry: ImageRegistry
     region: str
+    account_id: str
+    aws_profile: str | None
     archive_dir: Path  # where the zipped context is written before upload
+
+
+def docker_hub_cache_path(base_image: str, prefix: str) -> str:
+    """The path of a Docker Hub image inside an ECR pull-through cache (official images live
+    under `library/` on Docker Hub)."""
+    return f"{prefix}/{base_image if '/' in base_image else 'library/' + base_image}"
 
 
 class ImageBuild(pulumi.ComponentResource):
@@ -77,11 +95,14 @@ class ImageBuild(pulumi.ComponentResource):
         super().__init__("trainstack:build:ImageBuild", name, None, opts)
         archive = context_archive(args.context_dir)
         self.context_hash = sha256(archive)
+        # Everything that goes into the image: the same tag means the same build inputs.
+        build_hash = sha256(b"\0".join([archive, BUILDSPEC.read_bytes(), args.base_image.encode()]))
+        self.image_tag = f"{STACK_BUILD_TAG_PREFIX}{build_hash}"
         if args.builder == "docker":
             self.image_uri = self._docker_build(name, args)
         else:
             self.image_uri = self._codebuild(name, args, archive)
-        self.register_outputs({"imageUri": self.image_uri, "contextHash": self.context_hash})
+        self.register_outputs({"imageUri": self.image_uri, "imageTag": self.image_tag})
 
     def _docker_build(self, name: str, args: ImageBuildArgs) -> pulumi.Output[str]:
         repo = args.registry.repository
@@ -90,7 +111,7 @@ class ImageBuild(pulumi.ComponentResource):
         )
         image = docker.Image(
             name,
-            image_name=pulumi.Output.concat(repo.repository_url, ":", self.context_hash),
+            image_name=pulumi.Output.concat(repo.repository_url, ":", self.image_tag),
             build={
                 "context": str(args.context_dir),
                 "dockerfile": str(args.context_dir / "Dockerfile"),
@@ -140,6 +161,14 @@ class ImageBuild(pulumi.ComponentResource):
             opts=child,
         )
         kms_arn = bucket.kms_key.arn if bucket.kms_key else None
+        base_image: pulumi.Input[str] = args.base_image
+        cache_arn = None
+        if args.docker_hub_username and args.docker_hub_access_token:
+            cache_prefix = f"{project_name}-dockerhub"
+            self._docker_hub_cache(name, cache_prefix, args)
+            registry_host = f"{args.account_id}.dkr.ecr.{args.region}.amazonaws.com"
+            base_image = f"{registry_host}/{docker_hub_cache_path(args.base_image, cache_prefix)}"
+            cache_arn = f"arn:aws:ecr:{args.region}:{args.account_id}:repository/{cache_prefix}/*"
         self.role_policy = aws.iam.RolePolicy(
             f"{name}-codebuild",
             role=self.role.id,
@@ -149,7 +178,9 @@ class ImageBuild(pulumi.ComponentResource):
                 repository=repo.arn,
                 kms=kms_arn,
             ).apply(
-                lambda a: json.dumps(codebuild_policy(a["log_group"], a["bucket"], a["repository"], a["kms"]))
+                lambda a: json.dumps(
+                    codebuild_policy(a["log_group"], a["bucket"], a["repository"], a["kms"], cache_arn)
+                )
             ),
             opts=child,
         )
@@ -182,7 +213,7 @@ class ImageBuild(pulumi.ComponentResource):
                 "privileged_mode": True,  # docker build needs the daemon
                 "environment_variables": [
                     {"name": "REPOSITORY_URI", "value": repo.repository_url},
-                    {"name": "BASE_IMAGE", "value": args.base_image},
+                    {"name": "BASE_IMAGE", "value": base_image},
                     {"name": "CONTEXT_HASH", "value": self.context_hash},
                     {"name": "CONTEXT_DIR", "value": context_dir},
                 ],
@@ -197,11 +228,12 @@ class ImageBuild(pulumi.ComponentResource):
                 "region": args.region,
                 "project_name": self.project.name,
                 "source_location": source_location,
-                "context_hash": self.context_hash,
-                "buildspec_hash": sha256(buildspec.encode()),
+                "image_tag": self.image_tag,
                 "repository_url": repo.repository_url,
                 "repository_name": repo.name,
                 "timeout_minutes": args.build_timeout_minutes,
+                "account_id": args.account_id,
+                "aws_profile": args.aws_profile,
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=[context_object, self.project]),
         )
@@ -225,6 +257,31 @@ class ImageBuild(pulumi.ComponentResource):
                 opts=child,
             )
         return self.trigger.image_uri
+
+    def _docker_hub_cache(self, name: str, prefix: str, args: ImageBuildArgs) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        secret = aws.secretsmanager.Secret(
+            f"{name}-dockerhub",
+            name_prefix=f"{PULL_THROUGH_SECRET_PREFIX}{prefix}-",
+            description="Docker Hub credentials for the ECR pull-through cache of the base image",
+            recovery_window_in_days=7,
+            opts=child,
+        )
+        version = aws.secretsmanager.SecretVersion(
+            f"{name}-dockerhub",
+            secret_id=secret.id,
+            secret_string=pulumi.Output.secret(
+                json.dumps({"username": args.docker_hub_username, "accessToken": args.docker_hub_access_token})
+            ),
+            opts=child,
+        )
+        aws.ecr.PullThroughCacheRule(
+            f"{name}-dockerhub",
+            ecr_repository_prefix=prefix,
+            upstream_registry_url=DOCKER_HUB,
+            credential_arn=secret.arn,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[version]),
+        )
 
     def _nightly(self, name: str, source_location: pulumi.Output[str]) -> None:
         child = pulumi.ResourceOptions(parent=self)
@@ -269,7 +326,11 @@ class ImageBuild(pulumi.ComponentResource):
 
 
 def codebuild_policy(
-    log_group_arn: str, bucket_arn: str, repository_arn: str, kms_key_arn: str | None
+    log_group_arn: str,
+    bucket_arn: str,
+    repository_arn: str,
+    kms_key_arn: str | None,
+    pull_through_cache_arn: str | None = None,
 ) -> dict:
     statements = [
         {
@@ -312,6 +373,22 @@ def codebuild_policy(
             "Resource": "*",
         },
     ]
+    if pull_through_cache_arn:
+        # The first pull of a cached image creates its repository and imports it from upstream.
+        statements.append(
+            {
+                "Sid": "PullBaseImageThroughCache",
+                "Effect": "Allow",
+                "Action": [
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:BatchGetImage",
+                    "ecr:BatchImportUpstreamImage",
+                    "ecr:CreateRepository",
+                    "ecr:GetDownloadUrlForLayer",
+                ],
+                "Resource": pull_through_cache_arn,
+            }
+        )
     if kms_key_arn:
         statements.append(
             {"Sid": "DecryptContexts", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": kms_key_arn}

@@ -1,9 +1,13 @@
-"""The VPC the cluster runs in: private subnets for nodes, public subnets for NAT and load balancers."""
+"""The VPC the cluster runs in: private subnets for nodes, public subnets for NAT and load balancers.
+
+Also where GPU nodes go: `zone_for_instance_type` picks an AZ that EC2 offers the instance type in,
+and an S3 gateway endpoint keeps checkpoint and image-layer traffic off the NAT gateways.
+"""
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
@@ -13,11 +17,13 @@ import pulumi_aws as aws
 class NetworkArgs:
     cluster_name: str  # for the kubernetes.io/cluster/<name> subnet tag
     vpc_cidr: str
-    availability_zones: int
+    zones: tuple[str, ...]  # AZs of a created VPC, one private and one public subnet each
     nat_per_az: bool
+    region: str
     existing_vpc_id: str | None = None
     existing_private_subnet_ids: tuple[str, ...] = ()
     existing_public_subnet_ids: tuple[str, ...] = ()
+    existing_private_subnet_zones: dict[str, str] = field(default_factory=dict)  # AZ -> subnet id
 
 
 def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
@@ -28,10 +34,63 @@ def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
     return private, public
 
 
+def available_zones(opts: pulumi.InvokeOptions) -> list[str]:
+    return aws.get_availability_zones(state="available", opts=opts).names
+
+
+def existing_subnet_zones(subnet_ids: tuple[str, ...], opts: pulumi.InvokeOptions) -> dict[str, str]:
+    """AZ -> first of the given subnets in it (a live run asks EC2 for each subnet)."""
+    zones: dict[str, str] = {}
+    for subnet_id in subnet_ids:
+        zones.setdefault(aws.ec2.get_subnet(id=subnet_id, opts=opts).availability_zone, subnet_id)
+    return zones
+
+
+def zone_for_instance_type(
+    instance_type: str,
+    wanted: str | None,
+    candidates: list[str],
+    key: str,
+    opts: pulumi.InvokeOptions,
+    fixed_zones: bool = False,
+) -> str:
+    """The AZ for a node group: `wanted` if EC2 offers the type there, else the first candidate
+    that offers it, else (when the VPC is ours to shape) the first AZ that offers it. p4d/p5 types
+    exist in a few AZs of a region only; a node group placed elsewhere never gets a node."""
+    offered = aws.ec2.get_instance_type_offerings(
+        location_type="availability-zone",
+        filters=[{"name": "instance-type", "values": [instance_type]}],
+        opts=opts,
+    ).locations
+    if wanted is not None:
+        if wanted not in offered:
+            raise pulumi.RunError(
+                f"{key}.availabilityZone = {wanted}: EC2 does not offer {instance_type} there; "
+                f"allowed: {', '.join(sorted(offered)) or '(no AZ of this region)'}"
+            )
+        if fixed_zones and wanted not in candidates:
+            raise pulumi.RunError(
+                f"{key}.availabilityZone = {wanted}: none of network.existingPrivateSubnetIds is in "
+                f"that AZ; allowed: {', '.join(candidates)}, or add a private subnet in {wanted}"
+            )
+        return wanted
+    for zone in candidates:
+        if zone in offered:
+            return zone
+    if offered and not fixed_zones:
+        return sorted(offered)[0]
+    raise pulumi.RunError(
+        f"{key}.instanceType = {instance_type}: not offered in any AZ the network can use "
+        f"({', '.join(candidates)}); allowed: set {key}.availabilityZone to one of "
+        f"{', '.join(sorted(offered)) or '(none in this region)'}"
+    )
+
+
 class Network(pulumi.ComponentResource):
     vpc_id: pulumi.Output[str]
     private_subnet_ids: list[pulumi.Output[str]]
     public_subnet_ids: list[pulumi.Output[str]]
+    private_subnet_by_zone: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:network:Network", name, None, opts)
@@ -39,6 +98,9 @@ class Network(pulumi.ComponentResource):
             self.vpc_id = pulumi.Output.from_input(args.existing_vpc_id)
             self.private_subnet_ids = [pulumi.Output.from_input(s) for s in args.existing_private_subnet_ids]
             self.public_subnet_ids = [pulumi.Output.from_input(s) for s in args.existing_public_subnet_ids]
+            self.private_subnet_by_zone = {
+                zone: pulumi.Output.from_input(s) for zone, s in args.existing_private_subnet_zones.items()
+            }
             self.nat_gateway_count = 0
         else:
             self._create(name, args)
@@ -52,8 +114,7 @@ class Network(pulumi.ComponentResource):
 
     def _create(self, name: str, args: NetworkArgs) -> None:
         child = pulumi.ResourceOptions(parent=self)
-        zones = aws.get_availability_zones(state="available", opts=pulumi.InvokeOptions(parent=self)).names
-        zones = zones[: args.availability_zones]
+        zones = list(args.zones)
         private_cidrs, public_cidrs = subnet_cidrs(args.vpc_cidr, len(zones))
         cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
 
@@ -74,7 +135,7 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
-        public, private, nats = [], [], []
+        public, private, nats, private_route_tables = [], [], [], []
         for i, zone in enumerate(zones):
             suffix = zone[-1]
             subnet = aws.ec2.Subnet(
@@ -129,8 +190,23 @@ class Network(pulumi.ComponentResource):
                 f"{name}-private-{suffix}", subnet_id=subnet.id, route_table_id=rt.id, opts=child
             )
             private.append(subnet)
+            private_route_tables.append(rt)
+
+        # Checkpoints (a 1B model's is ~13 GB) and ECR image layers (served from S3) stay off the
+        # NAT gateways' per-GB charge. ECR's own API endpoints would cost per AZ-hour for the small
+        # manifest calls that remain, so they are left out.
+        self.s3_endpoint = aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=vpc.id,
+            service_name=f"com.amazonaws.{args.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[rt.id for rt in private_route_tables],
+            tags={"Name": f"{name}-s3"},
+            opts=child,
+        )
 
         self.vpc_id = vpc.id
         self.private_subnet_ids = [s.id for s in private]
         self.public_subnet_ids = [s.id for s in public]
+        self.private_subnet_by_zone = {zone: s.id for zone, s in zip(zones, private, strict=True)}
         self.nat_gateway_count = len(nats)

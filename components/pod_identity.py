@@ -1,7 +1,8 @@
 """IAM for training pods: an EKS Pod Identity association for the training service account.
 
-Pods get the stack's bucket (list it, read/write objects) and ECR pull on the stack's repository,
-nothing else. The node role stays minimal; pods never need it.
+Pods get the stack's bucket (list it, read/write objects), nothing else. Images are pulled by the
+kubelet with the node role, so pods need no ECR access. The node role stays minimal; pods never
+reach it (IMDS hop limit 1).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ TRAINING_SERVICE_ACCOUNT = "trainer"
 class TrainingPodIdentityArgs:
     cluster: Cluster
     bucket_arn: pulumi.Input[str]
-    repository_arn: pulumi.Input[str]
     kms_key_arn: pulumi.Input[str] | None = None
 
 
@@ -59,7 +59,7 @@ class TrainingPodIdentity(pulumi.ComponentResource):
         self.policy = aws.iam.RolePolicy(
             f"{name}-policy",
             role=self.role.id,
-            policy=pulumi.Output.all(args.bucket_arn, args.repository_arn, args.kms_key_arn).apply(
+            policy=pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
                 lambda a: json.dumps(training_policy(*a))
             ),
             opts=child,
@@ -80,7 +80,7 @@ class TrainingPodIdentity(pulumi.ComponentResource):
         self.register_outputs({"roleArn": self.role.arn})
 
 
-def training_policy(bucket_arn: str, repository_arn: str, kms_key_arn: str | None) -> dict:
+def training_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:
     statements = [
         {"Sid": "ListBucket", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": bucket_arn},
         {
@@ -88,12 +88,6 @@ def training_policy(bucket_arn: str, repository_arn: str, kms_key_arn: str | Non
             "Effect": "Allow",
             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
             "Resource": f"{bucket_arn}/*",
-        },
-        {
-            "Sid": "PullTrainingImage",
-            "Effect": "Allow",
-            "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-            "Resource": repository_arn,
         },
     ]
     if kms_key_arn:

@@ -47,33 +47,41 @@ class ImageRegistry(pulumi.ComponentResource):
         self.register_outputs({"repositoryUrl": self.repository_url, "arn": self.arn})
 
 
+# Tags: `pulumi up` builds push `build-<context hash>`; nightly and webhook builds push
+# `scheduled-<context hash>-<UTC time>`. Each kind is counted on its own, so nightly builds never
+# push the image the stack runs out of the newest N.
+STACK_BUILD_TAG_PREFIX = "build-"
+SCHEDULED_BUILD_TAG_PREFIX = "scheduled-"
+
+
 def lifecycle_policy(untagged_expiry_days: int, keep_last_images: int) -> str:
-    # ECR evaluates rules by ascending priority; a tagStatus "any" rule must come last.
-    return json.dumps(
+    rules = [
         {
-            "rules": [
-                {
-                    "rulePriority": 1,
-                    "description": f"Expire untagged images after {untagged_expiry_days} days",
-                    "selection": {
-                        "tagStatus": "untagged",
-                        "countType": "sinceImagePushed",
-                        "countUnit": "days",
-                        "countNumber": untagged_expiry_days,
-                    },
-                    "action": {"type": "expire"},
+            "rulePriority": 1,
+            "description": f"Expire untagged images after {untagged_expiry_days} days",
+            "selection": {
+                "tagStatus": "untagged",
+                "countType": "sinceImagePushed",
+                "countUnit": "days",
+                "countNumber": untagged_expiry_days,
+            },
+            "action": {"type": "expire"},
+        }
+    ]
+    for priority, (prefix, what) in enumerate(
+        ((SCHEDULED_BUILD_TAG_PREFIX, "scheduled builds"), (STACK_BUILD_TAG_PREFIX, "stack builds")), start=2
+    ):
+        rules.append(
+            {
+                "rulePriority": priority,
+                "description": f"Keep the newest {keep_last_images} {what}",
+                "selection": {
+                    "tagStatus": "tagged",
+                    "tagPrefixList": [prefix],
+                    "countType": "imageCountMoreThan",
+                    "countNumber": keep_last_images,
                 },
-                {
-                    "rulePriority": 2,
-                    "description": f"Keep the newest {keep_last_images} images",
-                    "selection": {
-                        "tagStatus": "any",
-                        "countType": "imageCountMoreThan",
-                        "countNumber": keep_last_images,
-                    },
-                    "action": {"type": "expire"},
-                },
-            ]
-        },
-        indent=2,
-    )
+                "action": {"type": "expire"},
+            }
+        )
+    return json.dumps({"rules": rules}, indent=2)

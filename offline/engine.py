@@ -22,10 +22,19 @@ from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from components.principals import role_of_principal, same_principal
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import PROJECT, PROJECT_ROOT
 
 ACCOUNT_ID = "123456789012"
+OFFLINE_CALLER_ARN = f"arn:aws:iam::{ACCOUNT_ID}:user/offline"
+# The security group EKS itself creates for a cluster (vpcConfig.clusterSecurityGroupId), and the
+# one pulumi-eks adds unless skipDefaultSecurityGroups is set: two different groups.
+EKS_CLUSTER_SECURITY_GROUP = "sg-0e4c5a1b2c3d4e5f6"
+PULUMI_EKS_CLUSTER_SECURITY_GROUP = "sg-0c1a2b3c4d5e6f708"
+# Offline stand-in for EC2's instance type offerings: large GPU types are offered in some AZs
+# only, as in every real region (which ones differs per account: AZ names are shuffled).
+SCARCE_TYPE_ZONES = "cdf"
 SECRET_MASK = "[secret]"
 UNKNOWN_MASK = "[unknown]"
 
@@ -116,8 +125,9 @@ def _refs_to_urns(value: Any) -> Any:
 
 
 class RecordingMonitor(mocks.MockMonitor):
-    def __init__(self, offline_mocks: mocks.Mocks):
+    def __init__(self, offline_mocks: OfflineMocks):
         super().__init__(offline_mocks)
+        self.offline = offline_mocks
         self.registrations: list[Registration] = []
 
     def RegisterResource(self, request):
@@ -146,7 +156,46 @@ class RecordingMonitor(mocks.MockMonitor):
                     dependencies=sorted(deps),
                 )
             )
+            self._record_remote_children(request.type, request.name, response.urn)
         return response
+
+    def _record_remote_children(self, type_: str, name: str, parent_urn: str) -> None:
+        """Children a remote component (pulumi-eks) creates inside its provider: registered so that
+        resource references to them resolve, and recorded so the plan shows them."""
+        for child in self.offline.take_children(type_, name):
+            urn = self.make_urn(parent_urn, child.type, child.name)
+            self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, child.id, child.state)
+            self.registrations.append(
+                Registration(
+                    urn=urn,
+                    type=child.type,
+                    name=child.name,
+                    parent=parent_urn,
+                    custom=True,
+                    inputs=_clean(child.state),
+                    dependencies=[self.make_urn(parent_urn, *dep) for dep in child.depends_on],
+                )
+            )
+
+
+@dataclass
+class RemoteChild:
+    """A resource a remote component creates in its own provider, as the real provider would."""
+
+    type: str
+    name: str
+    id: str
+    state: dict[str, Any]
+    depends_on: list[tuple[str, str]] = field(default_factory=list)  # (type, name) of siblings
+
+
+class ProviderRefusal(Exception):
+    """What a real provider answers for a request AWS refuses (the offline engine raises it too)."""
+
+
+def resource_ref(urn: str, id_: str) -> dict[str, str]:
+    """A resource reference in the wire format, as a provider returns one in its outputs."""
+    return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": id_, "packageVersion": ""}
 
 
 def _arn(service: str, resource: str, region: str, regional: bool = True) -> str:
@@ -160,8 +209,14 @@ def fake_digest(*parts: str) -> str:
 class OfflineMocks(mocks.Mocks):
     """Answers registrations and invokes the way AWS and the providers would, offline."""
 
-    def __init__(self, region: str):
+    def __init__(self, region: str, caller_arn: str = OFFLINE_CALLER_ARN):
         self.region = region
+        self.caller_arn = caller_arn
+        # Registrations run on several threads: children are kept per (type, name) of their parent.
+        self._children: dict[tuple[str, str], list[RemoteChild]] = {}
+
+    def take_children(self, type_: str, name: str) -> list[RemoteChild]:
+        return self._children.pop((type_, name), [])
 
     def new_resource(self, args: mocks.MockResourceArgs):
         if not args.custom and args.typ.startswith(f"{PROJECT}:"):
@@ -196,7 +251,7 @@ class OfflineMocks(mocks.Mocks):
         elif t == "aws:ec2/launchTemplate:LaunchTemplate":
             computed = {"latestVersion": 1, "defaultVersion": 1}
         elif t == "eks:index:Cluster":
-            computed = self._cluster_outputs(state)
+            computed = self._cluster_outputs(args.name, state)
         elif t == "pulumi-python:dynamic:Resource" and "context_hash" in state:
             repo = state["repository_url"]
             computed = {"image_uri": f"{repo}@{fake_digest(repo, state['context_hash'])}", "build_id": ""}
@@ -205,8 +260,9 @@ class OfflineMocks(mocks.Mocks):
         state.update(computed)
         return f"{args.name}-id", state
 
-    def _cluster_outputs(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _cluster_outputs(self, resource_name: str, state: dict[str, Any]) -> dict[str, Any]:
         name = state.get("name", "cluster")
+        eks_cluster = self._eks_cluster_children(resource_name, name, state)
         endpoint = f"https://{hashlib.sha1(name.encode()).hexdigest()[:32].upper()}.gr7.{self.region}.eks.amazonaws.com"
         kubeconfig = {
             "apiVersion": "v1",
@@ -229,10 +285,105 @@ class OfflineMocks(mocks.Mocks):
                 }
             ],
         }
+        # pulumi-eks (nodejs/eks/cluster/cluster.ts): clusterSecurityGroupId is its own group when
+        # it creates one, else the EKS-created group (`core.clusterSecurityGroup?.id ?? ...`).
+        skip_sgs = bool(state.get("skipDefaultSecurityGroups"))
         return {
             "kubeconfig": kubeconfig,
             "kubeconfigJson": json.dumps(kubeconfig),
-            "clusterSecurityGroupId": "sg-0c1a2b3c4d5e6f708",
+            "clusterSecurityGroupId": EKS_CLUSTER_SECURITY_GROUP if skip_sgs else PULUMI_EKS_CLUSTER_SECURITY_GROUP,
+            "eksCluster": eks_cluster,
+        }
+
+    def _eks_cluster_children(self, resource_name: str, name: str, state: dict[str, Any]) -> dict[str, str]:
+        """Queue what pulumi-eks creates inside `eks.Cluster`; return the reference to the EKS cluster."""
+        cluster_type = "aws:eks/cluster:Cluster"
+        cluster_child = f"{resource_name}-eksCluster"
+        on_cluster = [(cluster_type, cluster_child)]
+        children = [
+            RemoteChild(
+                cluster_type,
+                cluster_child,
+                f"{name}",
+                {
+                    "name": name,
+                    "version": state.get("version"),
+                    "arn": _arn("eks", f"cluster/{name}", self.region),
+                    "vpcConfig": {
+                        "clusterSecurityGroupId": EKS_CLUSTER_SECURITY_GROUP,
+                        "vpcId": state.get("vpcId"),
+                        "subnetIds": state.get("privateSubnetIds", []) + state.get("publicSubnetIds", []),
+                    },
+                },
+            )
+        ]
+        if not state.get("skipDefaultSecurityGroups"):
+            for suffix, sg in (
+                ("eksClusterSecurityGroup", PULUMI_EKS_CLUSTER_SECURITY_GROUP),
+                ("nodeSecurityGroup", "sg-0f9e8d7c6b5a40312"),
+            ):
+                children.append(
+                    RemoteChild("aws:ec2/securityGroup:SecurityGroup", f"{resource_name}-{suffix}", sg, {})
+                )
+        # Add-ons pulumi-eks creates unless told not to (`enabled` defaults to true).
+        for addon, key in (
+            ("vpc-cni", "vpcCniOptions"),
+            ("kube-proxy", "kubeProxyAddonOptions"),
+            ("coredns", "corednsAddonOptions"),
+        ):
+            options = state.get(key) or {}
+            if options.get("enabled", True) is False:
+                continue
+            children.append(
+                RemoteChild(
+                    "aws:eks/addon:Addon",
+                    f"{resource_name}-{addon}",
+                    f"{name}:{addon}",
+                    {
+                        "clusterName": name,
+                        "addonName": addon,
+                        "addonVersion": options.get("addonVersion") or options.get("version"),
+                    },
+                    on_cluster,
+                )
+            )
+        creator = role_of_principal(self.caller_arn)
+        for key, entry in (state.get("accessEntries") or {}).items():
+            principal = entry.get("principalArn", "")
+            # bootstrapClusterCreatorAdminPermissions: EKS already made the creator's entry.
+            if same_principal(principal, creator):
+                raise ProviderRefusal(
+                    f"creating EKS access entry {key} for {principal}: ResourceInUseException: "
+                    "The specified access entry resource is already in use on this cluster "
+                    "(the cluster creator's entry exists)."
+                )
+            children.append(
+                RemoteChild(
+                    "aws:eks/accessEntry:AccessEntry",
+                    f"{resource_name}-{key}",
+                    f"{name}:{principal}",
+                    {"clusterName": name, "principalArn": principal},
+                    on_cluster,
+                )
+            )
+        self._children[("eks:index:Cluster", resource_name)] = children
+        stack_urn_prefix = f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}"
+        return resource_ref(f"{stack_urn_prefix}::eks:index:Cluster${cluster_type}::{cluster_child}", name)
+
+    def _offerings(self, a: dict[str, Any]) -> dict[str, Any]:
+        """EC2 DescribeInstanceTypeOfferings by availability zone, filtered by instance type."""
+        wanted = next((f["values"] for f in a.get("filters", []) if f["name"] == "instance-type"), None)
+        rows = [
+            (t, zone)
+            for t in (wanted or INSTANCE_TYPES)
+            if t in INSTANCE_TYPES
+            for zone in _offered_zones(self.region, t)
+        ]
+        return {
+            "id": self.region,
+            "instanceTypes": [t for t, _ in rows],
+            "locations": [z for _, z in rows],
+            "locationTypes": [a.get("locationType", "availability-zone")] * len(rows),
         }
 
     def call(self, args: mocks.MockCallArgs):
@@ -246,11 +397,17 @@ class OfflineMocks(mocks.Mocks):
             }
         if t == "aws:index/getCallerIdentity:getCallerIdentity":
             return {
-                "accountId": ACCOUNT_ID,
-                "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/offline",
+                "accountId": self.caller_arn.split(":")[4],
+                "arn": self.caller_arn,
                 "userId": "AIDAOFFLINE",
-                "id": ACCOUNT_ID,
+                "id": self.caller_arn.split(":")[4],
             }
+        if t == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            return self._offerings(a)
+        if t == "aws:ec2/getSubnet:getSubnet":
+            # Existing subnets: the AZ is a function of the id, stable across runs.
+            zone = "abc"[int(hashlib.sha1(a["id"].encode()).hexdigest(), 16) % 3]
+            return {"id": a["id"], "availabilityZone": f"{self.region}{zone}", "vpcId": "vpc-existing"}
         if t == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if t == "aws:index/getRegion:getRegion":
@@ -275,6 +432,11 @@ class OfflineMocks(mocks.Mocks):
         raise NotImplementedError(
             f"the offline plan has no answer for invoke {t}; add one to offline/engine.py (OfflineMocks.call)"
         )
+
+
+def _offered_zones(region: str, instance_type: str) -> list[str]:
+    letters = SCARCE_TYPE_ZONES if instance_type.startswith(("p4", "p5")) else "abcdef"
+    return [f"{region}{c}" for c in letters]
 
 
 def instance_type_facts(name: str) -> dict[str, Any]:
@@ -309,13 +471,14 @@ def run_program(
     config: dict[str, str],
     secret_keys: list[str] | None = None,
     program: Path = PROJECT_ROOT / "__main__.py",
+    caller_arn: str = OFFLINE_CALLER_ARN,
 ) -> PlanRun:
     """Run `program` as `pulumi up` would, against the mock engine, and return what it registered."""
     from pulumi.runtime import config as runtime_config
 
     runtime_config.set_all_config(dict(config), list(secret_keys or []))
     settings.ROOT.set(None)
-    monitor = RecordingMonitor(OfflineMocks(config.get("aws:region", "us-east-1")))
+    monitor = RecordingMonitor(OfflineMocks(config.get("aws:region", "us-east-1"), caller_arn))
     mocks.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     root = str(PROJECT_ROOT)
     if root not in sys.path:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from offline.engine import SECRET_MASK, PlanRun, Registration, run_program
-from stacks.config import PROJECT, PROJECT_ROOT, parse_config
+from stacks.config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from stacks.cost import hourly_cost, total
 from stacks.schema import ConfigError
 
@@ -122,6 +122,10 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
         unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"
         lines.append(f"  {c.quantity:3d} x {c.item:55s} {unit}")
     lines.append(f"  total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
+    placeholders = template_values(cfg)
+    if placeholders:
+        lines += ["", f"Template values: a live `pulumi up` of '{run.stack}' refuses them until they are replaced:"]
+        lines += [f"  - {p}" for p in placeholders]
     lines += ["", f"Wrote {out_dir}/resources.json and {manifest_count} manifest(s) in {out_dir}/manifests/"]
     return "\n".join(lines)
 
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     values, secret_keys = read_stack_file(stack_file)
     try:
-        cfg = parse_config(args.stack, values)
+        cfg = parse_config(args.stack, values, frozenset(secret_keys))
         run = run_program(args.stack, values, secret_keys)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -20,11 +20,12 @@ from typing import Literal
 import pulumi
 
 from stacks.catalog import CPU_INSTANCE_TYPES, GPU_INSTANCE_TYPES, INSTANCE_TYPES
-from stacks.schema import ConfigError, Reader, describe, setting
+from stacks.schema import ConfigError, Problem, Reader, describe, setting
 
 PROJECT = "trainstack"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REGION_KEY = "aws:region"
+PROFILE_KEY = "aws:profile"
 
 # Add-on versions are pinned per Kubernetes version: the latest EKS add-on builds in the EKS user
 # guide's version tables (vpc-cni, coredns, kube-proxy; the agent from public pins). Check a pin with
@@ -124,6 +125,11 @@ class GpuNodeGroupConfig:
         "placementGroup", "Put nodes in a cluster placement group (not with a reservation).", False
     )
     disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (50-16384).", 200)
+    availability_zone: str | None = setting(
+        "availabilityZone",
+        "AZ of the group's nodes (required with a reservation); default: a VPC AZ offering the type.",
+        None,
+    )
 
     @property
     def instance(self):
@@ -147,6 +153,11 @@ class ImageConfig:
     source_repository: str | None = setting(
         "sourceRepository", "GitHub HTTPS URL; when set, pushes trigger builds (webhook).", None
     )
+    docker_hub_username: str | None = setting(
+        "dockerHubUsername",
+        "Docker Hub user for an ECR pull-through cache of the base image (with dockerHubAccessToken).",
+        None,
+    )
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,7 @@ class StorageConfig:
         "checkpointRetentionDays", "Expire checkpoints after N days (0 keeps them).", 30
     )
     build_context_retention_days: int = setting(
-        "buildContextRetentionDays", "Expire uploaded build contexts after N days.", 14
+        "buildContextRetentionDays", "Keep superseded build contexts N days (the current one stays).", 14
     )
     protect: bool = setting(
         "protect", "Protect the bucket and registry from deletion (Pulumi protect, no force-destroy).", False
@@ -193,6 +204,7 @@ def _default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
 class StackConfig:
     stack: str
     region: str
+    aws_profile: str | None = None
     tags: dict[str, str] = setting("tags", "Tags added to every AWS resource.", factory=dict)
     network: NetworkConfig = setting("network", "VPC and subnets.", factory=NetworkConfig)
     cluster: ClusterConfig = setting("cluster", "EKS control plane and system nodes.", factory=ClusterConfig)
@@ -205,6 +217,11 @@ class StackConfig:
         "storage", "S3 bucket for build contexts, artifacts, checkpoints.", factory=StorageConfig
     )
     jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
+    docker_hub_access_token: str | None = setting(
+        "dockerHubAccessToken",
+        "Docker Hub access token (a secret: `pulumi config set --secret`); see image.dockerHubUsername.",
+        None,
+    )
 
 
 TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.metadata]
@@ -213,6 +230,7 @@ TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.
 _LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _PRINCIPAL = re.compile(r"^arn:aws[-a-z]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+_ZONE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]$")
 _RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
@@ -224,18 +242,82 @@ MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
 
 
 def load_config(stack: str | None = None) -> StackConfig:
-    """Read and check the running stack's config (from the Pulumi engine or the offline plan)."""
+    """Read and check the running stack's config (from the Pulumi engine or the offline plan).
+
+    A live run also refuses template values (see `template_values`); the offline plan renders
+    them and lists them as warnings, so a template stack such as prod can still be planned."""
     from pulumi.runtime import config as rc
 
     stack = stack or pulumi.get_stack()
     keys = set(rc.CONFIG.get()) | set(rc.get_config_env())
     values = {k: rc.get_config(k) for k in keys}
-    return parse_config(stack, values)
+    config = parse_config(stack, values, frozenset(k for k in keys if rc.is_config_secret(k)))
+    if not _under_mock_engine():
+        placeholders = template_values(config)
+        if placeholders:
+            raise ConfigError(stack, placeholders)
+    return config
 
 
-def parse_config(stack: str, values: dict[str, str]) -> StackConfig:
+def _under_mock_engine() -> bool:
+    from pulumi.runtime import mocks, settings
+
+    return isinstance(settings.get_monitor(), mocks.MockMonitor)
+
+
+# Values that only ever appear in documentation: RFC 5737 address blocks and the AWS docs' accounts.
+DOCUMENTATION_NETWORKS = tuple(
+    ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+)
+EXAMPLE_ACCOUNTS = ("123456789012", "111122223333", "444455556666", "777788889999")
+
+
+def template_values(c: StackConfig) -> list[Problem]:
+    """Settings a template stack file carries that no real deployment can use."""
+    k = f"{PROJECT}:cluster"
+    found = []
+    if c.cluster.endpoint_public_access:
+        for i, cidr in enumerate(c.cluster.public_access_cidrs):
+            net = ipaddress.IPv4Network(cidr, strict=False)
+            if any(net.subnet_of(doc) for doc in DOCUMENTATION_NETWORKS):
+                found.append(
+                    Problem(
+                        f"{k}.publicAccessCidrs[{i}]",
+                        cidr,
+                        "a documentation address range: nothing there can reach the API endpoint, so "
+                        "Pulumi could not reach the cluster it creates",
+                        "the egress CIDR of the machines that run `pulumi up` (your network, CI runners), "
+                        "or 0.0.0.0/0",
+                    )
+                )
+    for i, arn in enumerate(c.cluster.admin_principals):
+        if arn.split(":")[4] in EXAMPLE_ACCOUNTS:
+            found.append(
+                Problem(
+                    f"{k}.adminPrincipals[{i}]",
+                    arn,
+                    "an example account from the AWS documentation",
+                    "an IAM role or user of your account, or remove the entry",
+                )
+            )
+    return found
+
+
+# Keys whose values must be Pulumi secrets (encrypted in the stack file and the state).
+SECRET_KEYS = (f"{PROJECT}:dockerHubAccessToken",)
+
+
+def parse_config(stack: str, values: dict[str, str], secret_keys: frozenset[str] = frozenset()) -> StackConfig:
     """Parse a flat Pulumi config map (`trainstack:key` -> JSON or plain string)."""
     reader = Reader()
+    for key in SECRET_KEYS:
+        if key in values and key not in secret_keys:
+            reader.problem(
+                key,
+                "(plain text)",
+                "must be a secret: a plain value would be stored unencrypted",
+                f"pulumi config set --secret {key.partition(':')[2]} <value>",
+            )
     known = {f.metadata["key"] for f in TOP_LEVEL}
     for full_key in sorted(values):
         ns, _, key = full_key.partition(":")
@@ -263,6 +345,9 @@ def parse_config(stack: str, values: dict[str, str]) -> StackConfig:
         if full_key not in values:
             continue
         raw = values[full_key]
+        if hints[f.name] in (str, str | None):  # plain strings are passed as they are
+            kwargs[f.name] = reader.read(hints[f.name], raw, full_key)
+            continue
         try:
             data = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError:
@@ -276,7 +361,7 @@ def parse_config(stack: str, values: dict[str, str]) -> StackConfig:
         # Entries missing required keys are already reported; keep checking the rest.
         kwargs["gpu_node_groups"] = tuple(g for g in kwargs.get("gpu_node_groups", ()) if g is not None)
         kwargs["jobs"] = tuple(j for j in kwargs.get("jobs", ()) if j is not None)
-    config = StackConfig(stack=stack, region=region, **kwargs)
+    config = StackConfig(stack=stack, region=region, aws_profile=values.get(PROFILE_KEY), **kwargs)
     if not reader.malformed:
         _check(config, reader)
     if reader.problems:
@@ -306,7 +391,7 @@ def _check(c: StackConfig, r: Reader) -> None:
         if n > 1:
             r.problem(f"{p}:gpuNodeGroups", name, f"name used by {n} node groups", "unique names")
     for i, g in enumerate(groups):
-        _check_node_group(g, f"{p}:gpuNodeGroups[{i}]", r)
+        _check_node_group(g, c.region, f"{p}:gpuNodeGroups[{i}]", r)
 
     by_name = {g.name: g for g in groups}
     for name, n in Counter(j.name for j in c.jobs).items():
@@ -332,6 +417,13 @@ def _check(c: StackConfig, r: Reader) -> None:
             img.source_repository,
             "not a GitHub repository URL",
             "https://github.com/<owner>/<repo>",
+        )
+    if (img.docker_hub_username is None) != (c.docker_hub_access_token is None):
+        r.problem(
+            f"{p}:image.dockerHubUsername" if img.docker_hub_username is None else f"{p}:dockerHubAccessToken",
+            None,
+            "the Docker Hub pull-through cache needs both the user and the access token",
+            "both set, or neither",
         )
     if img.builder == "docker" and (img.nightly_rebuild or img.source_repository):
         r.problem(
@@ -452,7 +544,7 @@ def _check_cluster(c: ClusterConfig, r: Reader) -> None:
         r.problem(f"{sk}.diskSizeGiB", s.disk_size_gib, "out of range", "20-1000")
 
 
-def _check_node_group(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
+def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> None:
     if not _LABEL.match(g.name) or len(g.name) > MAX_NODE_GROUP_NAME:
         r.problem(
             f"{k}.name",
@@ -486,7 +578,23 @@ def _check_node_group(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
             "CAPACITY_BLOCK needs the Capacity Block's reservation id",
             "cr- followed by 17 hex digits",
         )
+    if g.availability_zone is not None and not (
+        _ZONE.match(g.availability_zone) and g.availability_zone[:-1] == region
+    ):
+        r.problem(
+            f"{k}.availabilityZone",
+            g.availability_zone,
+            f"not an AZ of the stack's region {region}",
+            f"an AZ such as {region}a",
+        )
     if g.capacity_reservation_id is not None:
+        if g.availability_zone is None:
+            r.problem(
+                f"{k}.availabilityZone",
+                None,
+                "a capacity reservation or Capacity Block launches only in its own AZ",
+                "the reservation's AZ (aws ec2 describe-capacity-reservations --capacity-reservation-ids ...)",
+            )
         if not _RESERVATION.match(g.capacity_reservation_id):
             r.problem(
                 f"{k}.capacityReservationId",

@@ -1,7 +1,13 @@
-"""Compose a stack from its config: build plane, compute plane, pod IAM. Returns the stack outputs."""
+"""Compose a stack from its config, plane by plane, as in the README's architecture diagram:
+
+    build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM)
+
+Each plane gets only what it needs from the one before. Returns the stack outputs.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -11,7 +17,13 @@ from components.bucket import ArtifactBucket, ArtifactBucketArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
-from components.network import Network, NetworkArgs
+from components.network import (
+    Network,
+    NetworkArgs,
+    available_zones,
+    existing_subnet_zones,
+    zone_for_instance_type,
+)
 from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
 from components.registry import ImageRegistry, ImageRegistryArgs
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig
@@ -19,16 +31,58 @@ from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
 
 
+@dataclass(frozen=True)
+class Account:
+    """Where the stack deploys: the explicit AWS provider and who it runs as."""
+
+    provider: aws.Provider
+    account_id: str
+    caller_arn: str
+
+    @property
+    def opts(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(providers=[self.provider])
+
+    @property
+    def invoke_opts(self) -> pulumi.InvokeOptions:
+        return pulumi.InvokeOptions(provider=self.provider)
+
+
+@dataclass(frozen=True)
+class BuildPlane:
+    bucket: ArtifactBucket
+    registry: ImageRegistry
+    image: ImageBuild
+
+
+@dataclass(frozen=True)
+class ComputePlane:
+    cluster: Cluster
+    node_groups: list[GpuNodeGroup]
+    pod_identity: TrainingPodIdentity
+
+
 def build_stack(cfg: StackConfig) -> dict[str, Any]:
-    cluster_name = f"{PROJECT}-{cfg.stack}"
-    # One explicit provider carries region and default tags to every AWS resource.
-    aws_provider = aws.Provider(
+    account = aws_account(cfg)
+    build = build_plane(cfg, account)
+    compute = compute_plane(cfg, account, build.bucket)
+    return outputs(cfg, build, compute)
+
+
+def aws_account(cfg: StackConfig) -> Account:
+    # One explicit provider carries region, profile and default tags to every AWS resource; the
+    # image build's boto3 calls use the same region, profile and (checked) account.
+    provider = aws.Provider(
         "aws",
         region=cfg.region,
+        profile=cfg.aws_profile,
         default_tags={"tags": {"trainstack:stack": cfg.stack, "managed-by": "pulumi", **cfg.tags}},
     )
-    opts = pulumi.ResourceOptions(providers=[aws_provider])
+    caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
+    return Account(provider, caller.account_id, caller.arn)
 
+
+def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
     bucket = ArtifactBucket(
         "artifacts",
         ArtifactBucketArgs(
@@ -37,7 +91,7 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
             build_context_retention_days=cfg.storage.build_context_retention_days,
             protect=cfg.storage.protect,
         ),
-        opts,
+        account.opts,
     )
     registry = ImageRegistry(
         "training",
@@ -47,7 +101,7 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
             force_delete=cfg.registry.force_delete,
             protect=cfg.storage.protect,
         ),
-        opts,
+        account.opts,
     )
     image = ImageBuild(
         "image",
@@ -59,27 +113,52 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
             build_timeout_minutes=cfg.image.build_timeout_minutes,
             nightly_rebuild=cfg.image.nightly_rebuild,
             source_repository=cfg.image.source_repository,
+            docker_hub_username=cfg.image.docker_hub_username,
+            docker_hub_access_token=cfg.docker_hub_access_token,
             bucket=bucket,
             registry=registry,
             region=cfg.region,
+            account_id=account.account_id,
+            aws_profile=cfg.aws_profile,
             archive_dir=ARCHIVE_DIR / cfg.stack,
         ),
-        opts,
+        account.opts,
     )
+    return BuildPlane(bucket, registry, image)
 
+
+def compute_plane(cfg: StackConfig, account: Account, bucket: ArtifactBucket) -> ComputePlane:
+    cluster_name = f"{PROJECT}-{cfg.stack}"
     net = cfg.network
+    existing_subnets = existing_subnet_zones(net.existing_private_subnet_ids, account.invoke_opts)
+    candidates = list(existing_subnets) or available_zones(account.invoke_opts)[: net.availability_zones]
+    # Each GPU group goes to one AZ that offers its instance type; a created VPC spans those too.
+    group_zones = {
+        g.name: zone_for_instance_type(
+            g.instance_type,
+            g.availability_zone,
+            candidates,
+            f"{PROJECT}:gpuNodeGroups[{i}]",
+            account.invoke_opts,
+            fixed_zones=bool(net.existing_vpc_id),
+        )
+        for i, g in enumerate(cfg.gpu_node_groups)
+    }
+    vpc_zones = () if net.existing_vpc_id else tuple(dict.fromkeys([*candidates, *group_zones.values()]))
     network = Network(
         "vpc",
         NetworkArgs(
             cluster_name=cluster_name,
             vpc_cidr=net.vpc_cidr,
-            availability_zones=net.availability_zones,
+            zones=vpc_zones,
             nat_per_az=net.nat_gateways == "onePerAz",
+            region=cfg.region,
             existing_vpc_id=net.existing_vpc_id,
             existing_private_subnet_ids=net.existing_private_subnet_ids,
+            existing_private_subnet_zones=existing_subnets,
             existing_public_subnet_ids=net.existing_public_subnet_ids,
         ),
-        opts,
+        account.opts,
     )
     cc = cfg.cluster
     system = cc.system_node_group
@@ -94,6 +173,7 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
             endpoint_private_access=cc.endpoint_private_access,
             public_access_cidrs=cc.public_access_cidrs,
             admin_principals=cc.admin_principals,
+            deployer_arn=account.caller_arn,
             control_plane_logs=cc.control_plane_logs,
             system_instance_type=system.instance_type,
             system_min_size=system.min_size,
@@ -102,7 +182,7 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
             system_disk_size_gib=system.disk_size_gib,
             deletion_protection=cfg.storage.protect,
         ),
-        opts,
+        account.opts,
     )
     node_groups = [
         GpuNodeGroup(
@@ -117,10 +197,11 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
                 placement_group=g.placement_group,
                 disk_size_gib=g.disk_size_gib,
                 cluster=cluster,
-                subnet_id=network.private_subnet_ids[0],
+                kubernetes_version=cc.kubernetes_version,
+                subnet_id=network.private_subnet_by_zone[group_zones[g.name]],
                 vpc_id=network.vpc_id,
             ),
-            opts,
+            account.opts,
         )
         for g in cfg.gpu_node_groups
     ]
@@ -129,21 +210,24 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
         TrainingPodIdentityArgs(
             cluster=cluster,
             bucket_arn=bucket.arn,
-            repository_arn=registry.arn,
             kms_key_arn=bucket.kms_key.arn if bucket.kms_key else None,
         ),
-        opts,
+        account.opts,
     )
+    return ComputePlane(cluster, node_groups, pod_identity)
 
+
+def outputs(cfg: StackConfig, build: BuildPlane, compute: ComputePlane) -> dict[str, Any]:
+    cluster, pods = compute.cluster, compute.pod_identity
     return {
-        "bucketName": bucket.bucket_name,
-        "repositoryUrl": registry.repository_url,
-        "imageUri": image.image_uri,
-        "clusterName": cluster_name,
+        "bucketName": build.bucket.bucket_name,
+        "repositoryUrl": build.registry.repository_url,
+        "imageUri": build.image.image_uri,
+        "clusterName": cluster.cluster_name,
         "kubeconfig": cluster.kubeconfig,
-        "trainingNamespace": pod_identity.namespace_name,
-        "trainingServiceAccount": pod_identity.service_account_name,
-        "trainingRoleArn": pod_identity.role.arn,
+        "trainingNamespace": pods.namespace_name,
+        "trainingServiceAccount": pods.service_account_name,
+        "trainingRoleArn": pods.role.arn,
         "gpuNodeGroups": {
             ng.group_name: {
                 "nodeGroupName": ng.node_group_name,
@@ -152,6 +236,6 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
                 "gpusPerNode": ng.gpu_count,
                 "efaInterfacesPerNode": ng.efa_count,
             }
-            for ng, g in zip(node_groups, cfg.gpu_node_groups, strict=True)
+            for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True)
         },
     }
