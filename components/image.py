@@ -63,6 +63,11 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def image_tag(archive: bytes, base_image: str) -> str:
+    """`build-<hash>` of everything that goes into the image: one tag, one set of build inputs."""
+    return STACK_BUILD_TAG_PREFIX + sha256(b"\0".join([archive, BUILDSPEC.read_bytes(), base_image.encode()]))
+
+
 @dataclass(frozen=True)
 class ImageBuildArgs:
     context_dir: Path
@@ -95,9 +100,7 @@ class ImageBuild(pulumi.ComponentResource):
         super().__init__("trainstack:build:ImageBuild", name, None, opts)
         archive = context_archive(args.context_dir)
         self.context_hash = sha256(archive)
-        # Everything that goes into the image: the same tag means the same build inputs.
-        build_hash = sha256(b"\0".join([archive, BUILDSPEC.read_bytes(), args.base_image.encode()]))
-        self.image_tag = f"{STACK_BUILD_TAG_PREFIX}{build_hash}"
+        self.image_tag = image_tag(archive, args.base_image)
         if args.builder == "docker":
             self.image_uri = self._docker_build(name, args)
         else:

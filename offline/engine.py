@@ -252,9 +252,9 @@ class OfflineMocks(mocks.Mocks):
             computed = {"latestVersion": 1, "defaultVersion": 1}
         elif t == "eks:index:Cluster":
             computed = self._cluster_outputs(args.name, state)
-        elif t == "pulumi-python:dynamic:Resource" and "context_hash" in state:
+        elif t == "pulumi-python:dynamic:Resource" and "image_tag" in state:
             repo = state["repository_url"]
-            computed = {"image_uri": f"{repo}@{fake_digest(repo, state['context_hash'])}", "build_id": ""}
+            computed = {"image_uri": f"{repo}@{fake_digest(repo, state['image_tag'])}", "build_id": ""}
         elif t == "docker:index/image:Image":
             computed = {"repoDigest": f"{state.get('imageName', '').split(':')[0]}@{fake_digest(args.name)}"}
         state.update(computed)

@@ -10,7 +10,7 @@ from io import BytesIO
 import pytest
 from conftest import ROOT, plan, policy_of
 
-from components.image import context_archive, sha256
+from components.image import context_archive, image_tag, sha256
 
 BUCKET = "aws:s3/bucket:Bucket"
 REPO = "aws:ecr/repository:Repository"
@@ -92,8 +92,13 @@ def test_lifecycle_rules_follow_config(dev_plan, prod_plan):
     assert dev["checkpoint-retention"]["expiration"] == {"days": 14}
     assert prod["checkpoint-retention"]["expiration"] == {"days": 90}
     assert dev["checkpoint-retention"]["filter"] == {"prefix": "checkpoints/"}
-    assert dev["expire-build-contexts"]["expiration"] == {"days": 14}
-    assert dev["expire-build-contexts"]["filter"] == {"prefix": "build-contexts/"}
+    # The current build context is what CodeBuild and the nightly schedule point at: it never
+    # expires. Superseded ones (deleted by Pulumi, so noncurrent) go after the retention days.
+    contexts = dev["expire-superseded-build-contexts"]
+    assert contexts["filter"] == {"prefix": "build-contexts/"}
+    assert contexts["expiration"] == {"expiredObjectDeleteMarker": True}
+    assert "days" not in contexts["expiration"]
+    assert contexts["noncurrentVersionExpiration"] == {"noncurrentDays": 14}
     assert dev["abort-incomplete-multipart-uploads"]["abortIncompleteMultipartUpload"] == {
         "daysAfterInitiation": 7
     }
@@ -117,15 +122,28 @@ def test_registry_dev_and_prod(dev_plan, prod_plan):
 
 def test_registry_lifecycle_policy(prod_plan):
     policy = json.loads(prod_plan.one("aws:ecr/lifecyclePolicy:LifecyclePolicy").inputs["policy"])
-    untagged, keep = policy["rules"]
+    untagged, scheduled, stack_builds = policy["rules"]
     assert untagged["selection"] == {
         "tagStatus": "untagged",
         "countType": "sinceImagePushed",
         "countUnit": "days",
         "countNumber": 14,
     }
-    assert keep["selection"] == {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": 100}
-    assert keep["rulePriority"] > untagged["rulePriority"]
+    # Nightly builds are counted apart: however many run, they never push the image the stack
+    # runs (tagged build-...) out of the newest N.
+    assert scheduled["selection"] == {
+        "tagStatus": "tagged",
+        "tagPrefixList": ["scheduled-"],
+        "countType": "imageCountMoreThan",
+        "countNumber": 100,
+    }
+    assert stack_builds["selection"]["tagPrefixList"] == ["build-"]
+    assert all(r["selection"]["tagStatus"] != "any" for r in policy["rules"])
+    assert len({r["rulePriority"] for r in policy["rules"]}) == 3
+    buildspec = (ROOT / "components" / "buildspec.yml").read_text()
+    assert 'IMAGE_TAG="${IMAGE_TAG:-scheduled-${CONTEXT_HASH}-' in buildspec
+    tag = prod_plan.one("pulumi-python:dynamic:Resource").inputs["image_tag"]
+    assert tag.startswith("build-")
 
 
 def test_codebuild_project(dev_plan):
@@ -148,11 +166,14 @@ def test_codebuild_project(dev_plan):
 def test_context_upload_and_trigger_agree(dev_plan):
     obj = dev_plan.one("aws:s3/bucketObjectv2:BucketObjectv2")
     trigger = dev_plan.one("pulumi-python:dynamic:Resource")
-    context_hash = sha256(context_archive(ROOT / "workload"))
+    archive = context_archive(ROOT / "workload")
+    context_hash = sha256(archive)
     assert obj.inputs["key"] == f"build-contexts/{context_hash}.zip"
-    assert trigger.inputs["context_hash"] == context_hash
+    assert trigger.inputs["image_tag"] == image_tag(archive, "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel")
     assert trigger.inputs["source_location"].endswith(f"/build-contexts/{context_hash}.zip")
-    assert trigger.inputs["buildspec_hash"] == sha256((ROOT / "components" / "buildspec.yml").read_bytes())
+    # The boto3 side checks it builds in the stack's account, with the stack's profile.
+    assert trigger.inputs["account_id"] == "123456789012"
+    assert trigger.inputs["region"] == "us-east-1"
     assert dev_plan.outputs["imageUri"].startswith(dev_plan.outputs["repositoryUrl"] + "@sha256:")
 
 
@@ -210,8 +231,8 @@ def test_docker_builder_gives_the_same_outputs():
     run = plan("dev", image={"builder": "docker"})
     assert run.by_type("aws:codebuild/project:Project") == []
     image = run.one("docker:index/image:Image")
-    context_hash = sha256(context_archive(ROOT / "workload"))
-    assert image.inputs["imageName"].endswith(f"/trainstack/dev/training:{context_hash}")
+    tag = image_tag(context_archive(ROOT / "workload"), "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel")
+    assert image.inputs["imageName"].endswith(f"/trainstack/dev/training:{tag}")
     assert image.inputs["build"]["args"] == {"BASE_IMAGE": "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel"}
     assert image.inputs["registry"]["password"] == "[secret]"
     assert run.outputs["imageUri"].startswith(run.outputs["repositoryUrl"] + "@sha256:")
@@ -250,7 +271,77 @@ def test_only_the_current_context_archive_is_kept():
     stale = ARCHIVE_DIR / "dev" / ("0" * 64 + ".zip")
     stale.parent.mkdir(parents=True, exist_ok=True)
     stale.write_bytes(b"old context")
-    run = plan("dev")
-    context_hash = run.one("pulumi-python:dynamic:Resource").inputs["context_hash"]
+    plan("dev")
+    context_hash = sha256(context_archive(ROOT / "workload"))
     assert sorted(p.name for p in stale.parent.iterdir()) == [f"{context_hash}.zip"]
     assert (stale.parent / f"{context_hash}.zip").read_bytes() == context_archive(ROOT / "workload")
+
+
+def test_base_image_change_is_a_new_tag():
+    archive = context_archive(ROOT / "workload")
+    assert image_tag(archive, "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel") != image_tag(
+        archive, "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-devel"
+    )
+
+
+def test_base_image_is_pulled_anonymously_without_docker_hub_credentials(dev_plan):
+    assert dev_plan.by_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule") == []
+    assert "PullBaseImageThroughCache" not in {
+        s["Sid"] for s in _statements(policy_of(dev_plan, "image-codebuild"))
+    }
+
+
+def test_docker_hub_pull_through_cache():
+    from conftest import stack_values
+
+    from offline.engine import run_program
+
+    values = stack_values("dev", image={"dockerHubUsername": "trainstack-ci"})
+    values["trainstack:dockerHubAccessToken"] = "dckr_pat_offline"
+    run = run_program("dev", values, ["trainstack:dockerHubAccessToken"])
+    rule = run.one("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")
+    secret = run.one("aws:secretsmanager/secret:Secret")
+    assert rule.inputs["upstreamRegistryUrl"] == "registry-1.docker.io"
+    assert rule.inputs["ecrRepositoryPrefix"] == "trainstack-dev-image-dockerhub"
+    assert secret.inputs["namePrefix"].startswith("ecr-pullthroughcache/")  # ECR reads only these
+    assert secret.urn in rule.dependencies
+    version = run.one("aws:secretsmanager/secretVersion:SecretVersion")
+    assert version.inputs["secretString"] == "[secret]"
+    assert "dckr_pat_offline" not in json.dumps([r.as_json() for r in run.resources])
+    env = {
+        v["name"]: v["value"]
+        for v in run.one("aws:codebuild/project:Project").inputs["environment"]["environmentVariables"]
+    }
+    assert env["BASE_IMAGE"] == (
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-dev-image-dockerhub/"
+        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel"
+    )
+    cache = {s["Sid"]: s for s in _statements(policy_of(run, "image-codebuild"))}["PullBaseImageThroughCache"]
+    assert (
+        cache["Resource"] == "arn:aws:ecr:us-east-1:123456789012:repository/trainstack-dev-image-dockerhub/*"
+    )
+    assert "ecr:BatchImportUpstreamImage" in cache["Action"]
+
+
+def test_docker_hub_official_images_live_under_library():
+    from components.image import docker_hub_cache_path
+
+    assert docker_hub_cache_path("ubuntu:24.04", "p") == "p/library/ubuntu:24.04"
+    assert docker_hub_cache_path("pytorch/pytorch:2.9.1", "p") == "p/pytorch/pytorch:2.9.1"
+
+
+def test_docker_hub_token_must_be_a_secret():
+    from stacks.config import parse_config
+    from stacks.schema import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            "dev",
+            {
+                "aws:region": "us-east-1",
+                "trainstack:image": json.dumps({"dockerHubUsername": "me"}),
+                "trainstack:dockerHubAccessToken": "dckr_pat_plain",
+            },
+        )
+    assert "trainstack:dockerHubAccessToken" in str(err.value) and "must be a secret" in str(err.value)
+    assert "dckr_pat_plain" not in str(err.value)

@@ -17,6 +17,8 @@ from components.build_trigger import BuildFailed, BuildRunner, ImageBuildProvide
 
 REGION = "us-east-1"
 HASH = "a" * 64
+TAG = f"build-{HASH}"
+ACCOUNT = "123456789012"  # moto's account
 REPO = "trainstack/dev/training"
 PROJECT = "trainstack-dev-image"
 
@@ -39,11 +41,12 @@ def inputs(**over) -> dict:
         "region": REGION,
         "project_name": PROJECT,
         "source_location": f"bucket/build-contexts/{HASH}.zip",
-        "context_hash": HASH,
-        "buildspec_hash": "b" * 64,
-        "repository_url": f"123456789012.dkr.ecr.{REGION}.amazonaws.com/{REPO}",
+        "image_tag": TAG,
+        "repository_url": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{REPO}",
         "repository_name": REPO,
         "timeout_minutes": 60,
+        "account_id": ACCOUNT,
+        "aws_profile": None,
         **over,
     }
 
@@ -65,7 +68,34 @@ def runner(time: FakeTime, messages: list[str]) -> BuildRunner:
     return BuildRunner(REGION, poll_seconds=15, sleep=time.sleep, clock=time.clock, report=messages.append)
 
 
-def setup_project_and_image() -> str:
+MANIFEST = json.dumps(
+    {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "layers": []}
+)
+
+
+def push(tag: str = TAG) -> str:
+    """What the buildspec's push leaves behind: the image under its tag. Returns the digest."""
+    pushed = boto3.client("ecr", region_name=REGION).put_image(
+        repositoryName=REPO, imageManifest=MANIFEST, imageTag=tag
+    )
+    return pushed["image"]["imageId"]["imageDigest"]
+
+
+def pushing_start(r: BuildRunner, sent: list[dict]):
+    """start_build as CodeBuild runs it: moto completes the build; the push is done here."""
+    start_build = r.codebuild.start_build
+
+    def start(**kwargs):
+        sent.append(kwargs)
+        started = start_build(**kwargs)
+        push({e["name"]: e["value"] for e in kwargs["environmentVariablesOverride"]}["IMAGE_TAG"])
+        return started
+
+    start.__name__ = "start_build"
+    return start
+
+
+def setup_project() -> None:
     iam = boto3.client("iam", region_name=REGION)
     role = iam.create_role(RoleName="cb", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     boto3.client("codebuild", region_name=REGION).create_project(
@@ -79,44 +109,126 @@ def setup_project_and_image() -> str:
         },
         serviceRole=role,
     )
-    ecr = boto3.client("ecr", region_name=REGION)
-    ecr.create_repository(repositoryName=REPO)
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "layers": [],
-        }
-    )
-    # What the buildspec's push leaves behind: the image tagged with the context hash.
-    pushed = ecr.put_image(repositoryName=REPO, imageManifest=manifest, imageTag=HASH)
-    return pushed["image"]["imageId"]["imageDigest"]
+    boto3.client("ecr", region_name=REGION).create_repository(repositoryName=REPO)
+
+
+def stub_no_running_build(stub: Stubber) -> None:
+    stub.add_response("list_builds_for_project", {}, {"projectName": PROJECT, "sortOrder": "DESCENDING"})
 
 
 def test_build_succeeds_and_returns_the_digest():
-    digest = setup_project_and_image()
+    setup_project()
     time, messages = FakeTime(), []
     r = runner(time, messages)
-    sent = []
-    start_build = r.codebuild.start_build
-
-    def spy(**kwargs):
-        sent.append(kwargs)
-        return start_build(**kwargs)
-
-    spy.__name__ = "start_build"
-    r.codebuild.start_build = spy
+    sent: list[dict] = []
+    r.codebuild.start_build = pushing_start(r, sent)
     result = r.build(inputs())
+    digest = boto3.client("ecr", region_name=REGION).describe_images(
+        repositoryName=REPO, imageIds=[{"imageTag": TAG}]
+    )["imageDetails"][0]["imageDigest"]
     assert result["image_uri"] == f"{inputs()['repository_url']}@{digest}"
     assert result["build_id"].startswith(f"{PROJECT}:")
     (request,) = sent
     assert request["sourceTypeOverride"] == "S3"
     assert request["sourceLocationOverride"] == inputs()["source_location"]
     env = {e["name"]: e["value"] for e in request["environmentVariablesOverride"]}
-    assert env == {"IMAGE_TAG": HASH, "CONTEXT_DIR": "."}
-    assert messages[0] == f"CodeBuild {result['build_id']} started for context {HASH[:12]}"
+    assert env == {"IMAGE_TAG": TAG, "CONTEXT_DIR": "."}
+    assert messages[0] == f"CodeBuild {result['build_id']} started for {TAG}"
     assert f"CodeBuild {result['build_id']}: COMPLETED" in messages
     assert messages[-1].endswith(f"pushed {result['image_uri']}")
+
+
+def test_an_existing_tag_is_reused_without_a_build():
+    """A build pushed its tag but Pulumi never recorded it (Ctrl-C, a lost connection): with
+    immutable tags a second build would fail with ImageTagAlreadyExistsException."""
+    setup_project()
+    digest = push()
+    time, messages = FakeTime(), []
+    r = runner(time, messages)
+    sent: list[dict] = []
+    r.codebuild.start_build = pushing_start(r, sent)
+    result = r.build(inputs())
+    assert sent == []
+    assert result == {"build_id": "", "image_uri": f"{inputs()['repository_url']}@{digest}"}
+    assert messages == [f"{inputs()['repository_url']}:{TAG} is already in ECR; reusing it"]
+
+
+def test_a_running_build_of_the_same_tag_is_joined():
+    setup_project()
+    time, messages = FakeTime(), []
+    r = runner(time, messages)
+    sleep = time.sleep
+
+    def sleep_while_the_build_pushes(seconds):
+        sleep(seconds)
+        if len(time.sleeps) == 1:
+            push()
+
+    r.sleep = sleep_while_the_build_pushes
+    build_id = f"{PROJECT}:earlier"
+    running = {
+        "id": build_id,
+        "buildStatus": "IN_PROGRESS",
+        "currentPhase": "BUILD",
+        "environment": {
+            "type": "LINUX_CONTAINER",
+            "image": "aws/codebuild/standard:7.0",
+            "computeType": "BUILD_GENERAL1_SMALL",
+            "environmentVariables": [{"name": "IMAGE_TAG", "value": TAG, "type": "PLAINTEXT"}],
+        },
+    }
+    other = {
+        **running,
+        "id": f"{PROJECT}:other",
+        "environment": {
+            **running["environment"],
+            "environmentVariables": [{"name": "IMAGE_TAG", "value": "build-other", "type": "PLAINTEXT"}],
+        },
+    }
+    with Stubber(r.codebuild) as stub:
+        stub.add_response("list_builds_for_project", {"ids": [f"{PROJECT}:other", build_id]})
+        stub.add_response("batch_get_builds", {"builds": [other, running]})
+        stub.add_response("batch_get_builds", {"builds": [running]})
+        stub.add_response(
+            "batch_get_builds",
+            {"builds": [{**running, "buildStatus": "SUCCEEDED", "currentPhase": "COMPLETED"}]},
+        )
+        result = r.build(inputs())
+        stub.assert_no_pending_responses()  # and no start_build
+    assert result["build_id"] == build_id
+    assert messages[0] == f"CodeBuild {build_id} is already building {TAG}; waiting for it"
+
+
+def test_dropped_connections_while_polling_are_retried():
+    setup_project()
+    time, messages = FakeTime(), []
+    r = runner(time, messages)
+    real_get = r.codebuild.batch_get_builds
+    failures = []
+
+    def flaky_get(**kwargs):
+        if len(failures) < 2:
+            failures.append(1)
+            raise botocore.exceptions.EndpointConnectionError(endpoint_url="https://codebuild")
+        return real_get(**kwargs)
+
+    flaky_get.__name__ = "batch_get_builds"
+    r.codebuild.batch_get_builds = flaky_get
+    r.codebuild.start_build = pushing_start(r, [])
+    assert r.build(inputs())["image_uri"].startswith(inputs()["repository_url"] + "@sha256:")
+    assert time.sleeps[:2] == [1.0, 2.0]
+    assert any("batch_get_builds failed to reach AWS" in m for m in messages)
+
+
+def test_credentials_of_another_account_are_refused():
+    setup_project()
+    r = runner(FakeTime(), [])
+    r.codebuild.start_build = pushing_start(r, sent := [])
+    with pytest.raises(
+        BuildFailed, match="account 123456789012, but the stack deploys to account 210987654321"
+    ):
+        r.build(inputs(account_id="210987654321"))
+    assert sent == []
 
 
 def failed_build(build_id: str) -> dict:
@@ -142,6 +254,7 @@ def failed_build(build_id: str) -> dict:
 
 
 def test_failed_build_names_the_build_phase_logs_and_console():
+    setup_project()
     logs = boto3.client("logs", region_name=REGION)
     logs.create_log_group(logGroupName=f"/aws/codebuild/{PROJECT}")
     logs.create_log_stream(logGroupName=f"/aws/codebuild/{PROJECT}", logStreamName="run-1")
@@ -157,6 +270,7 @@ def test_failed_build_names_the_build_phase_logs_and_console():
     r = runner(time, messages)
     build_id = f"{PROJECT}:run-1"
     with Stubber(r.codebuild) as stub:
+        stub_no_running_build(stub)
         stub.add_response(
             "start_build",
             {"build": {"id": build_id}},
@@ -189,11 +303,13 @@ def test_failed_build_names_the_build_phase_logs_and_console():
 
 
 def test_build_timeout_stops_the_build():
+    setup_project()
     time, messages = FakeTime(), []
     r = runner(time, messages)
     build_id = f"{PROJECT}:run-2"
     in_progress = {"builds": [{"id": build_id, "buildStatus": "IN_PROGRESS", "currentPhase": "BUILD"}]}
     with Stubber(r.codebuild) as stub:
+        stub_no_running_build(stub)
         stub.add_response("start_build", {"build": {"id": build_id}})
         for _ in range(5):  # t = 0, 15, 30, 45, 60 s: the last one is past the 1-minute timeout
             stub.add_response("batch_get_builds", in_progress)
@@ -206,10 +322,10 @@ def test_build_timeout_stops_the_build():
 
 
 def test_throttling_is_retried_with_backoff():
-    digest = setup_project_and_image()
+    setup_project()
     time, messages = FakeTime(), []
     r = runner(time, messages)
-    real_start = r.codebuild.start_build
+    real_start = pushing_start(r, [])
     calls = []
 
     def flaky_start(**kwargs):
@@ -225,14 +341,16 @@ def test_throttling_is_retried_with_backoff():
     result = r.build(inputs())
     assert len(calls) == 3
     assert time.sleeps[:2] == [1.0, 2.0]
-    assert result["image_uri"].endswith(digest)
+    assert result["image_uri"].startswith(inputs()["repository_url"] + "@sha256:")
     assert "AWS throttled start_build (ThrottlingException); retrying in 1s" in messages
 
 
 def test_throttling_gives_up_after_max_retries():
+    setup_project()
     time, messages = FakeTime(), []
     r = BuildRunner(REGION, max_retries=2, sleep=time.sleep, clock=time.clock, report=messages.append)
     with Stubber(r.codebuild) as stub:
+        stub_no_running_build(stub)
         for _ in range(3):
             stub.add_client_error("start_build", "ThrottlingException", "Rate exceeded")
         with pytest.raises(Exception, match="ThrottlingException"):
@@ -241,6 +359,7 @@ def test_throttling_gives_up_after_max_retries():
 
 
 def test_other_errors_are_not_retried():
+    setup_project()
     time = FakeTime()
     r = BuildRunner(REGION, sleep=time.sleep, clock=time.clock, report=lambda m: None)
     with pytest.raises(botocore.exceptions.ClientError, match="ResourceNotFoundException"):
@@ -251,12 +370,12 @@ def test_other_errors_are_not_retried():
 class Recorder:
     builds: ClassVar[list[dict]] = []
 
-    def __init__(self, region):
-        self.region = region
+    def __init__(self, region, profile=None):
+        self.region, self.profile = region, profile
 
     def build(self, props):
         Recorder.builds.append(props)
-        return {"build_id": f"{PROJECT}:new", "image_uri": f"repo@sha256:{props['context_hash']}"}
+        return {"build_id": f"{PROJECT}:new", "image_uri": f"repo@sha256:{props['image_tag']}"}
 
 
 @pytest.fixture
@@ -277,10 +396,18 @@ def test_unchanged_hash_starts_nothing(recorded_builds):
     assert result.outs["image_uri"] == "repo@sha256:old" and result.outs["timeout_minutes"] == 90
 
 
-@pytest.mark.parametrize("changed", ["context_hash", "buildspec_hash"])
-def test_changed_hash_starts_a_build(recorded_builds, changed):
+@pytest.mark.parametrize(
+    ("changed", "value"),
+    [
+        ("image_tag", "build-" + "c" * 64),
+        # A replaced registry or another region: the old image_uri points into a deleted repository.
+        ("repository_url", f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/trainstack/dev/training2"),
+        ("region", "us-west-2"),
+    ],
+)
+def test_changed_build_input_starts_a_build(recorded_builds, changed, value):
     old = {**inputs(), "build_id": f"{PROJECT}:old", "image_uri": "repo@sha256:old"}
-    new = inputs(**{changed: "c" * 64})
+    new = inputs(**{changed: value})
     result = ImageBuildProvider().update("id", old, new)
     assert len(recorded_builds) == 1
     assert result.outs["build_id"] == f"{PROJECT}:new"
@@ -288,5 +415,5 @@ def test_changed_hash_starts_a_build(recorded_builds, changed):
 
 def test_create_builds_once(recorded_builds):
     result = ImageBuildProvider().create(inputs())
-    assert result.id == f"{PROJECT}/{HASH}"
-    assert len(recorded_builds) == 1 and result.outs["image_uri"] == f"repo@sha256:{HASH}"
+    assert result.id == f"{PROJECT}/{TAG}"
+    assert len(recorded_builds) == 1 and result.outs["image_uri"] == f"repo@sha256:{TAG}"
