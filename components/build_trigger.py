@@ -154,6 +154,7 @@ class BuildRunner:
             ]:
                 return build["id"]
         return None
+
     def wait(self, build_id: str, timeout_s: float) -> dict:
         deadline = self.clock() + timeout_s
         last_phase = None
@@ -237,7 +238,9 @@ class ImageBuildProvider(ResourceProvider):
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         if needs_build(olds, news):
-            return UpdateResult(outs={**news, **BuildRunner(news["region"], news.get("aws_profile")).build(news)})
+            return UpdateResult(
+                outs={**news, **BuildRunner(news["region"], news.get("aws_profile")).build(news)}
+            )
         return UpdateResult(outs={**news, "build_id": olds["build_id"], "image_uri": olds["image_uri"]})
 
 

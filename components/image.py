@@ -274,7 +274,9 @@ class ImageBuild(pulumi.ComponentResource):
             f"{name}-dockerhub",
             secret_id=secret.id,
             secret_string=pulumi.Output.secret(
-                json.dumps({"username": args.docker_hub_username, "accessToken": args.docker_hub_access_token})
+                json.dumps(
+                    {"username": args.docker_hub_username, "accessToken": args.docker_hub_access_token}
+                )
             ),
             opts=child,
         )

@@ -291,7 +291,9 @@ class OfflineMocks(mocks.Mocks):
         return {
             "kubeconfig": kubeconfig,
             "kubeconfigJson": json.dumps(kubeconfig),
-            "clusterSecurityGroupId": EKS_CLUSTER_SECURITY_GROUP if skip_sgs else PULUMI_EKS_CLUSTER_SECURITY_GROUP,
+            "clusterSecurityGroupId": EKS_CLUSTER_SECURITY_GROUP
+            if skip_sgs
+            else PULUMI_EKS_CLUSTER_SECURITY_GROUP,
             "eksCluster": eks_cluster,
         }
 
@@ -405,8 +407,8 @@ class OfflineMocks(mocks.Mocks):
         if t == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             return self._offerings(a)
         if t == "aws:ec2/getSubnet:getSubnet":
-            # Existing subnets: the AZ is a function of the id, stable across runs.
-            zone = "abc"[int(hashlib.sha1(a["id"].encode()).hexdigest(), 16) % 3]
+            # Existing subnets: even last hex digit in AZ a, odd in AZ b (stable and easy to pick).
+            zone = "ab"[int(a["id"][-1], 16) % 2]
             return {"id": a["id"], "availabilityZone": f"{self.region}{zone}", "vpcId": "vpc-existing"}
         if t == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}

@@ -124,7 +124,10 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     lines.append(f"  total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
     placeholders = template_values(cfg)
     if placeholders:
-        lines += ["", f"Template values: a live `pulumi up` of '{run.stack}' refuses them until they are replaced:"]
+        lines += [
+            "",
+            f"Template values: a live `pulumi up` of '{run.stack}' refuses them until they are replaced:",
+        ]
         lines += [f"  - {p}" for p in placeholders]
     lines += ["", f"Wrote {out_dir}/resources.json and {manifest_count} manifest(s) in {out_dir}/manifests/"]
     return "\n".join(lines)

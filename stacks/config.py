@@ -307,7 +307,9 @@ def template_values(c: StackConfig) -> list[Problem]:
 SECRET_KEYS = (f"{PROJECT}:dockerHubAccessToken",)
 
 
-def parse_config(stack: str, values: dict[str, str], secret_keys: frozenset[str] = frozenset()) -> StackConfig:
+def parse_config(
+    stack: str, values: dict[str, str], secret_keys: frozenset[str] = frozenset()
+) -> StackConfig:
     """Parse a flat Pulumi config map (`trainstack:key` -> JSON or plain string)."""
     reader = Reader()
     for key in SECRET_KEYS:
@@ -420,7 +422,9 @@ def _check(c: StackConfig, r: Reader) -> None:
         )
     if (img.docker_hub_username is None) != (c.docker_hub_access_token is None):
         r.problem(
-            f"{p}:image.dockerHubUsername" if img.docker_hub_username is None else f"{p}:dockerHubAccessToken",
+            f"{p}:image.dockerHubUsername"
+            if img.docker_hub_username is None
+            else f"{p}:dockerHubAccessToken",
             None,
             "the Docker Hub pull-through cache needs both the user and the access token",
             "both set, or neither",
@@ -666,7 +670,15 @@ def _check_job(j: JobConfig, groups: dict[str, GpuNodeGroupConfig], k: str, r: R
 
 def reference_rows() -> list[tuple[str, str, str, str]]:
     """(key, type, default, description) for every setting, for the README's config reference."""
-    rows = [(REGION_KEY, "string", "(required)", "AWS region of the stack (also read by the AWS provider).")]
+    rows = [
+        (REGION_KEY, "string", "(required)", "AWS region of the stack (also read by the AWS provider)."),
+        (
+            PROFILE_KEY,
+            "string",
+            "unset",
+            "AWS profile for the stack's provider and the image build's AWS calls.",
+        ),
+    ]
 
     def walk(cls, prefix):
         hints = typing.get_type_hints(cls)

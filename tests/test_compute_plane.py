@@ -6,8 +6,9 @@ import json
 from collections import Counter
 
 import pytest
-from conftest import plan, policy_of
+from conftest import plan, policy_of, stack_values
 
+from offline.engine import EKS_CLUSTER_SECURITY_GROUP, OfflineMocks, ProviderRefusal, run_program
 from stacks.config import EKS_ADDON_VERSIONS
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -77,7 +78,9 @@ def test_cluster_properties(prod_plan):
     assert c["encryptionConfigKeyArn"].startswith("arn:aws:kms:")
     assert c["publicAccessCidrs"] == ["203.0.113.0/24"]
     assert c["endpointPrivateAccess"] is True
-    assert c["nodeAssociatePublicIpAddress"] is False
+    # Managed node groups use EKS's own cluster security group; pulumi-eks's would be unused.
+    assert c["skipDefaultSecurityGroups"] is True
+    assert "instanceRoles" not in c and "nodeAssociatePublicIpAddress" not in c
     (entry,) = c["accessEntries"].values()
     assert entry["principalArn"] == "arn:aws:iam::123456789012:role/PlatformAdmin"
     policy = entry["accessPolicies"]["cluster-admin"]
@@ -93,11 +96,21 @@ def test_addons_are_pinned(prod_plan):
     versions = EKS_ADDON_VERSIONS["1.33"]
     c = prod_plan.one("eks:index:Cluster").inputs
     assert c["vpcCniOptions"]["addonVersion"] == versions["vpc-cni"]
-    assert c["corednsAddonOptions"]["version"] == versions["coredns"]
     assert c["kubeProxyAddonOptions"]["version"] == versions["kube-proxy"]
-    agent = prod_plan.one("aws:eks/addon:Addon")
-    assert agent.inputs["addonName"] == "eks-pod-identity-agent"
-    assert agent.inputs["addonVersion"] == versions["eks-pod-identity-agent"]
+    addons = {a.inputs["addonName"]: a.inputs for a in prod_plan.by_type("aws:eks/addon:Addon")}
+    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent"}
+    for name, addon in addons.items():
+        assert addon["addonVersion"] == versions[name]
+
+
+def test_coredns_is_created_once_after_the_system_nodes(prod_plan):
+    """Inside eks.Cluster (pulumi-eks's default) coredns waits for nodes that cannot exist yet and
+    the create times out DEGRADED (pulumi/pulumi-eks#1819)."""
+    assert prod_plan.one("eks:index:Cluster").inputs["corednsAddonOptions"]["enabled"] is False
+    (coredns,) = [a for a in prod_plan.by_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "coredns"]
+    system = prod_plan.one(NG, "eks-system")
+    assert system.urn in coredns.dependencies
+    assert coredns.parent == prod_plan.one("trainstack:compute:Cluster").urn
 
 
 @pytest.mark.parametrize("k8s", sorted(EKS_ADDON_VERSIONS))
@@ -161,7 +174,9 @@ def test_efa_interface_layout(instance_type, efa_count):
         "networkCardIndex": 0,
         "deviceIndex": 0,
         "interfaceType": "interface",
-        "securityGroups": ["sg-0c1a2b3c4d5e6f708", "gpu-efa-efa-id"],  # cluster SG + EFA SG
+        # The security group EKS created for the cluster (not pulumi-eks's): without it nodes whose
+        # template names security groups cannot reach the control plane and never join.
+        "securityGroups": [EKS_CLUSTER_SECURITY_GROUP, "gpu-efa-efa-id"],
         "deleteOnTermination": "true",
     }
     assert (interfaces[1]["networkCardIndex"], interfaces[1]["deviceIndex"]) == (0, 1)
@@ -177,8 +192,40 @@ def test_efa_nodes_share_one_subnet_in_one_az(prod_plan):
     ng = prod_plan.one(NG, "gpu-p5")
     (subnet_id,) = ng.inputs["subnetIds"]
     subnet = prod_plan.one(SUBNET, subnet_id.removesuffix("-id"))
-    assert subnet.inputs["availabilityZone"] == "us-east-1a"
+    # The offline engine, like EC2, offers p5 in some AZs only (c, d, f); the first private subnet
+    # (us-east-1a) would never get a node.
+    assert subnet.inputs["availabilityZone"] == "us-east-1c"
     assert "private" in subnet.name
+
+
+def test_a_gpu_type_missing_from_the_vpc_zones_adds_its_zone():
+    run = plan("dev", jobs=[], gpuNodeGroups=[{"name": "p5", "instanceType": "p5.48xlarge"}])
+    zones = [s.inputs["availabilityZone"] for s in run.by_type(SUBNET) if "private" in s.name]
+    assert zones == ["us-east-1a", "us-east-1b", "us-east-1c"]
+    (subnet_id,) = run.one(NG, "gpu-p5").inputs["subnetIds"]
+    assert run.one(SUBNET, subnet_id.removesuffix("-id")).inputs["availabilityZone"] == "us-east-1c"
+
+
+def test_a_named_zone_is_used_when_offered_and_refused_when_not():
+    run = efa_plan("p5.48xlarge", availabilityZone="us-east-1f")
+    (subnet_id,) = run.one(NG, "gpu-efa").inputs["subnetIds"]
+    assert run.one(SUBNET, subnet_id.removesuffix("-id")).inputs["availabilityZone"] == "us-east-1f"
+    with pytest.raises(Exception) as err:
+        efa_plan("p5.48xlarge", availabilityZone="us-east-1a")
+    assert (
+        "trainstack:gpuNodeGroups[0].availabilityZone = us-east-1a: EC2 does not offer p5.48xlarge "
+        "there; allowed: us-east-1c, us-east-1d, us-east-1f"
+    ) in str(err.value)
+
+
+def test_existing_vpc_needs_a_subnet_where_the_type_is_offered():
+    network = {
+        "existingVpcId": "vpc-0123456789abcdef0",
+        "existingPrivateSubnetIds": ["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"],
+    }
+    with pytest.raises(Exception) as err:
+        plan("dev", network=network, jobs=[], gpuNodeGroups=[{"name": "p5", "instanceType": "p5.48xlarge"}])
+    assert "trainstack:gpuNodeGroups[0].instanceType = p5.48xlarge: not offered in any AZ" in str(err.value)
 
 
 def test_efa_security_group_references_itself(prod_plan):
@@ -204,7 +251,12 @@ def test_placement_group_is_cluster_strategy_and_optional(prod_plan):
 
 
 def test_capacity_block_wiring():
-    run = efa_plan("p5.48xlarge", capacityType="CAPACITY_BLOCK", capacityReservationId="cr-0123456789abcdef0")
+    run = efa_plan(
+        "p5.48xlarge",
+        capacityType="CAPACITY_BLOCK",
+        capacityReservationId="cr-0123456789abcdef0",
+        availabilityZone="us-east-1d",
+    )
     lt = run.one(LT).inputs
     assert lt["instanceType"] == "p5.48xlarge"
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
@@ -214,6 +266,11 @@ def test_capacity_block_wiring():
     ng = run.one(NG, "gpu-efa").inputs
     assert ng["capacityType"] == "CAPACITY_BLOCK"
     assert "instanceTypes" not in ng
+    # EKS scales the group to zero before the block ends: min 0, and its desired size is not drift.
+    assert ng["scalingConfig"] == {"minSize": 0, "desiredSize": 2, "maxSize": 2}
+    assert ng["ignoreScalingChanges"] is True
+    (subnet_id,) = ng["subnetIds"]
+    assert run.one(SUBNET, subnet_id.removesuffix("-id")).inputs["availabilityZone"] == "us-east-1d"
     assert run.by_type("aws:ec2/placementGroup:PlacementGroup") == []
 
 
@@ -273,7 +330,7 @@ def test_pod_identity_is_scoped_to_the_bucket(prod_plan):
     by_sid = {s["Sid"]: s for s in policy["Statement"]}
     assert by_sid["ListBucket"]["Resource"] == bucket_arn
     assert by_sid["ReadWriteObjects"]["Resource"] == f"{bucket_arn}/*"
-    assert by_sid["PullTrainingImage"]["Resource"].endswith(":repository/trainstack/prod/training")
+    assert "PullTrainingImage" not in by_sid  # the kubelet pulls with the node role
     assert by_sid["UseBucketKey"]["Resource"].startswith("arn:aws:kms:")
     for stmt in policy["Statement"]:
         assert "*" not in str(stmt["Resource"]).replace("/*", "")
@@ -284,3 +341,99 @@ def test_service_account_and_namespace_go_through_the_cluster_provider(dev_plan)
     provider = dev_plan.one("pulumi:providers:kubernetes")
     for type_ in ("kubernetes:core/v1:Namespace", "kubernetes:core/v1:ServiceAccount"):
         assert provider.urn in dev_plan.one(type_).dependencies
+
+
+@pytest.mark.parametrize("version", sorted(EKS_ADDON_VERSIONS))
+def test_gpu_node_groups_follow_the_cluster_version(version):
+    run = plan("prod", cluster={"kubernetesVersion": version})
+    assert run.one(NG, "gpu-p5").inputs["version"] == version
+    assert run.one("eks:index:Cluster").inputs["version"] == version
+
+
+def test_on_demand_groups_are_fixed_size(prod_plan):
+    ng = prod_plan.one(NG, "gpu-p5").inputs
+    assert ng["scalingConfig"] == {"minSize": 2, "desiredSize": 2, "maxSize": 2}
+    assert "ignoreScalingChanges" not in ng or ng["ignoreScalingChanges"] is False
+
+
+def test_pods_cannot_reach_the_node_role_through_imds(prod_plan):
+    options = prod_plan.one(LT).inputs["metadataOptions"]
+    assert options == {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}
+
+
+def test_s3_traffic_skips_the_nat_gateways(prod_plan):
+    endpoint = prod_plan.one("aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert endpoint.inputs["serviceName"] == "com.amazonaws.us-east-1.s3"
+    assert endpoint.inputs["vpcEndpointType"] == "Gateway"
+    private_tables = {
+        f"{r.name}-id" for r in prod_plan.by_type("aws:ec2/routeTable:RouteTable") if "private" in r.name
+    }
+    assert set(endpoint.inputs["routeTableIds"]) == private_tables and len(private_tables) == 3
+
+
+def test_the_deploying_role_gets_no_second_access_entry():
+    caller = "arn:aws:sts::123456789012:assumed-role/PlatformAdmin/alice-session"
+    run = run_program("prod", stack_values("prod"), caller_arn=caller)
+    assert run.one("eks:index:Cluster").inputs["accessEntries"] == {}
+    assert run.by_type("aws:eks/accessEntry:AccessEntry") == []
+    others = stack_values("prod", cluster={"adminPrincipals": ["arn:aws:iam::123456789012:role/ops/Oncall"]})
+    run = run_program("prod", others, caller_arn=caller)
+    (entry,) = run.by_type("aws:eks/accessEntry:AccessEntry")
+    assert entry.inputs["principalArn"] == "arn:aws:iam::123456789012:role/ops/Oncall"
+
+
+def test_the_offline_engine_refuses_the_creators_second_entry_as_eks_does():
+    import pulumi
+
+    mocks = OfflineMocks("us-east-1", "arn:aws:sts::123456789012:assumed-role/PlatformAdmin/alice")
+    args = pulumi.runtime.MockResourceArgs(
+        typ="eks:index:Cluster",
+        name="eks",
+        inputs={
+            "name": "c",
+            "accessEntries": {"admin-0": {"principalArn": "arn:aws:iam::123456789012:role/PlatformAdmin"}},
+        },
+        provider="",
+        resource_id="",
+        custom=False,
+    )
+    with pytest.raises(ProviderRefusal, match="ResourceInUseException"):
+        mocks.new_resource(args)
+
+
+def test_cluster_security_group_output_matches_pulumi_eks():
+    """pulumi-eks returns its own group unless skipDefaultSecurityGroups; the engine does the same."""
+    import pulumi
+
+    def outputs(skip):
+        args = pulumi.runtime.MockResourceArgs(
+            typ="eks:index:Cluster",
+            name="eks",
+            inputs={"name": "c", "skipDefaultSecurityGroups": skip},
+            provider="",
+            resource_id="",
+            custom=False,
+        )
+        return mocks.new_resource(args)[1]
+
+    mocks = OfflineMocks("us-east-1")
+    assert outputs(False)["clusterSecurityGroupId"] != EKS_CLUSTER_SECURITY_GROUP
+    assert outputs(True)["clusterSecurityGroupId"] == EKS_CLUSTER_SECURITY_GROUP
+
+
+def test_a_live_run_refuses_template_values(monkeypatch):
+    from pulumi.runtime import config as runtime_config
+
+    from stacks import config
+    from stacks.schema import ConfigError
+
+    runtime_config.set_all_config(stack_values("prod"), [])
+    monkeypatch.setattr(config, "_under_mock_engine", lambda: False)
+    with pytest.raises(ConfigError) as err:
+        config.load_config("prod")
+    assert [p.key for p in err.value.problems] == [
+        "trainstack:cluster.publicAccessCidrs[0]",
+        "trainstack:cluster.adminPrincipals[0]",
+    ]
+    runtime_config.set_all_config(stack_values("dev"), [])
+    assert config.load_config("dev").stack == "dev"

@@ -65,7 +65,10 @@ def test_bad_region():
 def test_unknown_top_level_key_is_reported():
     (msg,) = problems(gpuNodegroups=[group()])
     assert msg.startswith('trainstack:gpuNodegroups = "[{')
-    assert "unknown key; allowed: trainstack:cluster, trainstack:gpuNodeGroups" in msg
+    assert (
+        "unknown key; allowed: trainstack:cluster, trainstack:dockerHubAccessToken, trainstack:gpuNodeGroups"
+        in msg
+    )
 
 
 def test_unknown_nested_key_is_reported():
@@ -137,6 +140,7 @@ def test_placement_group_with_reservation_is_refused():
                 instanceType="p5.48xlarge",
                 capacityType="CAPACITY_BLOCK",
                 capacityReservationId="cr-0123456789abcdef0",
+                availabilityZone="us-east-1c",
                 placementGroup=True,
             )
         ]
@@ -355,3 +359,36 @@ def test_unknown_nested_key_does_not_hide_other_rules():
     assert len(msgs) == 2
     assert any(m.startswith("trainstack:gpuNodeGroups[0].typo = 1: unknown key") for m in msgs)
     assert any(m.startswith("trainstack:gpuNodeGroups[0].efa = true: g6.xlarge has no EFA") for m in msgs)
+
+
+def test_a_reservation_needs_its_availability_zone():
+    (msg,) = problems(
+        gpuNodeGroups=[
+            group(
+                instanceType="p5.48xlarge",
+                capacityType="CAPACITY_BLOCK",
+                capacityReservationId="cr-0123456789abcdef0",
+            )
+        ]
+    )
+    assert msg.startswith(
+        "trainstack:gpuNodeGroups[0].availabilityZone = null: a capacity reservation or Capacity "
+        "Block launches only in its own AZ"
+    )
+
+
+def test_availability_zone_must_be_in_the_stack_region():
+    (msg,) = problems(gpuNodeGroups=[group(availabilityZone="us-west-2a")])
+    assert msg == (
+        'trainstack:gpuNodeGroups[0].availabilityZone = "us-west-2a": not an AZ of the stack\'s region '
+        "us-east-1; allowed: an AZ such as us-east-1a"
+    )
+
+
+def test_template_values_are_found_in_the_prod_template():
+    from stacks.config import template_values
+
+    found = {p.key: p for p in template_values(parse_config("prod", stack_values("prod")))}
+    assert set(found) == {"trainstack:cluster.publicAccessCidrs[0]", "trainstack:cluster.adminPrincipals[0]"}
+    assert "documentation address range" in found["trainstack:cluster.publicAccessCidrs[0]"].reason
+    assert template_values(parse_config("dev", stack_values("dev"))) == []
