@@ -1,9 +1,13 @@
 """Run the unchanged Pulumi program under Pulumi's mock engine and record what it registers.
 
 `OfflineMocks` answers resource registrations and the provider invokes the program makes
-(availability zones, caller identity, partition, region, instance types, SSM parameters) from
-fixed values and the instance catalog. `RecordingMonitor` is Pulumi's own `MockMonitor` that
-also keeps each registration's parent, dependencies and raw inputs (so secrets can be masked).
+(availability zones, caller identity, partition, region, instance types and their AZ offerings,
+subnets, SSM parameters) from fixed values and the instance catalog. Where a real provider does
+more than echo its inputs, it does the same: `eks.Cluster` creates pulumi-eks's children (the EKS
+cluster, referenced by `eksCluster`, security groups unless skipped, add-ons unless disabled,
+access entries) and refuses a second access entry for the cluster creator, as EKS does.
+`RecordingMonitor` is Pulumi's own `MockMonitor` that also keeps each registration's parent,
+dependencies and raw inputs (so secrets can be masked), remote components' children included.
 """
 
 from __future__ import annotations

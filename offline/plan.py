@@ -122,6 +122,13 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
         unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"
         lines.append(f"  {c.quantity:3d} x {c.item:55s} {unit}")
     lines.append(f"  total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
+    if cfg.docker_hub_access_token is None:
+        lines += [
+            "",
+            f"Note: the base image {cfg.image.base_image} is pulled from Docker Hub anonymously "
+            "(rate-limited per IP); set image.dockerHubUsername and the secret dockerHubAccessToken "
+            "to pull it through an ECR cache.",
+        ]
     placeholders = template_values(cfg)
     if placeholders:
         lines += [

@@ -328,6 +328,17 @@ def parse_config(
                 full_key, values[full_key], "unknown key", ", ".join(f"{PROJECT}:{k}" for k in sorted(known))
             )
 
+    for full_key in sorted(values):
+        if full_key.startswith("aws:") and full_key not in (REGION_KEY, PROFILE_KEY):
+            # The stack's explicit AWS provider, and the image build's boto3 calls, read only these:
+            # anything else would be silently ignored by one of them.
+            reader.problem(
+                full_key,
+                "(set)",
+                "trainstack's AWS provider and image build read only aws:region and aws:profile",
+                "aws:profile naming a profile (role_arn/source_profile there for an assumed role), "
+                "or AWS_* environment variables",
+            )
     region = values.get(REGION_KEY)
     if region is None:
         reader.problem(

@@ -392,3 +392,19 @@ def test_template_values_are_found_in_the_prod_template():
     assert set(found) == {"trainstack:cluster.publicAccessCidrs[0]", "trainstack:cluster.adminPrincipals[0]"}
     assert "documentation address range" in found["trainstack:cluster.publicAccessCidrs[0]"].reason
     assert template_values(parse_config("dev", stack_values("dev"))) == []
+
+
+def test_aws_credentials_config_other_than_a_profile_is_refused():
+    (msg,) = problems(**{"aws:assumeRoles": [{"roleArn": "arn:aws:iam::123456789012:role/Deploy"}]})
+    assert msg.startswith('aws:assumeRoles = "(set)": trainstack\'s AWS provider and image build read only')
+    assert "aws:profile" in msg
+    cfg = parse_config("dev", {**BASE, "aws:profile": "training"})
+    assert cfg.aws_profile == "training"
+
+
+def test_the_aws_profile_reaches_the_provider_and_the_image_build():
+    from conftest import plan
+
+    run = plan("dev", **{"aws:profile": "training"})
+    assert run.one("pulumi:providers:aws").inputs["profile"] == "training"
+    assert run.one("pulumi-python:dynamic:Resource").inputs["aws_profile"] == "training"

@@ -172,6 +172,9 @@ pulumi.export("region", aws.get_region().region)
 pulumi.export("ami", aws.ssm.get_parameter(name="/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id").value)
 p5 = aws.ec2.get_instance_type(instance_type="p5.48xlarge")
 pulumi.export("p5", [p5.efa_maximum_interfaces, p5.maximum_network_cards, p5.gpuses[0].count, p5.gpuses[0].name])
+pulumi.export("p5_zones", aws.ec2.get_instance_type_offerings(
+    location_type="availability-zone", filters=[{"name": "instance-type", "values": ["p5.48xlarge"]}]).locations)
+pulumi.export("subnet_zone", aws.ec2.get_subnet(id="subnet-0123456789abcdef1").availability_zone)
 """
     )
     run = run_program("t", {"aws:region": "eu-west-1"}, program=program)
@@ -181,6 +184,18 @@ pulumi.export("p5", [p5.efa_maximum_interfaces, p5.maximum_network_cards, p5.gpu
     assert run.outputs["region"] == "eu-west-1"
     assert run.outputs["ami"].startswith("ami-0")
     assert run.outputs["p5"] == [32, 32, 8, "H100"]
+    assert run.outputs["p5_zones"] == ["eu-west-1c", "eu-west-1d", "eu-west-1f"]
+    assert run.outputs["subnet_zone"] == "eu-west-1b"  # odd last digit: AZ b
+
+
+def test_prod_plan_lists_its_template_values(tmp_path):
+    proc = run_plan(tmp_path, "prod")
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "Template values: a live `pulumi up` of 'prod' refuses them until they are replaced:" in proc.stdout
+    )
+    assert 'trainstack:cluster.publicAccessCidrs[0] = "203.0.113.0/24"' in proc.stdout
+    assert "pulled from Docker Hub anonymously" in proc.stdout
 
 
 def test_offline_engine_names_an_unanswered_invoke(tmp_path):
