@@ -18,6 +18,8 @@ from components.cluster import Cluster
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 EFA_LABEL = "vpc.amazonaws.com/efa.present"
+# What the NVIDIA device plugin's chart selects GPU nodes by when node feature discovery is absent.
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
         "trainstack.dev/node-group": args.group_name,
         "trainstack.dev/instance-type": args.instance_type,
         "trainstack.dev/accelerator": f"nvidia-{gpu_model.lower()}",
+        GPU_PRESENT_LABEL: "true",
     }
     if args.efa:
         labels[EFA_LABEL] = "true"
@@ -172,7 +175,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ignore_scaling_changes=args.capacity_type == "CAPACITY_BLOCK",
             labels=gpu_labels(args, gpu_model),
             taints=[GPU_TAINT],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster.system_nodes]),
+            # Only the cluster: GPU nodes join on their own, in parallel with the system nodes.
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.group_name = args.group_name
         self.node_group_name = node_group_name

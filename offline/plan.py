@@ -20,11 +20,13 @@ from typing import Any
 import yaml
 
 from offline.engine import SECRET_MASK, PlanRun, Registration, run_program
+from offline.timeline import critical_path, describe
 from stacks.config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from stacks.cost import hourly_cost, total
 from stacks.schema import ConfigError
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+KUSTOMIZE_DIRECTORY = "kubernetes:kustomize/v2:Directory"
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -63,6 +65,18 @@ def _mask_secure(value: Any) -> Any:
 
 def manifest_of(reg: Registration) -> tuple[str, dict[str, Any]] | None:
     """The object a Kubernetes resource sends to the cluster, with a file name for it."""
+    if reg.type == KUSTOMIZE_DIRECTORY:
+        # Rendered by the provider from upstream at `pulumi up`: the plan shows its pinned source.
+        url = reg.inputs.get("directory", "")
+        location, _, ref = url.partition("?ref=")
+        repository, _, path = location.rpartition("//")
+        return f"kustomize-{reg.name}.yaml", {
+            "kustomizeDirectory": reg.name,
+            "url": url,
+            "repository": repository,
+            "path": path,
+            "commit": ref,
+        }
     if not reg.custom or not reg.type.startswith("kubernetes:"):
         return None
     if reg.type == HELM_RELEASE:
@@ -116,6 +130,7 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     lines += ["", "Resources by type:"]
     for type_, n in sorted(Counter(r.type for r in run.resources).items()):
         lines.append(f"  {n:4d}  {type_}")
+    lines += ["", *describe(critical_path(run.resources))]
     cost = hourly_cost(cfg)
     lines += ["", "Estimated cost while the stack runs (us-east-1 on-demand):"]
     for c in cost:

@@ -15,7 +15,7 @@ import typing
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 
@@ -196,6 +196,41 @@ class JobConfig:
     timeout_minutes: int = setting("timeoutMinutes", "How long `pulumi up` waits (1-10080).", 60)
 
 
+@dataclass(frozen=True)
+class HelmOperatorConfig:
+    enabled: bool = setting("enabled", "Install it (off where the cluster already runs one).", True)
+    version: str | None = setting("version", "Chart version (default: the one trainstack pins).", None)
+    values: dict[str, Any] = setting("values", "Chart values merged over trainstack's.", factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainingOperatorConfig:
+    enabled: bool = setting("enabled", "Install it (off where the cluster already runs one).", True)
+    ref: str | None = setting(
+        "ref", "Full commit SHA of kubeflow/trainer to install from (default: v1.9.4's).", None
+    )
+
+
+@dataclass(frozen=True)
+class OperatorsConfig:
+    nvidia_device_plugin: HelmOperatorConfig = setting(
+        "nvidiaDevicePlugin", "NVIDIA device plugin (Helm), on GPU nodes.", factory=HelmOperatorConfig
+    )
+    efa_device_plugin: HelmOperatorConfig = setting(
+        "efaDevicePlugin",
+        "EFA device plugin (Helm), on EFA nodes; only with an EFA group.",
+        factory=HelmOperatorConfig,
+    )
+    training_operator: TrainingOperatorConfig = setting(
+        "trainingOperator",
+        "Kubeflow training operator v1 (PyTorchJob), on system nodes.",
+        factory=TrainingOperatorConfig,
+    )
+    kuberay: HelmOperatorConfig = setting(
+        "kuberay", "KubeRay operator (Helm; RayJob, RayCluster), on system nodes.", factory=HelmOperatorConfig
+    )
+
+
 def _default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
     return (GpuNodeGroupConfig(name="gpu", instance_type="g6.xlarge"),)
 
@@ -215,6 +250,9 @@ class StackConfig:
     registry: RegistryConfig = setting("registry", "ECR repository.", factory=RegistryConfig)
     storage: StorageConfig = setting(
         "storage", "S3 bucket for build contexts, artifacts, checkpoints.", factory=StorageConfig
+    )
+    operators: OperatorsConfig = setting(
+        "operators", "Cluster operators installed by the stack.", factory=OperatorsConfig
     )
     jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
     docker_hub_access_token: str | None = setting(
@@ -448,6 +486,8 @@ def _check(c: StackConfig, r: Reader) -> None:
             "codebuild, or turn those off",
         )
 
+    _check_operators(c.operators, r)
+
     reg = c.registry
     if not 1 <= reg.untagged_expiry_days <= 365:
         r.problem(f"{p}:registry.untaggedExpiryDays", reg.untagged_expiry_days, "out of range", "1-365")
@@ -473,6 +513,30 @@ def _check(c: StackConfig, r: Reader) -> None:
         r.problem(
             f"{p}:storage.buildContextRetentionDays", st.build_context_retention_days, "out of range", "1-365"
         )
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_CHART_VERSION = re.compile(r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?")
+
+
+def _check_operators(o: OperatorsConfig, r: Reader) -> None:
+    k = f"{PROJECT}:operators"
+    if o.training_operator.ref is not None and not _COMMIT.fullmatch(o.training_operator.ref):
+        r.problem(
+            f"{k}.trainingOperator.ref",
+            o.training_operator.ref,
+            "not a full commit SHA (a tag or branch can move)",
+            "40 lowercase hex digits",
+        )
+    for key, op in (
+        ("nvidiaDevicePlugin", o.nvidia_device_plugin),
+        ("efaDevicePlugin", o.efa_device_plugin),
+        ("kuberay", o.kuberay),
+    ):
+        if op.version is not None and not _CHART_VERSION.fullmatch(op.version):
+            r.problem(
+                f"{k}.{key}.version", op.version, "not a chart version", "an exact version such as 1.7.0"
+            )
 
 
 def _check_network(n: NetworkConfig, r: Reader) -> None:

@@ -69,7 +69,7 @@ def describe(tp: Any) -> str:
     if origin in (list, tuple):
         return f"list of {describe(args[0])}"
     if origin is dict:
-        return "map of string to string"
+        return "object (any values)" if args[1] is Any else "map of string to string"
     if dataclasses.is_dataclass(tp):
         return "object"
     return {str: "string", int: "integer", bool: "true | false"}[tp]
@@ -107,6 +107,11 @@ class Reader:
                 self.shape_problem(key, value, "expected a list", describe(tp))
                 return []
             return tuple(self.read(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
+        if origin is dict and args[1] is Any:
+            if not isinstance(value, dict):
+                self.shape_problem(key, value, "expected an object", describe(tp))
+                return {}
+            return dict(value)
         if origin is dict:
             if not isinstance(value, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in value.items()

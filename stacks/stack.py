@@ -1,6 +1,7 @@
 """Compose a stack from its config, plane by plane, as in the README's architecture diagram:
 
     build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM)
+      ->  operators plane (device plugins, training operator, KubeRay)
 
 Each plane gets only what it needs from the one before. Returns the stack outputs.
 """
@@ -24,6 +25,7 @@ from components.network import (
     existing_subnet_zones,
     zone_for_instance_type,
 )
+from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
 from components.registry import ImageRegistry, ImageRegistryArgs
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig
@@ -66,7 +68,8 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
     account = aws_account(cfg)
     build = build_plane(cfg, account)
     compute = compute_plane(cfg, account, build.bucket)
-    return outputs(cfg, build, compute)
+    operators = operators_plane(cfg, compute.cluster)
+    return outputs(cfg, build, compute, operators)
 
 
 def aws_account(cfg: StackConfig) -> Account:
@@ -217,7 +220,30 @@ def compute_plane(cfg: StackConfig, account: Account, bucket: ArtifactBucket) ->
     return ComputePlane(cluster, node_groups, pod_identity)
 
 
-def outputs(cfg: StackConfig, build: BuildPlane, compute: ComputePlane) -> dict[str, Any]:
+def operators_plane(cfg: StackConfig, cluster: Cluster) -> ClusterOperators:
+    ops = cfg.operators
+
+    def helm(c) -> HelmOperator:
+        return HelmOperator(c.enabled, c.version, c.values)
+
+    return ClusterOperators(
+        "operators",
+        ClusterOperatorsArgs(
+            provider=cluster.provider,
+            system_nodes=cluster.system_nodes,
+            any_efa=any(g.efa for g in cfg.gpu_node_groups),
+            nvidia_device_plugin=helm(ops.nvidia_device_plugin),
+            efa_device_plugin=helm(ops.efa_device_plugin),
+            kuberay=helm(ops.kuberay),
+            training_operator_enabled=ops.training_operator.enabled,
+            training_operator_ref=ops.training_operator.ref,
+        ),
+    )
+
+
+def outputs(
+    cfg: StackConfig, build: BuildPlane, compute: ComputePlane, operators: ClusterOperators
+) -> dict[str, Any]:
     cluster, pods = compute.cluster, compute.pod_identity
     return {
         "bucketName": build.bucket.bucket_name,
@@ -237,5 +263,9 @@ def outputs(cfg: StackConfig, build: BuildPlane, compute: ComputePlane) -> dict[
                 "efaInterfacesPerNode": ng.efa_count,
             }
             for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True)
+        },
+        "operators": {
+            **{key: f"{r.namespace}/{r.release}" for key, r in operators.installed_charts.items()},
+            "trainingOperator": operators.training_operator_url,
         },
     }

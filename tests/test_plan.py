@@ -113,7 +113,8 @@ def test_prod_plan_shows_efa_node_groups(tmp_path):
     resources = json.loads((tmp_path / "prod" / "resources.json").read_text())
     (ng,) = [r for r in resources if r["type"] == "eks:index:ManagedNodeGroup" and r["name"] == "gpu-p5"]
     dep_names = {u.rsplit("::", 1)[1] for u in ng["dependencies"]}
-    assert {"eks", "eks-system", "gpu-p5-lt"} <= dep_names
+    assert {"eks", "gpu-p5-lt"} <= dep_names
+    assert "eks-system" not in dep_names  # GPU nodes join in parallel with the system nodes
     (lt,) = [r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
     assert {"gpu-p5-efa", "gpu-p5-placement"} <= {u.rsplit("::", 1)[1] for u in lt["dependencies"]}
     assert "p5.48xlarge" in proc.stdout and "$110.51/hour" in proc.stdout

@@ -1,0 +1,207 @@
+"""Cluster operators: NVIDIA and EFA device plugins, the Kubeflow training operator, KubeRay.
+
+Every upstream piece is installed from its official source at a pinned version (`RELEASES`,
+`TRAINING_OPERATOR`): Helm charts as real Helm releases (`helm list` shows them; atomic, so a
+failed install rolls back), the training operator as its upstream kustomize overlay at a full
+commit. Operators run on the system nodes and wait only for them, never for GPU node groups;
+the device plugins' DaemonSets start on GPU nodes whenever those join.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.cluster import SYSTEM_NODE_LABEL
+from components.gpu_node_group import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TAINT
+
+HELM_TIMEOUT_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class HelmChart:
+    release: str
+    chart: str
+    repository: str
+    version: str
+    namespace: str
+
+
+@dataclass(frozen=True)
+class KustomizeSource:
+    repository: str  # git URL, in kustomize's remote syntax
+    path: str
+    version: str
+    commit: str  # full SHA: tags can move
+
+    def url(self, commit: str | None = None) -> str:
+        # kustomize's own remote form; GitHub's browser form (.../tree/<ref>/...) fails in
+        # kustomize.v2 (pulumi/pulumi-kubernetes#3358).
+        return f"{self.repository}//{self.path}?ref={commit or self.commit}"
+
+
+# Versions and sources of everything the stack installs, in one place.
+RELEASES = {
+    "nvidiaDevicePlugin": HelmChart(
+        "nvidia-device-plugin",
+        "nvidia-device-plugin",
+        "https://nvidia.github.io/k8s-device-plugin",
+        "0.18.2",
+        "kube-system",
+    ),
+    "efaDevicePlugin": HelmChart(
+        "aws-efa-k8s-device-plugin",
+        "aws-efa-k8s-device-plugin",
+        "https://aws.github.io/eks-charts",
+        "v0.5.30",
+        "kube-system",
+    ),
+    "kuberay": HelmChart(
+        "kuberay-operator",
+        "kuberay-operator",
+        "https://ray-project.github.io/kuberay-helm/",
+        "1.7.0",
+        "kuberay-system",
+    ),
+}
+TRAINING_OPERATOR = KustomizeSource(
+    "https://github.com/kubeflow/trainer.git",
+    "manifests/overlays/standalone",
+    "v1.9.4",
+    "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
+)
+TRAINING_OPERATOR_DEPLOYMENT = ("kubeflow", "training-operator")
+
+GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class HelmOperator:
+    enabled: bool
+    version: str | None
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClusterOperatorsArgs:
+    provider: k8s.Provider
+    system_nodes: pulumi.Resource  # operators wait for these, and only these
+    any_efa: bool
+    nvidia_device_plugin: HelmOperator
+    efa_device_plugin: HelmOperator
+    kuberay: HelmOperator
+    training_operator_enabled: bool
+    training_operator_ref: str | None
+
+
+def nvidia_device_plugin_values() -> dict[str, Any]:
+    # The chart's default affinity wants node-feature-discovery labels, which EKS nodes lack, or
+    # nvidia.com/gpu.present=true: GPU node groups carry that label, and the affinity says so alone.
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": GPU_PRESENT_LABEL, "operator": "In", "values": ["true"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [GPU_TOLERATION],
+    }
+
+
+def efa_device_plugin_values() -> dict[str, Any]:
+    # The chart matches every EFA instance type but tolerates nothing: add the GPU taint, and keep
+    # it to nodes whose group has EFA turned on.
+    return {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION]}
+
+
+def kuberay_values() -> dict[str, Any]:
+    return {"nodeSelector": dict(SYSTEM_NODE_LABEL)}
+
+
+def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's own merge: maps merge key by key, anything else (lists included) is replaced."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_values(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def on_system_nodes(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """Resource transform: run the training operator's Deployment on the system nodes."""
+    if args.type_ != "kubernetes:apps/v1:Deployment":
+        return None
+    props = args.props
+    meta = props.get("metadata") or {}
+    if (meta.get("namespace"), meta.get("name")) != TRAINING_OPERATOR_DEPLOYMENT:
+        return None
+    patched = copy.deepcopy(props)
+    pod_spec = patched.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+    pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **SYSTEM_NODE_LABEL}
+    return pulumi.ResourceTransformResult(props=patched, opts=args.opts)
+
+
+class ClusterOperators(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ClusterOperatorsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:operators:ClusterOperators", name, None, opts)
+        self._args = args
+        self.releases: dict[str, k8s.helm.v3.Release] = {}
+        self._helm("nvidiaDevicePlugin", args.nvidia_device_plugin, nvidia_device_plugin_values())
+        if args.any_efa:
+            self._helm("efaDevicePlugin", args.efa_device_plugin, efa_device_plugin_values())
+        self._helm("kuberay", args.kuberay, kuberay_values())
+
+        self.installed_charts = {key: RELEASES[key] for key in self.releases}
+        self.training_operator = None
+        self.training_operator_url = None
+        if args.training_operator_enabled:
+            self.training_operator_url = TRAINING_OPERATOR.url(args.training_operator_ref)
+            # Its Deployment turns Ready only once its webhook serves: awaiting it (the default)
+            # means a PyTorchJob created afterwards is not rejected.
+            self.training_operator = k8s.kustomize.v2.Directory(
+                f"{name}-training-operator",
+                directory=self.training_operator_url,
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    provider=args.provider,
+                    depends_on=[args.system_nodes],
+                    transforms=[on_system_nodes],
+                ),
+            )
+        self.register_outputs(
+            {"helmReleases": list(self.installed_charts), "trainingOperator": self.training_operator_url}
+        )
+
+    def _helm(self, key: str, operator: HelmOperator, values: dict[str, Any]) -> None:
+        if not operator.enabled:
+            return
+        chart = RELEASES[key]
+        self.releases[key] = k8s.helm.v3.Release(
+            chart.release,
+            name=chart.release,
+            chart=chart.chart,
+            version=operator.version or chart.version,
+            repository_opts={"repo": chart.repository},
+            namespace=chart.namespace,
+            create_namespace=True,
+            values=merge_values(values, operator.values),
+            atomic=True,
+            cleanup_on_fail=True,
+            timeout=HELM_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=self._args.provider, depends_on=[self._args.system_nodes]
+            ),
+        )

@@ -1,0 +1,101 @@
+"""How long a first `pulumi up` takes: the longest dependency chain through the plan.
+
+Each resource is weighted by the typical provisioning time in ../shared/reference/aws-gpu-facts.md;
+Pulumi creates everything whose dependencies are done in parallel, so the longest weighted chain
+is the wall-clock estimate, and it names what serialises the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from offline.engine import Registration
+
+# Typical minutes (midpoints of the reference's ranges); anything not listed takes seconds.
+TYPICAL_MINUTES = {
+    "eks:index:Cluster": 12.0,  # EKS control plane 9-15 min
+    "aws:ec2/natGateway:NatGateway": 2.0,
+    "aws:ec2/vpc:Vpc": 0.5,
+    "aws:eks/addon:Addon": 0.5,
+    "kubernetes:helm.sh/v3:Release": 1.25,  # a small operator: 0.5-2 min
+    "kubernetes:kustomize/v2:Directory": 1.25,  # an operator's manifests, awaited like a release
+    "pulumi-python:dynamic:Resource": 7.5,  # CodeBuild of a CUDA PyTorch image: 5-10 min uncached
+    "docker:index/image:Image": 7.5,
+}
+CPU_NODE_GROUP_MINUTES = 2.25  # 1.5-3 min
+GPU_NODE_GROUP_MINUTES = 5.0  # ~5 min to join
+OTHER_MINUTES = 0.05
+
+
+def typical_minutes(reg: Registration) -> float:
+    if reg.type == "eks:index:ManagedNodeGroup":
+        gpu = "NVIDIA" in str(reg.inputs.get("amiType", ""))
+        return GPU_NODE_GROUP_MINUTES if gpu else CPU_NODE_GROUP_MINUTES
+    return TYPICAL_MINUTES.get(reg.type, OTHER_MINUTES)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    type: str
+    minutes: float  # this step's own time
+    done_at: float  # minutes after `pulumi up` starts
+
+
+def critical_path(resources: list[Registration], until: set[str] | None = None) -> list[Step]:
+    """The longest chain, first step first, ending at the latest of `until` (default: any)."""
+    by_urn = {r.urn: r for r in resources}
+    children: dict[str, list[str]] = {}
+    for r in resources:
+        if r.parent:
+            children.setdefault(r.parent, []).append(r.urn)
+
+    def is_local_component(r: Registration) -> bool:
+        return not r.custom and r.type.startswith("trainstack:")
+
+    def inside_remote_component(r: Registration) -> bool:
+        parent = by_urn.get(r.parent or "")
+        return parent is not None and not parent.custom and not is_local_component(parent)
+
+    @cache
+    def finish(urn: str) -> tuple[float, str | None]:
+        """(minutes until `urn` is ready, the URN that was waited for last)."""
+        r = by_urn.get(urn)
+        if r is None:
+            return 0.0, None
+        if is_local_component(r):
+            # Waiting on a component means waiting on everything in it.
+            waits = [(finish(c)[0], c) for c in children.get(urn, [])]
+        else:
+            waits = [(finish(d)[0], d) for d in r.dependencies if d in by_urn and d != urn]
+        start, last = max(waits, default=(0.0, None))
+        own = 0.0 if is_local_component(r) or inside_remote_component(r) else typical_minutes(r)
+        return start + own, last
+
+    targets = [r.urn for r in resources if until is None or r.urn in until]
+    if not targets:
+        return []
+    end = max(targets, key=lambda u: finish(u)[0])
+    chain: list[Step] = []
+    urn: str | None = end
+    while urn is not None:
+        r = by_urn[urn]
+        done, urn = finish(urn)
+        if not is_local_component(r):
+            own = 0.0 if inside_remote_component(r) else typical_minutes(r)
+            chain.append(Step(r.name, r.type, own, done))
+    return list(reversed(chain))
+
+
+def describe(chain: list[Step]) -> list[str]:
+    if not chain:
+        return []
+    total = chain[-1].done_at
+    lines = [f"Estimated first `pulumi up`: ~{total:.0f} min along its longest dependency chain:"]
+    lines += [
+        f"  {s.done_at:6.1f} min  {s.name} ({s.type}, ~{s.minutes:g} min)"
+        for s in chain
+        if s.minutes >= 0.25  # the steps that take time; seconds-long ones are left out
+    ]
+    return lines
