@@ -16,6 +16,7 @@ import hashlib
 import json
 import runpy
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ class Registration:
     custom: bool
     inputs: dict[str, Any]
     dependencies: list[str]
+    # Resource transforms the program attached (a real engine runs them on the provider's children).
+    transforms: list[Callable[..., Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +65,7 @@ class Registration:
             "custom": self.custom,
             "inputs": self.inputs,
             "dependencies": self.dependencies,
+            "transforms": [f"{t.__module__}.{t.__qualname__}" for t in self.transforms],
         }
 
 
@@ -158,6 +162,7 @@ class RecordingMonitor(mocks.MockMonitor):
                     custom=bool(request.custom),
                     inputs=_clean(raw),
                     dependencies=sorted(deps),
+                    transforms=mocks._resolve_callbacks(request.transforms),
                 )
             )
             self._record_remote_children(request.type, request.name, response.urn)

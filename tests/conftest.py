@@ -15,6 +15,17 @@ from offline.engine import PlanRun, run_program  # noqa: E402
 from offline.plan import read_stack_file  # noqa: E402
 
 
+def shared_dir(kind: str, env_var: str) -> Path:
+    """An upstream folder of ../shared (charts, crds), or the path in `env_var`; skip without it.
+    Upstream files are read from there, never copied into the project."""
+    import os
+
+    path = Path(os.environ.get(env_var) or ROOT.parent / "shared" / kind)
+    if not path.is_dir():
+        pytest.skip(f"upstream {kind} not found at {path} (set {env_var} to a copy of shared/{kind})")
+    return path
+
+
 def stack_values(stack: str, **overrides) -> dict[str, str]:
     """The stack file's config, with `trainstack:<key>` overrides given as Python values."""
     values, _ = read_stack_file(ROOT / f"Pulumi.{stack}.yaml")

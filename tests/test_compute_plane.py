@@ -150,6 +150,7 @@ def test_dev_gpu_node_group_without_efa(dev_plan):
         "trainstack.dev/node-group": "gpu",
         "trainstack.dev/instance-type": "g6.xlarge",
         "trainstack.dev/accelerator": "nvidia-l4",
+        "nvidia.com/gpu.present": "true",  # what the NVIDIA device plugin's chart selects
     }
     assert ng["launchTemplate"] == {"id": "gpu-gpu-lt-id", "version": "1"}
     lt = dev_plan.one(LT).inputs
@@ -200,7 +201,7 @@ def test_efa_nodes_share_one_subnet_in_one_az(prod_plan):
 
 def test_a_gpu_type_missing_from_the_vpc_zones_adds_its_zone():
     run = plan("dev", jobs=[], gpuNodeGroups=[{"name": "p5", "instanceType": "p5.48xlarge"}])
-    zones = [s.inputs["availabilityZone"] for s in run.by_type(SUBNET) if "private" in s.name]
+    zones = sorted(s.inputs["availabilityZone"] for s in run.by_type(SUBNET) if "private" in s.name)
     assert zones == ["us-east-1a", "us-east-1b", "us-east-1c"]
     (subnet_id,) = run.one(NG, "gpu-p5").inputs["subnetIds"]
     assert run.one(SUBNET, subnet_id.removesuffix("-id")).inputs["availabilityZone"] == "us-east-1c"

@@ -36,10 +36,25 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert proc.returncode == 0, proc.stderr
     assert (out / "resources.json").is_file()
     assert (out / "outputs.json").is_file()
-    assert sorted(p.name for p in (out / "manifests").iterdir()) == [
+    expected = [
+        *(["helm-aws-efa-k8s-device-plugin.yaml"] if stack == "prod" else []),
+        "helm-kuberay-operator.yaml",
+        "helm-nvidia-device-plugin.yaml",
+        "kustomize-operators-training-operator.yaml",
         "namespace-training.yaml",
         "serviceaccount-training-trainer.yaml",
     ]
+    assert sorted(p.name for p in (out / "manifests").iterdir()) == expected
+    release = yaml.safe_load((out / "manifests" / "helm-kuberay-operator.yaml").read_text())
+    assert release == {
+        "helmRelease": "kuberay-operator",
+        "namespace": "kuberay-system",
+        "chart": "kuberay-operator",
+        "repository": "https://ray-project.github.io/kuberay-helm/",
+        "version": "1.7.0",
+        "values": {"nodeSelector": {"trainstack.dev/role": "system"}},
+    }
+    assert "Estimated first `pulumi up`: ~" in proc.stdout
     assert f"Offline plan of stack '{stack}'" in proc.stdout
     assert "Resources by type:" in proc.stdout
     assert "Estimated cost while the stack runs" in proc.stdout
@@ -51,7 +66,7 @@ def test_resources_json_shape(planned):
     assert isinstance(resources, list) and resources
     urns = {r["urn"] for r in resources}
     for r in resources:
-        assert set(r) == {"urn", "type", "name", "parent", "custom", "inputs", "dependencies"}
+        assert set(r) == {"urn", "type", "name", "parent", "custom", "inputs", "dependencies", "transforms"}
         assert r["urn"].startswith("urn:pulumi:") and r["urn"].endswith(f"::{r['name']}")
         assert r["parent"] is None or r["parent"] in urns
         assert isinstance(r["custom"], bool)
@@ -65,6 +80,7 @@ def test_resources_json_shape(planned):
         "trainstack:network:Network",
         "trainstack:compute:Cluster",
         "trainstack:compute:GpuNodeGroup",
+        "trainstack:operators:ClusterOperators",
         "trainstack:compute:TrainingPodIdentity",
     }
 
