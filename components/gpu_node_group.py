@@ -80,6 +80,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             instance_type=args.instance_type, opts=pulumi.InvokeOptions(parent=self)
         )
         self.gpu_count = sum(g.count for g in facts.gpuses)
+        self.vcpus = facts.default_vcpus
+        self.memory_gib = facts.memory_size // 1024
         gpu_model = facts.gpuses[0].name
         self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
         node_group_name = f"{args.cluster.cluster_name}-{args.group_name}"
@@ -180,6 +182,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         )
         self.group_name = args.group_name
         self.node_group_name = node_group_name
+        self.node_labels = gpu_labels(args, gpu_model)
         self.register_outputs(
             {
                 "nodeGroupName": node_group_name,

@@ -165,6 +165,8 @@ class ClusterOperators(pulumi.ComponentResource):
         self._helm("kuberay", args.kuberay, kuberay_values())
 
         self.installed_charts = {key: RELEASES[key] for key in self.releases}
+        self.device_plugins = [r for k, r in self.releases.items() if k.endswith("DevicePlugin")]
+        self.kuberay = self.releases.get("kuberay")
         self.training_operator = None
         self.training_operator_url = None
         if args.training_operator_enabled:

@@ -55,6 +55,8 @@ class Registration:
     dependencies: list[str]
     # Resource transforms the program attached (a real engine runs them on the provider's children).
     transforms: list[Callable[..., Any]] = field(default_factory=list)
+    # Resource options the engine acts on: protect, replaceOnChanges, deleteBeforeReplace, timeouts.
+    options: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +68,7 @@ class Registration:
             "inputs": self.inputs,
             "dependencies": self.dependencies,
             "transforms": [f"{t.__module__}.{t.__qualname__}" for t in self.transforms],
+            "options": self.options,
         }
 
 
@@ -132,6 +135,22 @@ def _refs_to_urns(value: Any) -> Any:
     return value
 
 
+def _options(request) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if request.protect:
+        options["protect"] = True
+    if request.retainOnDelete:
+        options["retainOnDelete"] = True
+    if request.replaceOnChanges:
+        options["replaceOnChanges"] = list(request.replaceOnChanges)
+    if request.deleteBeforeReplace:
+        options["deleteBeforeReplace"] = True
+    timeouts = {k: v for k, v in json_format.MessageToDict(request.customTimeouts).items() if v}
+    if timeouts:
+        options["customTimeouts"] = timeouts
+    return options
+
+
 class RecordingMonitor(mocks.MockMonitor):
     def __init__(self, offline_mocks: OfflineMocks):
         super().__init__(offline_mocks)
@@ -163,6 +182,7 @@ class RecordingMonitor(mocks.MockMonitor):
                     inputs=_clean(raw),
                     dependencies=sorted(deps),
                     transforms=mocks._resolve_callbacks(request.transforms),
+                    options=_options(request),
                 )
             )
             self._record_remote_children(request.type, request.name, response.urn)

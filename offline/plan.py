@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from offline.engine import SECRET_MASK, PlanRun, Registration, run_program
-from offline.timeline import critical_path, describe
+from offline.timeline import critical_path, describe, until_training
 from stacks.config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from stacks.cost import hourly_cost, total
 from stacks.schema import ConfigError
@@ -130,13 +130,21 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     lines += ["", "Resources by type:"]
     for type_, n in sorted(Counter(r.type for r in run.resources).items()):
         lines.append(f"  {n:4d}  {type_}")
-    lines += ["", *describe(critical_path(run.resources))]
+    lines += ["", *describe(critical_path(run.resources, until_training(run.resources)))]
     cost = hourly_cost(cfg)
     lines += ["", "Estimated cost while the stack runs (us-east-1 on-demand):"]
     for c in cost:
         unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"
         lines.append(f"  {c.quantity:3d} x {c.item:55s} {unit}")
     lines.append(f"  total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
+    jobs = run.outputs.get("jobs") or {}
+    if jobs:
+        lines += ["", f"Jobs ({run.outputs.get('gpusTotal', 0)} GPUs in the stack's GPU node groups):"]
+        for name, job in jobs.items():
+            lines.append(
+                f"  {name:30s} {job['kind']:10s} {job['nodes']} node(s) of {job['nodeGroup']}, "
+                f"{job['gpus']} GPUs, ${job['hourlyUsd']:.2f}/h of the total while it runs"
+            )
     if cfg.docker_hub_access_token is None:
         lines += [
             "",

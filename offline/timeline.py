@@ -25,7 +25,33 @@ TYPICAL_MINUTES = {
 }
 CPU_NODE_GROUP_MINUTES = 2.25  # 1.5-3 min
 GPU_NODE_GROUP_MINUTES = 5.0  # ~5 min to join
+IMAGE_PULL_MINUTES = 5.0  # a 15-20 GB image on a node: 4-6 min
+POD_START_MINUTES = 0.5  # image already on the node
+PREFLIGHT_RUN_MINUTES = 1.0
 OTHER_MINUTES = 0.05
+TRAINING_KINDS = (
+    "kubernetes:kubeflow.org/v1:PyTorchJob",
+    "kubernetes:ray.io/v1:RayJob",
+    "kubernetes:ray.io/v1:RayCluster",
+)
+PREFLIGHT = "kubernetes:batch/v1:Job"
+
+
+def _group(reg: Registration) -> str | None:
+    labels = (reg.inputs.get("metadata") or {}).get("labels") or {}
+    return labels.get("trainstack.dev/node-group") or labels.get("trainstack.dev/preflight")
+
+
+def pod_start_minutes(resources: list[Registration]) -> dict[str, float]:
+    """Workloads' own minutes: the first pods on a node group pull the image, later ones reuse it."""
+    minutes, pulled = {}, set()
+    for reg in sorted(resources, key=lambda r: r.type != PREFLIGHT):  # a preflight runs first
+        if reg.type == PREFLIGHT or reg.type in TRAINING_KINDS:
+            group = _group(reg)
+            start = POD_START_MINUTES if group in pulled else IMAGE_PULL_MINUTES
+            pulled.add(group)
+            minutes[reg.urn] = start + (PREFLIGHT_RUN_MINUTES if reg.type == PREFLIGHT else 0.0)
+    return minutes
 
 
 def typical_minutes(reg: Registration) -> float:
@@ -46,6 +72,13 @@ class Step:
 def critical_path(resources: list[Registration], until: set[str] | None = None) -> list[Step]:
     """The longest chain, first step first, ending at the latest of `until` (default: any)."""
     by_urn = {r.urn: r for r in resources}
+    workloads = pod_start_minutes(resources)
+
+    def own_minutes(r: Registration) -> float:
+        if is_local_component(r) or inside_remote_component(r):
+            return 0.0
+        return workloads.get(r.urn, typical_minutes(r))
+
     children: dict[str, list[str]] = {}
     for r in resources:
         if r.parent:
@@ -70,8 +103,7 @@ def critical_path(resources: list[Registration], until: set[str] | None = None) 
         else:
             waits = [(finish(d)[0], d) for d in r.dependencies if d in by_urn and d != urn]
         start, last = max(waits, default=(0.0, None))
-        own = 0.0 if is_local_component(r) or inside_remote_component(r) else typical_minutes(r)
-        return start + own, last
+        return start + own_minutes(r), last
 
     targets = [r.urn for r in resources if until is None or r.urn in until]
     if not targets:
@@ -83,16 +115,24 @@ def critical_path(resources: list[Registration], until: set[str] | None = None) 
         r = by_urn[urn]
         done, urn = finish(urn)
         if not is_local_component(r):
-            own = 0.0 if inside_remote_component(r) else typical_minutes(r)
-            chain.append(Step(r.name, r.type, own, done))
+            chain.append(Step(r.name, r.type, own_minutes(r), done))
     return list(reversed(chain))
+
+
+def until_training(resources: list[Registration]) -> set[str] | None:
+    """The training workloads, when the stack launches any: the estimate ends where training starts."""
+    jobs = {r.urn for r in resources if r.type in TRAINING_KINDS}
+    return jobs or None
 
 
 def describe(chain: list[Step]) -> list[str]:
     if not chain:
         return []
     total = chain[-1].done_at
-    lines = [f"Estimated first `pulumi up`: ~{total:.0f} min along its longest dependency chain:"]
+    what = (
+        "until training starts" if chain[-1].type in TRAINING_KINDS else "along its longest dependency chain"
+    )
+    lines = [f"Estimated first `pulumi up`: ~{total:.0f} min {what}:"]
     lines += [
         f"  {s.done_at:6.1f} min  {s.name} ({s.type}, ~{s.minutes:g} min)"
         for s in chain

@@ -36,6 +36,12 @@ class InstanceType:
     def on_demand(self) -> bool:
         return self.hourly_usd is not None
 
+    @property
+    def network_gbps(self) -> float:
+        """Network bandwidth in Gbit/s: the leading figure of `network` (baseline for burstable)."""
+        figure = self.network.split()
+        return float(figure[2] if figure[0] == "up" else figure[0])
+
 
 def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network):
     return InstanceType(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network)

@@ -125,6 +125,16 @@ class GpuNodeGroupConfig:
         "placementGroup", "Put nodes in a cluster placement group (not with a reservation).", False
     )
     disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (50-16384).", 200)
+    preflight: bool | None = setting(
+        "preflight",
+        "Check GPUs, EFA and all-reduce bandwidth before the first job (default: on with EFA).",
+        None,
+    )
+    preflight_min_bus_bandwidth: int | None = setting(
+        "preflightMinBusBandwidthGBps",
+        "Preflight floor for all-reduce bus bandwidth (default: half the instance's network, in GB/s).",
+        None,
+    )
     availability_zone: str | None = setting(
         "availabilityZone",
         "AZ of the group's nodes (required with a reservation); default: a VPC AZ offering the type.",
@@ -185,13 +195,24 @@ class StorageConfig:
 class JobConfig:
     name: str = setting("name", "Job name (Kubernetes name; at most 47 for Ray kinds).")
     kind: JobKind = setting("kind", "What to launch.")
-    node_group: str = setting("nodeGroup", "GPU node group the job runs on.")
-    nodes: int = setting("nodes", "Nodes the job uses (at most the group's nodeCount).", 1)
-    command: tuple[str, ...] = setting(
-        "command", "Container command (image default when empty).", factory=tuple
+    node_group: str = setting(
+        "nodeGroup", "GPU node group the job runs on, or `system` for a CPU-only (gloo) job."
     )
-    args: tuple[str, ...] = setting("args", "Container arguments.", factory=tuple)
-    env: dict[str, str] = setting("env", "Extra environment variables.", factory=dict)
+    nodes: int = setting("nodes", "Nodes the job uses (at most the group's nodeCount).", 1)
+    model: Literal["tiny", "small", "1b"] = setting("model", "Model size the default trainer trains.", "tiny")
+    steps: int = setting("steps", "Optimizer steps of the default trainer (1-10000000).", 100)
+    image: str | None = setting("image", "Container image (default: the image the stack builds).", None)
+    command: tuple[str, ...] = setting(
+        "command", "Container command (default: the workload's trainer for the kind).", factory=tuple
+    )
+    args: tuple[str, ...] = setting(
+        "args", "Arguments appended to the trainer's (or to `command`).", factory=tuple
+    )
+    env: dict[str, str] = setting(
+        "env",
+        "Extra environment variables (kept in a Kubernetes Secret if `jobs` is a secret).",
+        factory=dict,
+    )
     wait: WaitMode = setting("wait", "What `pulumi up` waits for.", "running")
     timeout_minutes: int = setting("timeoutMinutes", "How long `pulumi up` waits (1-10080).", 60)
 
@@ -240,6 +261,7 @@ class StackConfig:
     stack: str
     region: str
     aws_profile: str | None = None
+    secret_job_env: bool = False  # `trainstack:jobs` holds a secret: every job env value is one
     tags: dict[str, str] = setting("tags", "Tags added to every AWS resource.", factory=dict)
     network: NetworkConfig = setting("network", "VPC and subnets.", factory=NetworkConfig)
     cluster: ClusterConfig = setting("cluster", "EKS control plane and system nodes.", factory=ClusterConfig)
@@ -255,6 +277,11 @@ class StackConfig:
         "operators", "Cluster operators installed by the stack.", factory=OperatorsConfig
     )
     jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
+    hf_token: str | None = setting(
+        "hfToken",
+        "Hugging Face token (a secret), given to jobs as HF_TOKEN through a Kubernetes Secret.",
+        None,
+    )
     docker_hub_access_token: str | None = setting(
         "dockerHubAccessToken",
         "Docker Hub access token (a secret: `pulumi config set --secret`); see image.dockerHubUsername.",
@@ -342,7 +369,8 @@ def template_values(c: StackConfig) -> list[Problem]:
 
 
 # Keys whose values must be Pulumi secrets (encrypted in the stack file and the state).
-SECRET_KEYS = (f"{PROJECT}:dockerHubAccessToken",)
+SECRET_KEYS = (f"{PROJECT}:dockerHubAccessToken", f"{PROJECT}:hfToken")
+SYSTEM_GROUP = "system"  # the system node group's name in job configs
 
 
 def parse_config(
@@ -412,7 +440,13 @@ def parse_config(
         # Entries missing required keys are already reported; keep checking the rest.
         kwargs["gpu_node_groups"] = tuple(g for g in kwargs.get("gpu_node_groups", ()) if g is not None)
         kwargs["jobs"] = tuple(j for j in kwargs.get("jobs", ()) if j is not None)
-    config = StackConfig(stack=stack, region=region, aws_profile=values.get(PROFILE_KEY), **kwargs)
+    config = StackConfig(
+        stack=stack,
+        region=region,
+        aws_profile=values.get(PROFILE_KEY),
+        secret_job_env=f"{PROJECT}:jobs" in secret_keys,
+        **kwargs,
+    )
     if not reader.malformed:
         _check(config, reader)
     if reader.problems:
@@ -448,8 +482,22 @@ def _check(c: StackConfig, r: Reader) -> None:
     for name, n in Counter(j.name for j in c.jobs).items():
         if n > 1:
             r.problem(f"{p}:jobs", name, f"name used by {n} jobs", "unique names")
+    waited: Counter[str] = Counter()
+    for j in c.jobs:
+        if j.wait != "none":
+            waited[j.node_group] += j.nodes
+    for name, needed in waited.items():
+        have = by_name[name].node_count if name in by_name else c.cluster.system_node_group.desired_size
+        if name in by_name and needed > have:
+            r.problem(
+                f"{p}:jobs",
+                name,
+                f"the jobs `pulumi up` waits for on node group '{name}' need {needed} nodes at once; "
+                f"it has {have}, so some would never start",
+                "wait: none for jobs that may queue, fewer nodes, or a larger nodeCount",
+            )
     for i, j in enumerate(c.jobs):
-        _check_job(j, by_name, f"{p}:jobs[{i}]", r)
+        _check_job(j, by_name, c.cluster.system_node_group.desired_size, c.operators, f"{p}:jobs[{i}]", r)
 
     img = c.image
     context = PROJECT_ROOT / img.context
@@ -631,6 +679,19 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
             "not a valid node group name",
             f"{NAME_RULE}; at most {MAX_NODE_GROUP_NAME} characters",
         )
+    if g.name == SYSTEM_GROUP:
+        r.problem(f"{k}.name", g.name, "reserved for the system node group", "any other name")
+    if g.preflight_min_bus_bandwidth is not None and not 1 <= g.preflight_min_bus_bandwidth <= 10_000:
+        r.problem(
+            f"{k}.preflightMinBusBandwidthGBps", g.preflight_min_bus_bandwidth, "out of range", "1-10000 GB/s"
+        )
+    if g.preflight and not g.efa:
+        r.problem(
+            f"{k}.preflight",
+            True,
+            "the preflight checks EFA and cross-node bandwidth; this group has no EFA",
+            "false or unset, or efa: true",
+        )
     if g.instance_type not in GPU_INSTANCE_TYPES:
         r.problem(
             f"{k}.instanceType",
@@ -706,26 +767,46 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
         r.problem(f"{k}.diskSizeGiB", g.disk_size_gib, "out of range", "50-16384")
 
 
-def _check_job(j: JobConfig, groups: dict[str, GpuNodeGroupConfig], k: str, r: Reader) -> None:
+def _check_job(
+    j: JobConfig,
+    groups: dict[str, GpuNodeGroupConfig],
+    system_nodes: int,
+    operators: OperatorsConfig,
+    k: str,
+    r: Reader,
+) -> None:
     limit = MAX_JOB_NAME[j.kind]
     if not _LABEL.match(j.name) or len(j.name) > limit:
         r.problem(
             f"{k}.name", j.name, f"not a valid {j.kind} name", f"{NAME_RULE}; at most {limit} characters"
         )
-    group = groups.get(j.node_group)
-    if group is None:
+    if j.node_group == SYSTEM_GROUP:
+        count, label = system_nodes, f"the system node group has {system_nodes} node(s) at creation"
+    elif j.node_group in groups:
+        count = groups[j.node_group].node_count
+        label = f"node group '{j.node_group}' has {count} node(s)"
+    else:
+        count = 0
         r.problem(
             f"{k}.nodeGroup",
             j.node_group,
-            "no GPU node group has that name",
-            ", ".join(groups) or "(none defined)",
+            "no node group has that name",
+            ", ".join([*groups, SYSTEM_GROUP]),
         )
-    elif not 1 <= j.nodes <= group.node_count:
+    if count and not 1 <= j.nodes <= count:
+        r.problem(f"{k}.nodes", j.nodes, label, f"1-{count}")
+    if not 1 <= j.steps <= 10_000_000:
+        r.problem(f"{k}.steps", j.steps, "out of range", "1-10000000")
+    if j.image is not None and (not j.image.strip() or any(c.isspace() for c in j.image)):
+        r.problem(f"{k}.image", j.image, "not an image reference", "registry/repository:tag or @sha256:...")
+    needs = "trainingOperator" if j.kind == "PyTorchJob" else "kuberay"
+    enabled = operators.training_operator.enabled if j.kind == "PyTorchJob" else operators.kuberay.enabled
+    if not enabled:
         r.problem(
-            f"{k}.nodes",
-            j.nodes,
-            f"node group '{group.name}' has {group.node_count} node(s)",
-            f"1-{group.node_count}",
+            f"{k}.kind",
+            j.kind,
+            f"operators.{needs} is turned off, and nothing else in the stack runs a {j.kind}",
+            f"turn operators.{needs} back on, or remove the job",
         )
     for name in j.env:
         if not _ENV_NAME.match(name):

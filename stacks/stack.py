@@ -2,6 +2,7 @@
 
     build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM)
       ->  operators plane (device plugins, training operator, KubeRay)
+      ->  jobs plane (preflight per EFA group, PyTorchJob / RayJob / RayCluster)
 
 Each plane gets only what it needs from the one before. Returns the stack outputs.
 """
@@ -13,11 +14,13 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
-from components.bucket import ArtifactBucket, ArtifactBucketArgs
-from components.cluster import Cluster, ClusterArgs
+from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket, ArtifactBucketArgs
+from components.cluster import SYSTEM_NODE_LABEL, Cluster, ClusterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
+from components.jobs import GroupPreflight, JobSpec, Placement, PreflightArgs, TrainingJob, TrainingJobArgs
 from components.network import (
     Network,
     NetworkArgs,
@@ -28,7 +31,8 @@ from components.network import (
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
 from components.registry import ImageRegistry, ImageRegistryArgs
-from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig
+from stacks.catalog import INSTANCE_TYPES
+from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, SYSTEM_GROUP, StackConfig
 
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
 
@@ -69,7 +73,8 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
     build = build_plane(cfg, account)
     compute = compute_plane(cfg, account, build.bucket)
     operators = operators_plane(cfg, compute.cluster)
-    return outputs(cfg, build, compute, operators)
+    jobs = jobs_plane(cfg, build, compute, operators)
+    return outputs(cfg, build, compute, operators, jobs)
 
 
 def aws_account(cfg: StackConfig) -> Account:
@@ -241,8 +246,124 @@ def operators_plane(cfg: StackConfig, cluster: Cluster) -> ClusterOperators:
     )
 
 
-def outputs(
+def placements(cfg: StackConfig, compute: ComputePlane) -> dict[str, Placement]:
+    """What one node of each group offers a job's pods (GPU facts as EC2 reports them)."""
+    system = cfg.cluster.system_node_group
+    cpu = INSTANCE_TYPES[system.instance_type]
+    found = {
+        SYSTEM_GROUP: Placement(
+            SYSTEM_GROUP,
+            system.instance_type,
+            0,
+            0,
+            cpu.vcpus,
+            cpu.memory_gib,
+            cpu.hourly_usd or 0.0,
+            dict(SYSTEM_NODE_LABEL),
+            compute.cluster.system_nodes,
+        )
+    }
+    for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True):
+        found[g.name] = Placement(
+            g.name,
+            g.instance_type,
+            ng.gpu_count,
+            ng.efa_count,
+            ng.vcpus,
+            ng.memory_gib,
+            0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0,
+            {"trainstack.dev/node-group": g.name},
+            ng,
+        )
+    return found
+
+
+def jobs_plane(
     cfg: StackConfig, build: BuildPlane, compute: ComputePlane, operators: ClusterOperators
+) -> list[TrainingJob]:
+    pods, provider = compute.pod_identity, compute.cluster.provider
+    k8s_opts = pulumi.ResourceOptions(provider=provider, depends_on=[pods.namespace])
+    hf_secret = None
+    if cfg.hf_token is not None:
+        hf_secret = k8s.core.v1.Secret(
+            "hf-token",
+            metadata={"name": "hf-token", "namespace": pods.namespace_name},
+            string_data={"HF_TOKEN": pulumi.Output.secret(cfg.hf_token)},
+            opts=k8s_opts,
+        )
+    by_group = placements(cfg, compute)
+    preflights: dict[str, GroupPreflight] = {}
+    for g in cfg.gpu_node_groups:
+        used = any(j.node_group == g.name for j in cfg.jobs)
+        if not used or not (g.preflight if g.preflight is not None else g.efa):
+            continue
+        floor = g.preflight_min_bus_bandwidth or max(1, int(g.instance.network_gbps / 8 / 2))
+        preflights[g.name] = GroupPreflight(
+            f"preflight-{g.name}",
+            PreflightArgs(
+                placement=by_group[g.name],
+                nodes=g.node_count,
+                min_bus_bandwidth_gbps=floor,
+                image=build.image.image_uri,
+                namespace=pods.namespace_name,
+                service_account=pods.service_account_name,
+                provider=provider,
+                waits_for=[by_group[g.name].node_group, *operators.device_plugins, pods.association],
+            ),
+        )
+    jobs = []
+    for j in cfg.jobs:
+        env_secret = None
+        if j.env and cfg.secret_job_env:
+            env_secret = k8s.core.v1.Secret(
+                f"{j.name}-env",
+                metadata={"name": f"{j.name}-env", "namespace": pods.namespace_name},
+                string_data={k: pulumi.Output.secret(v) for k, v in j.env.items()},
+                opts=k8s_opts,
+            )
+        placement = by_group[j.node_group]
+        extra = [r for r in (hf_secret, env_secret, preflights.get(j.node_group), pods.association) if r]
+        jobs.append(
+            TrainingJob(
+                f"job-{j.name}",
+                TrainingJobArgs(
+                    spec=JobSpec(
+                        j.name,
+                        j.kind,
+                        j.nodes,
+                        j.model,
+                        j.steps,
+                        j.command,
+                        j.args,
+                        j.env,
+                        j.wait,
+                        j.timeout_minutes,
+                    ),
+                    placement=placement,
+                    image=j.image or build.image.image_uri,
+                    checkpoint_uri=pulumi.Output.concat(
+                        "s3://", build.bucket.bucket_name, f"/{CHECKPOINT_PREFIX}{j.name}/"
+                    ),
+                    namespace=pods.namespace_name,
+                    service_account=pods.service_account_name,
+                    provider=provider,
+                    operator=operators.training_operator if j.kind == "PyTorchJob" else operators.kuberay,
+                    waits_for=extra,
+                    env_secret=f"{j.name}-env" if env_secret else None,
+                    hf_token_secret="hf-token" if hf_secret else None,
+                    head_selector=dict(SYSTEM_NODE_LABEL),
+                ),
+            )
+        )
+    return jobs
+
+
+def outputs(
+    cfg: StackConfig,
+    build: BuildPlane,
+    compute: ComputePlane,
+    operators: ClusterOperators,
+    jobs: list[TrainingJob],
 ) -> dict[str, Any]:
     cluster, pods = compute.cluster, compute.pod_identity
     return {
@@ -268,4 +389,9 @@ def outputs(
             **{key: f"{r.namespace}/{r.release}" for key, r in operators.installed_charts.items()},
             "trainingOperator": operators.training_operator_url,
         },
+        "jobs": {j.spec_name: j.summary for j in jobs},
+        "gpusTotal": sum(
+            ng.gpu_count * g.node_count
+            for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True)
+        ),
     }

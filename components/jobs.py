@@ -1,0 +1,477 @@
+"""Training jobs as stack resources: PyTorchJob, RayJob, RayCluster, and an EFA preflight.
+
+A job's config says what to train and where; everything else is derived from the node group it
+runs on: GPUs and EFA interfaces per node (requests = limits), the NCCL/libfabric environment on
+EFA groups only, CPU and memory requests that leave room for the node's daemons, a memory-backed
+/dev/shm, the node selector and the GPU toleration, and checkpoints mirrored to the stack's bucket
+so a relaunch resumes. Each job's Kubernetes name is fixed and a spec change replaces it (delete
+first), so a config change plus `pulumi up` relaunches it; unchanged config leaves it running.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gpu_node_group import GPU_TAINT
+
+WORKDIR = "/opt/trainstack"
+CHECKPOINT_DIR = "/checkpoints"
+# Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
+TERMINATION_GRACE_SECONDS = 600
+RAY_VERSION = "2.60.0"  # workload/requirements.txt
+RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to the operators
+GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+PART_OF = {"app.kubernetes.io/part-of": "trainstack"}
+
+# Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging.
+GPU_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+# EFA groups only: libfabric's EFA provider under aws-ofi-nccl (libfabric >= 1.18 needs no
+# FI_EFA_USE_DEVICE_RDMA; NCCL_PROTO=simple was for aws-ofi-nccl <= 1.5). NCCL's INFO log for the
+# init and network subsystems says which network it uses (`trainstack doctor` reads it).
+EFA_ENV = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_FORK_SAFE": "1",
+    "NCCL_SOCKET_IFNAME": "^lo",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,NET",
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job's pods run and what one node of that group offers them."""
+
+    group: str
+    instance_type: str
+    gpus: int
+    efa: int
+    vcpus: int
+    memory_gib: int
+    hourly_usd: float
+    node_selector: dict[str, str]
+    node_group: pulumi.Resource  # the pods need its nodes
+
+    @property
+    def cpu_request(self) -> str:
+        # kubelet, the CNI, kube-proxy, device plugins and the pod identity agent keep ~5% (>= 1).
+        return str(max(1, self.vcpus - max(1, -(-self.vcpus * 5 // 100))))
+
+    @property
+    def memory_request(self) -> str:
+        # EKS reserves ~1-2 GiB for the kubelet and eviction on large nodes, more in proportion.
+        return f"{max(1, self.memory_gib * 90 // 100 - 1)}Gi"
+
+    @property
+    def shm_size(self) -> str:
+        # NCCL and DataLoader workers use /dev/shm; memory-backed, counted in the pod's memory.
+        return f"{max(1, self.memory_gib // 8)}Gi"
+
+    def resources(self) -> dict[str, Any]:
+        requests: dict[str, str] = {"cpu": self.cpu_request, "memory": self.memory_request}
+        devices = {}
+        if self.gpus:
+            devices["nvidia.com/gpu"] = str(self.gpus)
+        if self.efa:
+            # Without it NCCL silently falls back to TCP sockets.
+            devices["vpc.amazonaws.com/efa"] = str(self.efa)
+        return {"requests": {**requests, **devices}, "limits": devices} if devices else {"requests": requests}
+
+    def pod_placement(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"nodeSelector": dict(self.node_selector)}
+        if self.gpus:
+            spec["tolerations"] = [GPU_TOLERATION]
+        return spec
+
+    def env(self) -> list[dict[str, str]]:
+        fixed = {**(GPU_ENV if self.gpus else {}), **(EFA_ENV if self.efa else {})}
+        return [{"name": k, "value": v} for k, v in fixed.items()]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    kind: str
+    nodes: int
+    model: str
+    steps: int
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: dict[str, str]
+    wait: str  # none | running | succeeded
+    timeout_minutes: int
+
+
+@dataclass(frozen=True)
+class TrainingJobArgs:
+    spec: JobSpec
+    placement: Placement
+    image: pulumi.Input[str]
+    checkpoint_uri: pulumi.Input[str]  # s3://<bucket>/checkpoints/<job>/
+    namespace: str
+    service_account: str
+    provider: k8s.Provider
+    operator: pulumi.Resource | None  # None: installed outside the stack (validated in config)
+    waits_for: list[pulumi.Resource] = field(default_factory=list)
+    env_secret: str | None = None  # a Secret holding the job's env values (when they are secret)
+    hf_token_secret: str | None = None  # a Secret with HF_TOKEN
+    head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
+
+
+# What `pulumi up` waits for, per kind and mode (pulumi-kubernetes `pulumi.com/waitFor`).
+# A PyTorchJob's Running condition flips to False when it finishes, so "running" also accepts
+# Succeeded; a RayJob has no conditions, only status.jobStatus.
+WAIT_FOR = {
+    ("PyTorchJob", "running"): (
+        "jsonpath={.status.conditions[?@.status=='True' && (@.type=='Running' || @.type=='Succeeded')].type}"
+    ),
+    ("PyTorchJob", "succeeded"): "condition=Succeeded",
+    ("RayJob", "running"): "jsonpath={.status[?@=='RUNNING' || @=='SUCCEEDED']}",
+    ("RayJob", "succeeded"): "jsonpath={.status.jobStatus}=SUCCEEDED",
+    ("RayCluster", "running"): "condition=RayClusterProvisioned",
+}
+
+
+def wait_annotations(kind: str, wait: str) -> dict[str, str]:
+    if wait == "none":
+        return {"pulumi.com/skipAwait": "true"}
+    return {"pulumi.com/waitFor": WAIT_FOR[(kind, wait)]}
+
+
+def trainer_args(spec: JobSpec, checkpoint_uri: pulumi.Input[str]) -> list[pulumi.Input[str]]:
+    """The default trainer's flags: size, length, and checkpoints on a volume mirrored to S3."""
+    return [
+        "--model",
+        spec.model,
+        "--steps",
+        str(spec.steps),
+        "--checkpoint-dir",
+        CHECKPOINT_DIR,
+        "--s3-checkpoints",
+        checkpoint_uri,
+        *spec.args,
+    ]
+
+
+def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [*args.placement.env()]
+    if args.hf_token_secret:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "HF_TOKEN"}},
+            }
+        )
+    for name, value in args.spec.env.items():
+        if args.env_secret:
+            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": args.env_secret, "key": name}}})
+        else:
+            env.append({"name": name, "value": value})
+    return env
+
+
+def volumes(placement: Placement) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): /dev/shm in memory, checkpoints on the node's disk (mirrored to S3)."""
+    return (
+        [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}},
+            {"name": "checkpoints", "emptyDir": {}},
+        ],
+        [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "checkpoints", "mountPath": CHECKPOINT_DIR}],
+    )
+
+
+def pod_template(
+    args: TrainingJobArgs, container: dict[str, Any], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    vols, mounts = volumes(args.placement)
+    return {
+        "metadata": {"labels": {**PART_OF, "trainstack.dev/job": args.spec.name, **(labels or {})}},
+        "spec": {
+            "serviceAccountName": args.service_account,
+            **args.placement.pod_placement(),
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+            "containers": [
+                {
+                    "image": args.image,
+                    "workingDir": WORKDIR,
+                    "env": container_env(args),
+                    "resources": args.placement.resources(),
+                    "volumeMounts": mounts,
+                    **container,
+                }
+            ],
+            "volumes": vols,
+        },
+    }
+
+
+def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
+    spec, p = args.spec, args.placement
+    command = list(spec.command) or ["torchrun", "-m", "trainer.train"]
+    container_args = list(spec.args) if spec.command else trainer_args(spec, args.checkpoint_uri)
+    return {
+        # One process per GPU (one on a CPU node); the operator passes it to torchrun as PET_NPROC_PER_NODE.
+        "nprocPerNode": str(p.gpus or 1),
+        # c10d rendezvous, and torchrun restarts the workers after a failure (the declarative
+        # auto-retry). No `metrics`: the operator would add an HPA that fights Pulumi over replicas.
+        "elasticPolicy": {
+            "rdzvBackend": "c10d",
+            "minReplicas": spec.nodes,
+            "maxReplicas": spec.nodes,
+            "maxRestarts": 10,
+        },
+        "pytorchReplicaSpecs": {
+            "Worker": {
+                "replicas": spec.nodes,
+                "restartPolicy": "OnFailure",
+                "template": pod_template(
+                    args, {"name": "pytorch", "command": command, "args": container_args}
+                ),
+            }
+        },
+    }
+
+
+def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
+    spec, p = args.spec, args.placement
+    if spec.command:
+        parts: list[pulumi.Input[str]] = [*spec.command, *spec.args]
+    else:
+        workers = spec.nodes * (p.gpus or 1)
+        gpu = ["--use-gpu"] if p.gpus else []
+        parts = [
+            "python",
+            "-m",
+            "trainer.ray_train",
+            "--num-workers",
+            str(workers),
+            *gpu,
+            *trainer_args(spec, args.checkpoint_uri),
+        ]
+    return pulumi.Output.all(*parts).apply(lambda xs: shlex.join(xs))
+
+
+def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
+    spec, p = args.spec, args.placement
+    worker = pod_template(args, {"name": "ray-worker"}, {"trainstack.dev/ray-role": "worker"})
+    head_vols, head_mounts = volumes(p)
+    head = {
+        "metadata": {
+            "labels": {**PART_OF, "trainstack.dev/job": spec.name, "trainstack.dev/ray-role": "head"}
+        },
+        "spec": {
+            "serviceAccountName": args.service_account,
+            "nodeSelector": dict(args.head_selector),
+            "containers": [
+                {
+                    "name": "ray-head",
+                    "image": args.image,
+                    "workingDir": WORKDIR,
+                    "env": container_env(args),
+                    "resources": {"requests": dict(RAY_HEAD), "limits": {"memory": RAY_HEAD["memory"]}},
+                    "volumeMounts": head_mounts[:1],
+                }
+            ],
+            "volumes": head_vols[:1],
+        },
+    }
+    return {
+        "rayVersion": RAY_VERSION,
+        "headGroupSpec": {
+            # No work lands on the head: it runs on a CPU node next to the operators.
+            "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+            "template": head,
+        },
+        "workerGroupSpecs": [
+            {
+                "groupName": p.group,
+                "replicas": spec.nodes,
+                "minReplicas": spec.nodes,
+                "maxReplicas": spec.nodes,
+                "rayStartParams": {"num-gpus": str(p.gpus)} if p.gpus else {},
+                "template": worker,
+            }
+        ],
+    }
+
+
+def rayjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
+    return {
+        "entrypoint": ray_entrypoint(args),
+        "submissionMode": "K8sJobMode",
+        # The cluster goes when the job ends; the RayJob object stays, so the stack does not drift.
+        "shutdownAfterJobFinishes": True,
+        "backoffLimit": 2,
+        "rayClusterSpec": ray_cluster_spec(args),
+    }
+
+
+KINDS = {
+    "PyTorchJob": ("kubeflow.org/v1", pytorchjob_spec),
+    "RayJob": ("ray.io/v1", rayjob_spec),
+    "RayCluster": ("ray.io/v1", ray_cluster_spec),
+}
+
+
+def watch_commands(kind: str, name: str, namespace: str) -> dict[str, str]:
+    watch = f"kubectl -n {namespace} get {kind.lower()} {name} -w"
+    if kind == "PyTorchJob":
+        logs = f"kubectl -n {namespace} logs -f --prefix -l training.kubeflow.org/job-name={name}"
+    elif kind == "RayJob":
+        logs = f"kubectl -n {namespace} logs -f job/{name}"
+    else:
+        logs = f"kubectl -n {namespace} logs -f --prefix -l ray.io/cluster={name}"
+    commands = {"watch": watch, "logs": logs}
+    if kind == "RayCluster":
+        commands["dashboard"] = f"kubectl -n {namespace} port-forward svc/{name}-head-svc 8265:8265"
+    return commands
+
+
+class TrainingJob(pulumi.ComponentResource):
+    """One PyTorchJob, RayJob or RayCluster (token trainstack:jobs:<kind>)."""
+
+    def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
+        spec = args.spec
+        super().__init__(f"trainstack:jobs:{spec.kind}", name, None, opts)
+        api_version, build = KINDS[spec.kind]
+        deps = [d for d in (args.operator, args.placement.node_group, *args.waits_for) if d is not None]
+        timeout = f"{spec.timeout_minutes}m"
+        self.resource = k8s.apiextensions.CustomResource(
+            name,
+            api_version=api_version,
+            kind=spec.kind,
+            metadata={
+                "name": spec.name,
+                "namespace": args.namespace,
+                "labels": {**PART_OF, "trainstack.dev/node-group": args.placement.group},
+                "annotations": wait_annotations(spec.kind, spec.wait),
+            },
+            spec=build(args),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=args.provider,
+                depends_on=deps,
+                # A changed spec relaunches the job under the same name; checkpoints live in S3.
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
+            ),
+        )
+        p = args.placement
+        self.spec_name = spec.name
+        self.summary = {
+            "kind": spec.kind,
+            "nodeGroup": p.group,
+            "nodes": spec.nodes,
+            "gpus": spec.nodes * p.gpus,
+            "hourlyUsd": round(spec.nodes * p.hourly_usd, 4),
+            **watch_commands(spec.kind, spec.name, args.namespace),
+        }
+        self.register_outputs({"summary": self.summary})
+
+
+@dataclass(frozen=True)
+class PreflightArgs:
+    placement: Placement
+    nodes: int
+    min_bus_bandwidth_gbps: int
+    image: pulumi.Input[str]
+    namespace: str
+    service_account: str
+    provider: k8s.Provider
+    waits_for: list[pulumi.Resource] = field(default_factory=list)
+    timeout_minutes: int = 20
+
+
+class GroupPreflight(pulumi.ComponentResource):
+    """An Indexed Job over every node of an EFA group: devices, NCCL over EFA, bus bandwidth.
+
+    Pulumi awaits a Job natively and fails the update when it fails, so jobs that depend on it are
+    never created on a group that would train over TCP or with missing devices."""
+
+    def __init__(self, name: str, args: PreflightArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:jobs:GroupPreflight", name, None, opts)
+        p = args.placement
+        job_name = f"preflight-{p.group}"
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=args.waits_for)
+        labels = {**PART_OF, "trainstack.dev/preflight": p.group}
+        # Rank 0's stable DNS name for the others: <job>-0.<service>, before it is Ready.
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata={"name": job_name, "namespace": args.namespace, "labels": labels},
+            spec={
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": labels,
+                "ports": [{"name": "rendezvous", "port": 29500}],
+            },
+            opts=k8s_opts,
+        )
+        vols, mounts = volumes(p)
+        command = [
+            "torchrun",
+            f"--nnodes={args.nodes}",
+            f"--nproc-per-node={p.gpus}",
+            "--node-rank=$(JOB_COMPLETION_INDEX)",
+            f"--master-addr={job_name}-0.{job_name}",
+            "--master-port=29500",
+            "-m",
+            "trainer.preflight",
+            f"--gpus-per-node={p.gpus}",
+            f"--efa-per-node={p.efa}",
+            f"--min-bus-bandwidth={args.min_bus_bandwidth_gbps}",
+        ]
+        timeout = f"{args.timeout_minutes}m"
+        self.job = k8s.batch.v1.Job(
+            name,
+            metadata={"name": job_name, "namespace": args.namespace, "labels": labels},
+            spec={
+                "completionMode": "Indexed",
+                "completions": args.nodes,
+                "parallelism": args.nodes,
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": args.timeout_minutes * 60,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "subdomain": job_name,
+                        "restartPolicy": "Never",
+                        "serviceAccountName": args.service_account,
+                        **p.pod_placement(),
+                        "containers": [
+                            {
+                                "name": "preflight",
+                                "image": args.image,
+                                "workingDir": WORKDIR,
+                                "command": command,
+                                "env": p.env(),
+                                "resources": p.resources(),
+                                "volumeMounts": mounts[:1],
+                            }
+                        ],
+                        "volumes": vols[:1],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=args.provider,
+                depends_on=[self.service, *args.waits_for],
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
+            ),
+        )
+        self.register_outputs({"job": job_name, "command": json.dumps(command)})

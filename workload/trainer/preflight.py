@@ -1,0 +1,141 @@
+"""Check a node group before the first training job on it: devices, NCCL's network, bandwidth.
+
+    torchrun --nnodes N --nproc-per-node G ... -m trainer.preflight \\
+        --gpus-per-node 8 --efa-per-node 32 --min-bus-bandwidth 200
+
+Every rank checks that its node exposes the expected GPUs and EFA devices; then all ranks run
+all-reduces and rank 0 reports the bus bandwidth (nccl-tests' convention: algorithm bandwidth x
+2(n-1)/n) and the network NCCL chose, from NCCL's own log. On CPU (gloo) the same runs without
+device or EFA checks. Exit 0 when every check passes; 1 with a `preflight {json}` line, and the
+same message in the pod's termination log, saying what was measured and what to check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from trainer.train import init_distributed
+
+TERMINATION_LOG = Path("/dev/termination-log")
+INFINIBAND = Path("/sys/class/infiniband")  # one entry per EFA device the pod was given
+_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.MULTILINE)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus-per-node", type=int, default=0)
+    p.add_argument("--efa-per-node", type=int, default=0)
+    p.add_argument("--min-bus-bandwidth", type=float, default=0.0, help="GB/s; 0 reports without a floor")
+    p.add_argument("--size-mb", type=int, default=256, help="all-reduce message size")
+    p.add_argument("--iters", type=int, default=20)
+    return p.parse_args(argv)
+
+
+def network_from_nccl_log(text: str) -> str | None:
+    """The network NCCL picked ('Libfabric' or 'AWS Libfabric' for EFA, 'Socket' for TCP)."""
+    found = _NETWORK.findall(text)
+    return found[-1] if found else None
+
+
+def uses_efa(network: str | None) -> bool:
+    return network is not None and "libfabric" in network.lower()
+
+
+def local_problems(args: argparse.Namespace, device: torch.device) -> list[str]:
+    problems = []
+    if args.gpus_per_node and device.type == "cuda":
+        seen = torch.cuda.device_count()
+        if seen != args.gpus_per_node:
+            problems.append(
+                f"{os.uname().nodename}: {seen} GPUs visible, {args.gpus_per_node} expected "
+                "(check the pod's nvidia.com/gpu request and the NVIDIA device plugin on the node)"
+            )
+    if args.efa_per_node:
+        seen = len(list(INFINIBAND.iterdir())) if INFINIBAND.is_dir() else 0
+        if seen != args.efa_per_node:
+            problems.append(
+                f"{os.uname().nodename}: {seen} EFA devices visible, {args.efa_per_node} expected "
+                "(check the pod's vpc.amazonaws.com/efa request and the EFA device plugin on the node)"
+            )
+    return problems
+
+
+def bus_bandwidth(device: torch.device, size_mb: int, iters: int) -> float:
+    """All-reduce bus bandwidth in GB/s, timed on the slowest rank."""
+    world = dist.get_world_size()
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    numel = size_mb * 2**20 // torch.tensor([], dtype=dtype).element_size()
+    tensor = torch.ones(numel, dtype=dtype, device=device)
+    for _ in range(3):  # warm-up: connections, buffers
+        dist.all_reduce(tensor)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    bytes_ = numel * tensor.element_size()
+    algbw = bytes_ * iters / elapsed.item()
+    return algbw * 2 * (world - 1) / world / 1e9 if world > 1 else algbw / 1e9
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log_dir = Path(tempfile.mkdtemp(prefix="nccl-"))
+    # NCCL says which network it uses at INFO level; keep its log to read it back.
+    os.environ.setdefault("NCCL_DEBUG", "INFO")
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    os.environ.setdefault("NCCL_DEBUG_FILE", str(log_dir / "nccl.%h.%p.log"))
+    ctx = init_distributed()
+    problems = local_problems(args, ctx.device)
+    busbw = bus_bandwidth(ctx.device, args.size_mb, args.iters)
+    network = (
+        network_from_nccl_log("".join(p.read_text(errors="replace") for p in log_dir.glob("nccl.*")))
+        if ctx.device.type == "cuda"
+        else "gloo (TCP)"
+    )
+    if args.efa_per_node and ctx.world_size > 1 and not uses_efa(network):
+        problems.append(
+            f"NCCL uses {network or 'an unknown network'}, not EFA: check the pods request "
+            "vpc.amazonaws.com/efa, the image's aws-ofi-nccl plugin is on LD_LIBRARY_PATH and FI_PROVIDER=efa"
+        )
+    gathered: list[list[str]] = [[] for _ in range(ctx.world_size)]
+    dist.all_gather_object(gathered, problems)
+    problems = [p for rank in gathered for p in rank]
+    if args.min_bus_bandwidth and busbw < args.min_bus_bandwidth:
+        problems.append(
+            f"all-reduce bus bandwidth {busbw:.1f} GB/s is below the floor of {args.min_bus_bandwidth:g} GB/s "
+            f"({args.size_mb} MB messages over {ctx.world_size} ranks, network {network}): check that "
+            "every node is in one placement group and AZ, and the EFA security group allows all traffic"
+        )
+    report = {
+        "ok": not problems,
+        "world_size": ctx.world_size,
+        "bus_bandwidth_gbps": round(busbw, 2),
+        "network": network,
+        "problems": problems,
+    }
+    if ctx.rank == 0:
+        print(f"preflight {json.dumps(report)}", flush=True)
+        if problems and TERMINATION_LOG.parent.is_dir() and os.access(TERMINATION_LOG.parent, os.W_OK):
+            TERMINATION_LOG.write_text("; ".join(problems)[:4000])
+    dist.destroy_process_group()
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
