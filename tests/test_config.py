@@ -188,7 +188,7 @@ def test_ray_job_names_are_shorter():
 
 def test_job_on_unknown_node_group():
     (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(nodeGroup="gpus")])
-    assert msg == 'trainstack:jobs[0].nodeGroup = "gpus": no GPU node group has that name; allowed: gpu'
+    assert msg == 'trainstack:jobs[0].nodeGroup = "gpus": no node group has that name; allowed: gpu, system'
 
 
 def test_job_asking_for_more_nodes_than_its_group():
@@ -197,7 +197,7 @@ def test_job_asking_for_more_nodes_than_its_group():
 
 
 def test_duplicate_job_names():
-    msgs = problems(gpuNodeGroups=[group()], jobs=[job(), job()])
+    msgs = problems(gpuNodeGroups=[group()], jobs=[job(wait="none"), job(wait="none")])
     assert msgs == ['trainstack:jobs = "train": name used by 2 jobs; allowed: unique names']
 
 

@@ -50,6 +50,7 @@ def test_every_operator_can_be_turned_off():
             "kuberay": off,
             "trainingOperator": off,
         },
+        jobs=[],
     )
     assert run.by_type(RELEASE) == [] and run.by_type(DIRECTORY) == []
     assert run.outputs["operators"] == {"trainingOperator": None}

@@ -36,12 +36,16 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert proc.returncode == 0, proc.stderr
     assert (out / "resources.json").is_file()
     assert (out / "outputs.json").is_file()
+    prod = stack == "prod"
     expected = [
-        *(["helm-aws-efa-k8s-device-plugin.yaml"] if stack == "prod" else []),
+        *(["helm-aws-efa-k8s-device-plugin.yaml"] if prod else []),
         "helm-kuberay-operator.yaml",
         "helm-nvidia-device-plugin.yaml",
+        *(["job-training-preflight-p5.yaml"] if prod else []),
         "kustomize-operators-training-operator.yaml",
         "namespace-training.yaml",
+        *(["pytorchjob-training-llama-1b-fsdp.yaml"] if prod else ["pytorchjob-training-llama-tiny.yaml"]),
+        *(["rayjob-training-llama-1b-ray.yaml", "service-training-preflight-p5.yaml"] if prod else []),
         "serviceaccount-training-trainer.yaml",
     ]
     assert sorted(p.name for p in (out / "manifests").iterdir()) == expected
@@ -61,12 +65,22 @@ def test_plan_exits_zero_and_writes_files(planned):
 
 
 def test_resources_json_shape(planned):
-    _, _, out = planned
+    stack, _, out = planned
     resources = json.loads((out / "resources.json").read_text())
     assert isinstance(resources, list) and resources
     urns = {r["urn"] for r in resources}
     for r in resources:
-        assert set(r) == {"urn", "type", "name", "parent", "custom", "inputs", "dependencies", "transforms"}
+        assert set(r) == {
+            "urn",
+            "type",
+            "name",
+            "parent",
+            "custom",
+            "inputs",
+            "dependencies",
+            "transforms",
+            "options",
+        }
         assert r["urn"].startswith("urn:pulumi:") and r["urn"].endswith(f"::{r['name']}")
         assert r["parent"] is None or r["parent"] in urns
         assert isinstance(r["custom"], bool)
@@ -81,6 +95,8 @@ def test_resources_json_shape(planned):
         "trainstack:compute:Cluster",
         "trainstack:compute:GpuNodeGroup",
         "trainstack:operators:ClusterOperators",
+        "trainstack:jobs:PyTorchJob",
+        *(["trainstack:jobs:RayJob", "trainstack:jobs:GroupPreflight"] if stack == "prod" else []),
         "trainstack:compute:TrainingPodIdentity",
     }
 

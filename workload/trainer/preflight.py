@@ -108,14 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         if ctx.device.type == "cuda"
         else "gloo (TCP)"
     )
-    if args.efa_per_node and ctx.world_size > 1 and not uses_efa(network):
-        problems.append(
-            f"NCCL uses {network or 'an unknown network'}, not EFA: check the pods request "
-            "vpc.amazonaws.com/efa, the image's aws-ofi-nccl plugin is on LD_LIBRARY_PATH and FI_PROVIDER=efa"
-        )
     gathered: list[list[str]] = [[] for _ in range(ctx.world_size)]
     dist.all_gather_object(gathered, problems)
     problems = [p for rank in gathered for p in rank]
+    if args.efa_per_node and ctx.world_size > 1 and not uses_efa(network):
+        problems.append(
+            f"the collectives use {network or 'an unknown network'}, not EFA: check the pods request "
+            "vpc.amazonaws.com/efa, the image's aws-ofi-nccl plugin is on LD_LIBRARY_PATH and FI_PROVIDER=efa"
+        )
     if args.min_bus_bandwidth and busbw < args.min_bus_bandwidth:
         problems.append(
             f"all-reduce bus bandwidth {busbw:.1f} GB/s is below the floor of {args.min_bus_bandwidth:g} GB/s "

@@ -1,0 +1,474 @@
+"""Training jobs under the mock engine: manifests validated strictly against the upstream CRDs and
+Kubernetes schemas, values derived from the node group, waiting, secrets, ordering, relaunch."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from typing import Any
+
+import jsonpath_rfc9535 as jsonpath
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import plan, shared_dir, stack_values
+
+from components.jobs import EFA_ENV, GPU_ENV, WAIT_FOR, wait_annotations
+from offline.engine import SECRET_MASK, run_program
+from offline.plan import manifest_of
+from stacks.schema import ConfigError
+
+PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
+RAYJOB = "kubernetes:ray.io/v1:RayJob"
+RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+CRD_FILES = {
+    "PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
+    "RayJob": "ray.io_rayjobs.yaml",
+    "RayCluster": "ray.io_rayclusters.yaml",
+}
+HF_TOKEN = "hf_offlineSECRETtoken"
+SECRET_ENV = "wandb-offline-secret"
+
+
+def groups() -> list[dict]:
+    return [
+        {"name": "gpu", "instanceType": "g6.xlarge"},
+        {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True},
+        {"name": "p4d", "instanceType": "p4d.24xlarge", "nodeCount": 2, "efa": True, "preflight": False},
+    ]
+
+
+def all_kinds_jobs() -> list[dict]:
+    return [
+        {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "model": "1b", "steps": 500},
+        {"name": "a100", "kind": "PyTorchJob", "nodeGroup": "p4d", "nodes": 2, "wait": "succeeded"},
+        {"name": "ray-l4", "kind": "RayJob", "nodeGroup": "gpu", "env": {"WANDB_API_KEY": SECRET_ENV}},
+        {"name": "ray-box", "kind": "RayCluster", "nodeGroup": "gpu", "wait": "none"},
+        {"name": "cpu-smoke", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 2, "steps": 20},
+    ]
+
+
+@pytest.fixture(scope="module")
+def kinds_plan():
+    values = stack_values("dev", gpuNodeGroups=groups(), jobs=all_kinds_jobs())
+    values["trainstack:hfToken"] = HF_TOKEN
+    # `jobs` set with a nested secure value is a secret key as a whole, as in the Pulumi CLI.
+    return run_program("dev", values, ["trainstack:hfToken", "trainstack:jobs"])
+
+
+def job(run, name: str):
+    (found,) = [r for r in run.resources if r.name == f"job-{name}" and r.custom]
+    return found
+
+
+def body(reg) -> dict[str, Any]:
+    return manifest_of(reg)[1]
+
+
+# --- strict schemas ----------------------------------------------------------------------------
+
+
+def strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused: the API server prunes them silently, so a
+    misspelt field would be dropped and the job would run without it."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    return schema
+
+
+@functools.cache
+def crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    path = shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES[kind]
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft7Validator(strict(version["schema"]["openAPIV3Schema"]))
+
+
+def crd_errors(manifest: dict) -> list[str]:
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in crd_validator(manifest["kind"]).iter_errors(manifest)
+    ]
+
+
+def kubernetes_manifests(run) -> list[dict]:
+    found = []
+    for reg in run.resources:
+        m = manifest_of(reg)
+        if m and "apiVersion" in m[1]:
+            found.append(m[1])
+    return found
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "kinds"])
+def test_every_manifest_validates_strictly(stack, dev_plan, prod_plan, kinds_plan):
+    run = {"dev": dev_plan, "prod": prod_plan, "kinds": kinds_plan}[stack]
+    manifests = kubernetes_manifests(run)
+    kinds = {m["kind"] for m in manifests}
+    assert {"PyTorchJob", "Namespace", "ServiceAccount"} <= kinds
+    for m in manifests:
+        if m["kind"] in CRD_FILES:
+            assert crd_errors(m) == [], m["metadata"]["name"]
+        else:
+            if m["kind"] == "Secret" and m.get("stringData") == SECRET_MASK:
+                # pulumi-kubernetes makes all of stringData secret: the plan shows it masked whole.
+                m = {**m, "stringData": {}}
+            kubernetes_validate.validate(m, "1.33", strict=True)
+    if stack == "kinds":
+        assert {"RayJob", "RayCluster", "Job", "Service", "Secret"} <= kinds
+
+
+def test_strict_validation_catches_a_misspelt_field(kinds_plan):
+    m = copy.deepcopy(body(job(kinds_plan, "fsdp")))
+    m["spec"]["nprocPerNod"] = m["spec"].pop("nprocPerNode")
+    worker = m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker["tolerationz"] = worker.pop("tolerations")
+    errors = crd_errors(m)
+    assert any("nprocPerNod" in e for e in errors) and any("tolerationz" in e for e in errors)
+    service = copy.deepcopy(next(x for x in kubernetes_manifests(kinds_plan) if x["kind"] == "Service"))
+    service["spec"]["selectr"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(service, "1.33", strict=True)
+
+
+# --- derived from the node group ------------------------------------------------------------
+
+
+def worker_container(m: dict) -> dict:
+    return worker_pod(m)["containers"][0]
+
+
+def worker_pod(m: dict) -> dict:
+    if m["kind"] == "PyTorchJob":
+        return m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    cluster = m["spec"]["rayClusterSpec"] if m["kind"] == "RayJob" else m["spec"]
+    return cluster["workerGroupSpecs"][0]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "efa"), [("fsdp", "8", "32"), ("a100", "8", "4"), ("ray-l4", "1", None)]
+)
+def test_gpu_and_efa_counts_come_from_the_instance_type(kinds_plan, name, gpus, efa):
+    resources = worker_container(body(job(kinds_plan, name)))["resources"]
+    devices = {"nvidia.com/gpu": gpus, **({"vpc.amazonaws.com/efa": efa} if efa else {})}
+    assert resources["limits"] == devices
+    assert {k: resources["requests"][k] for k in devices} == devices  # requests = limits
+    if not efa:
+        assert "vpc.amazonaws.com/efa" not in resources["requests"]
+
+
+def test_torchrun_gets_one_process_per_gpu_and_the_node_count(kinds_plan):
+    spec = body(job(kinds_plan, "fsdp"))["spec"]
+    assert spec["nprocPerNode"] == "8"  # a string in the v1.9.4 schema
+    assert spec["elasticPolicy"] == {
+        "rdzvBackend": "c10d",
+        "minReplicas": 2,
+        "maxReplicas": 2,
+        "maxRestarts": 10,
+    }
+    worker = spec["pytorchReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 2 and worker["restartPolicy"] == "OnFailure"
+    container = worker["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch"
+    assert container["command"] == ["torchrun", "-m", "trainer.train"]
+    assert container["args"][:4] == ["--model", "1b", "--steps", "500"]
+
+
+def test_ray_workers_get_their_gpus(kinds_plan):
+    spec = body(job(kinds_plan, "ray-l4"))["spec"]
+    (group,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["rayStartParams"] == {"num-gpus": "1"}
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 1)
+    assert spec["entrypoint"].startswith("python -m trainer.ray_train --num-workers 1 --use-gpu --model tiny")
+    assert spec["submissionMode"] == "K8sJobMode"
+    assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] == 2
+    head = spec["rayClusterSpec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"  # no work on the head
+    assert head["template"]["spec"]["nodeSelector"] == {"trainstack.dev/role": "system"}
+
+
+def env_of(m: dict) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in worker_container(m)["env"]}
+
+
+def test_efa_environment_only_on_efa_groups(kinds_plan):
+    fsdp, l4, cpu = (env_of(body(job(kinds_plan, n))) for n in ("fsdp", "ray-l4", "cpu-smoke"))
+    assert {k: fsdp[k] for k in EFA_ENV} == EFA_ENV
+    assert "NCCL_PROTO" not in fsdp and "FI_EFA_USE_DEVICE_RDMA" not in fsdp  # stale for current aws-ofi-nccl
+    assert not set(EFA_ENV) & set(l4)
+    assert {k: l4[k] for k in GPU_ENV} == GPU_ENV
+    assert not (set(EFA_ENV) | set(GPU_ENV)) & set(cpu)
+
+
+def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):
+    pod = worker_pod(body(job(kinds_plan, "fsdp")))
+    assert pod["nodeSelector"] == {"trainstack.dev/node-group": "p5"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["serviceAccountName"] == "trainer"
+    assert pod["terminationGracePeriodSeconds"] >= 300  # the trainer saves on SIGTERM
+    requests = pod["containers"][0]["resources"]["requests"]
+    assert (requests["cpu"], requests["memory"]) == (
+        "182",
+        "1842Gi",
+    )  # 192 vCPU / 2048 GiB, less the daemons'
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "256Gi"}
+    small = worker_pod(body(job(kinds_plan, "ray-l4")))["containers"][0]["resources"]["requests"]
+    assert (small["cpu"], small["memory"]) == ("3", "13Gi")  # g6.xlarge: 4 vCPU, 16 GiB
+    cpu = worker_pod(body(job(kinds_plan, "cpu-smoke")))
+    assert cpu["nodeSelector"] == {"trainstack.dev/role": "system"}
+    assert "tolerations" not in cpu
+    assert "limits" not in cpu["containers"][0]["resources"]
+    assert body(job(kinds_plan, "cpu-smoke"))["spec"]["nprocPerNode"] == "1"
+
+
+def test_checkpoints_go_to_a_volume_and_the_stack_bucket(kinds_plan):
+    bucket = kinds_plan.outputs["bucketName"]
+    args = worker_container(body(job(kinds_plan, "fsdp")))["args"]
+    assert args[args.index("--checkpoint-dir") + 1] == "/checkpoints"
+    assert args[args.index("--s3-checkpoints") + 1] == f"s3://{bucket}/checkpoints/fsdp/"
+    mounts = {m["mountPath"] for m in worker_container(body(job(kinds_plan, "fsdp")))["volumeMounts"]}
+    assert {"/checkpoints", "/dev/shm"} <= mounts
+    assert (
+        f"--s3-checkpoints s3://{bucket}/checkpoints/ray-l4/"
+        in body(job(kinds_plan, "ray-l4"))["spec"]["entrypoint"]
+    )
+
+
+def test_image_is_the_stack_build_pinned_by_digest_unless_named(kinds_plan):
+    image = worker_container(body(job(kinds_plan, "fsdp")))["image"]
+    assert image == kinds_plan.outputs["imageUri"] and "@sha256:" in image
+    run = plan("dev", jobs=[{"name": "mine", "kind": "PyTorchJob", "nodeGroup": "gpu", "image": "repo/x:1"}])
+    assert worker_container(body(job(run, "mine")))["image"] == "repo/x:1"
+
+
+def test_user_command_and_args(dev_plan):
+    run = plan(
+        "dev",
+        jobs=[
+            {
+                "name": "custom",
+                "kind": "PyTorchJob",
+                "nodeGroup": "gpu",
+                "command": ["python", "-m", "my.train"],
+                "args": ["--lr", "1e-4"],
+            }
+        ],
+    )
+    container = worker_container(body(job(run, "custom")))
+    assert (container["command"], container["args"]) == (["python", "-m", "my.train"], ["--lr", "1e-4"])
+
+
+# --- waiting ---------------------------------------------------------------------------------
+
+
+def wait_satisfied(expression: str, obj: dict) -> bool:
+    """pulumi-kubernetes' waitFor semantics: condition=<Type>[=<Status>], jsonpath={...}[=value]."""
+    if expression.startswith("condition="):
+        kind, _, status = expression.removeprefix("condition=").partition("=")
+        conditions = obj.get("status", {}).get("conditions", [])
+        return any(c["type"] == kind and c["status"] == (status or "True") for c in conditions)
+    path, sep, value = expression.removeprefix("jsonpath=").partition("}=")
+    found = jsonpath.find("$" + path.strip("{}"), obj).values()
+    return bool(found) and (not sep or str(found[0]) == value)
+
+
+def cond(**types: str) -> dict:
+    return {"status": {"conditions": [{"type": t, "status": s} for t, s in types.items()]}}
+
+
+SAMPLES = {
+    "PyTorchJob": {
+        "created": cond(Created="True"),
+        "running": cond(Created="True", Running="True"),
+        "succeeded": cond(Created="True", Running="False", Succeeded="True"),
+        "failed": cond(Created="True", Running="False", Failed="True"),
+    },
+    "RayJob": {
+        "created": {"status": {"jobStatus": "PENDING", "jobDeploymentStatus": "Initializing"}},
+        "running": {"status": {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}},
+        "succeeded": {"status": {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}},
+        "failed": {"status": {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed"}},
+    },
+    "RayCluster": {
+        "created": {
+            "status": {"state": "", "conditions": [{"type": "RayClusterProvisioned", "status": "False"}]}
+        },
+        "running": {
+            "status": {"state": "ready", "conditions": [{"type": "RayClusterProvisioned", "status": "True"}]}
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "wait", "ready_in"),
+    [
+        # A job that finished before the watch saw it running still counts as running.
+        ("PyTorchJob", "running", {"running", "succeeded"}),
+        ("PyTorchJob", "succeeded", {"succeeded"}),
+        ("RayJob", "running", {"running", "succeeded"}),
+        ("RayJob", "succeeded", {"succeeded"}),
+        ("RayCluster", "running", {"running"}),
+    ],
+)
+def test_wait_for_expressions_per_kind_and_mode(kind, wait, ready_in):
+    expression = wait_annotations(kind, wait)["pulumi.com/waitFor"]
+    assert {state for state, obj in SAMPLES[kind].items() if wait_satisfied(expression, obj)} == ready_in
+
+
+def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):
+    assert body(job(kinds_plan, "ray-box"))["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert body(job(kinds_plan, "a100"))["metadata"]["annotations"] == {
+        "pulumi.com/waitFor": WAIT_FOR[("PyTorchJob", "succeeded")]
+    }
+    assert job(kinds_plan, "fsdp").options["customTimeouts"] == {"create": "60m", "update": "60m"}
+
+
+def test_a_job_is_relaunched_by_replacement_under_its_fixed_name(kinds_plan):
+    for name in ("fsdp", "ray-l4", "ray-box"):
+        reg = job(kinds_plan, name)
+        assert reg.options["replaceOnChanges"] == ["spec"] and reg.options["deleteBeforeReplace"] is True
+        assert body(reg)["metadata"]["name"] == name  # fixed: a relaunch reuses the checkpoint prefix
+
+
+def test_a_config_change_changes_only_that_jobs_spec():
+    jobs = [
+        {"name": "a", "kind": "PyTorchJob", "nodeGroup": "gpu", "steps": 100, "wait": "none"},
+        {"name": "b", "kind": "PyTorchJob", "nodeGroup": "gpu", "steps": 100, "wait": "none"},
+    ]
+    before = plan("dev", jobs=jobs)
+    after = plan("dev", jobs=[{**jobs[0], "steps": 200}, jobs[1]])
+    assert body(job(before, "a"))["spec"] != body(job(after, "a"))["spec"]
+    assert body(job(before, "b")) == body(job(after, "b"))
+
+
+# --- secrets -----------------------------------------------------------------------------------
+
+
+def test_hf_token_and_secret_env_reach_jobs_through_secrets(kinds_plan):
+    env = env_of(body(job(kinds_plan, "ray-l4")))
+    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
+    assert env["WANDB_API_KEY"] == {"secretKeyRef": {"name": "ray-l4-env", "key": "WANDB_API_KEY"}}
+    secrets = {r.inputs["metadata"]["name"]: r for r in kinds_plan.by_type("kubernetes:core/v1:Secret")}
+    # pulumi-kubernetes keeps all of stringData secret, so the plan masks it whole.
+    assert secrets["hf-token"].inputs["stringData"] == SECRET_MASK
+    assert secrets["ray-l4-env"].inputs["stringData"] == SECRET_MASK
+
+
+def test_no_secret_appears_in_plain_text(kinds_plan, tmp_path):
+    from offline.plan import write_plan
+
+    write_plan(kinds_plan, tmp_path)
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert HF_TOKEN not in text and SECRET_ENV not in text, path
+    assert HF_TOKEN not in json.dumps(kinds_plan.outputs, default=str)
+
+
+def test_hf_token_must_be_a_secret():
+    values = {**stack_values("dev"), "trainstack:hfToken": HF_TOKEN}
+    with pytest.raises(ConfigError) as err:
+        run_program("dev", values)
+    assert "trainstack:hfToken" in str(err.value) and HF_TOKEN not in str(err.value)
+
+
+# --- ordering ------------------------------------------------------------------------------------
+
+
+def names(run, urns: list[str]) -> set[str]:
+    by_urn = {r.urn: r.name for r in run.resources}
+    return {by_urn[u] for u in urns if u in by_urn}
+
+
+def test_jobs_wait_for_their_operator_node_group_preflight_and_image(kinds_plan):
+    fsdp = names(kinds_plan, job(kinds_plan, "fsdp").dependencies)
+    assert {"operators-training-operator", "gpu-p5", "preflight-p5", "training-pods-association"} <= fsdp
+    assert "image-build" in fsdp  # the image URI comes from the build
+    ray = names(kinds_plan, job(kinds_plan, "ray-l4").dependencies)
+    assert {"kuberay-operator", "gpu-gpu", "hf-token", "ray-l4-env"} <= ray
+    assert "preflight-gpu" not in ray  # no EFA, no preflight
+    cpu = names(kinds_plan, job(kinds_plan, "cpu-smoke").dependencies)
+    assert "eks-system" in cpu and not {"gpu-p5", "gpu-gpu", "gpu-p4d"} & cpu
+
+
+def test_preflight_runs_on_every_node_of_an_efa_group_before_its_jobs(kinds_plan):
+    (pf,) = kinds_plan.by_type("kubernetes:batch/v1:Job")  # p4d turned it off; gpu has no EFA
+    spec = body(pf)["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["backoffLimit"] == 0
+    container = spec["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    assert "--min-bus-bandwidth=200" in container["command"]  # half of 3200 Gbps, in GB/s
+    assert "--node-rank=$(JOB_COMPLETION_INDEX)" in container["command"]
+    assert "--master-addr=preflight-p5-0.preflight-p5" in container["command"]
+    assert spec["template"]["spec"]["subdomain"] == "preflight-p5"
+    deps = names(kinds_plan, pf.dependencies)
+    assert {"gpu-p5", "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "preflight-p5-service"} <= deps
+    run = plan("prod", gpuNodeGroups=[{**groups()[1], "preflightMinBusBandwidthGBps": 300}])
+    (pf,) = run.by_type("kubernetes:batch/v1:Job")
+    assert "--min-bus-bandwidth=300" in body(pf)["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_the_time_to_training_chain_ends_at_a_job(prod_plan):
+    from offline.timeline import critical_path, until_training
+
+    chain = critical_path(prod_plan.resources, until_training(prod_plan.resources))
+    long = [s.name for s in chain if s.minutes >= 1]
+    assert long == ["eks", "gpu-p5", "preflight-p5"]
+    assert chain[-1].type in (PYTORCHJOB, RAYJOB)
+
+
+# --- outputs and validation ------------------------------------------------------------------------
+
+
+def test_outputs_describe_each_job(kinds_plan):
+    jobs = kinds_plan.outputs["jobs"]
+    assert jobs["fsdp"]["gpus"] == 16 and jobs["fsdp"]["nodes"] == 2
+    assert jobs["fsdp"]["hourlyUsd"] == 110.08
+    assert jobs["fsdp"]["watch"] == "kubectl -n training get pytorchjob fsdp -w"
+    assert "training.kubeflow.org/job-name=fsdp" in jobs["fsdp"]["logs"]
+    assert jobs["ray-box"]["dashboard"] == "kubectl -n training port-forward svc/ray-box-head-svc 8265:8265"
+    assert jobs["cpu-smoke"]["gpus"] == 0
+    assert kinds_plan.outputs["gpusTotal"] == 1 + 16 + 16
+
+
+def config_problems(**overrides) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        plan("dev", **overrides)
+    return [str(p) for p in err.value.problems]
+
+
+def test_jobs_that_cannot_run_are_config_errors():
+    (msg,) = config_problems(jobs=[{"name": "big", "kind": "PyTorchJob", "nodeGroup": "gpu", "nodes": 2}])
+    assert msg.startswith("trainstack:jobs[0].nodes = 2: node group 'gpu' has 1 node(s)")
+    (msg,) = config_problems(jobs=[{"name": "r" * 48, "kind": "RayJob", "nodeGroup": "gpu"}])
+    assert "at most 47 characters" in msg
+    (msg,) = config_problems(
+        operators={"kuberay": {"enabled": False}},
+        jobs=[{"name": "r", "kind": "RayCluster", "nodeGroup": "gpu"}],
+    )
+    assert msg.startswith('trainstack:jobs[0].kind = "RayCluster": operators.kuberay is turned off')
+    (msg,) = config_problems(jobs=[{"name": "x", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 3}])
+    assert "the system node group has 2 node(s)" in msg
+    both = [{"name": n, "kind": "PyTorchJob", "nodeGroup": "gpu"} for n in ("a", "b")]
+    (msg,) = config_problems(jobs=both)
+    assert "need 2 nodes at once; it has 1" in msg
+    plan("dev", jobs=[both[0], {**both[1], "wait": "none"}])  # a queued job is fine
+
+
+def test_a_gpu_group_cannot_be_named_system():
+    problems = config_problems(gpuNodeGroups=[{"name": "system", "instanceType": "g6.xlarge"}], jobs=[])
+    assert any(p.startswith('trainstack:gpuNodeGroups[0].name = "system": reserved') for p in problems)
