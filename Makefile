@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= dev
 
-.PHONY: plan test lint docs bench clean
+.PHONY: plan test lint docs bench bench-plan clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ docs: $(VENV)/.installed
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/train_throughput.py
+
+bench-plan: $(VENV)/.installed
+	$(PY) benchmarks/plan_scaling.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache
