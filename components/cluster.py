@@ -15,6 +15,7 @@ from components.network import Network
 from components.principals import role_of_principal, same_principal
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+CLUSTER_VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
 # The minimum a node needs: join the cluster, run the VPC CNI, pull images.
 NODE_MANAGED_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
@@ -42,6 +43,30 @@ class ClusterArgs:
     system_max_size: int
     system_disk_size_gib: int
     deletion_protection: bool
+    # GitHub Actions roles: deploy administers the cluster, preview only reads it (Secrets excluded).
+    ci_deploy_role_arn: pulumi.Input[str] | None = None
+    ci_preview_role_arn: pulumi.Input[str] | None = None
+
+
+def access_entries(
+    admins: list[str], ci_deploy: pulumi.Input[str] | None, ci_preview: pulumi.Input[str] | None
+) -> dict[str, eks.AccessEntryArgs]:
+    def entry(principal: pulumi.Input[str], policy: str) -> eks.AccessEntryArgs:
+        return eks.AccessEntryArgs(
+            principal_arn=principal,
+            access_policies={
+                policy.rsplit("/", 1)[1]: eks.AccessPolicyAssociationArgs(
+                    policy_arn=policy, access_scope={"type": "cluster"}
+                )
+            },
+        )
+
+    entries = {f"admin-{i}": entry(arn, CLUSTER_ADMIN_POLICY) for i, arn in enumerate(admins)}
+    if ci_deploy is not None:
+        entries["ci-deploy"] = entry(ci_deploy, CLUSTER_ADMIN_POLICY)
+    if ci_preview is not None:
+        entries["ci-preview"] = entry(ci_preview, CLUSTER_VIEW_POLICY)
+    return entries
 
 
 class Cluster(pulumi.ComponentResource):
@@ -90,17 +115,7 @@ class Cluster(pulumi.ComponentResource):
             endpoint_private_access=args.endpoint_private_access,
             public_access_cidrs=list(args.public_access_cidrs) if args.endpoint_public_access else None,
             authentication_mode=eks.AuthenticationMode.API,
-            access_entries={
-                f"admin-{i}": eks.AccessEntryArgs(
-                    principal_arn=arn,
-                    access_policies={
-                        "cluster-admin": eks.AccessPolicyAssociationArgs(
-                            policy_arn=CLUSTER_ADMIN_POLICY, access_scope={"type": "cluster"}
-                        )
-                    },
-                )
-                for i, arn in enumerate(admins)
-            },
+            access_entries=access_entries(admins, args.ci_deploy_role_arn, args.ci_preview_role_arn),
             encryption_config_key_arn=self.secrets_key.arn,
             enabled_cluster_log_types=list(args.control_plane_logs),
             skip_default_node_group=True,

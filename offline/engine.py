@@ -269,6 +269,9 @@ class OfflineMocks(mocks.Mocks):
                 "registryId": ACCOUNT_ID,
                 "arn": _arn("ecr", f"repository/{name}", self.region),
             }
+        elif t == "aws:iam/openIdConnectProvider:OpenIdConnectProvider":
+            host = str(state.get("url", "")).removeprefix("https://")
+            computed = {"arn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/{host}"}
         elif t.startswith("aws:iam/"):
             computed = {"arn": _arn("iam", f"{kind.split(':')[0]}/{name}", self.region, False), "name": name}
         elif t == "aws:kms/key:Key":

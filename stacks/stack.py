@@ -17,6 +17,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket, ArtifactBucketArgs
+from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
 from components.cluster import SYSTEM_NODE_LABEL, Cluster, ClusterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
@@ -30,6 +31,7 @@ from components.network import (
 )
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
+from components.principals import same_principal
 from components.registry import ImageRegistry, ImageRegistryArgs
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, SYSTEM_GROUP, StackConfig
@@ -70,11 +72,12 @@ class ComputePlane:
 
 def build_stack(cfg: StackConfig) -> dict[str, Any]:
     account = aws_account(cfg)
+    ci = ci_access(cfg, account)
     build = build_plane(cfg, account)
-    compute = compute_plane(cfg, account, build.bucket)
+    compute = compute_plane(cfg, account, build.bucket, ci)
     operators = operators_plane(cfg, compute.cluster)
     jobs = jobs_plane(cfg, build, compute, operators)
-    return outputs(cfg, build, compute, operators, jobs)
+    return outputs(cfg, build, compute, operators, jobs) | ci_outputs(ci)
 
 
 def aws_account(cfg: StackConfig) -> Account:
@@ -88,6 +91,38 @@ def aws_account(cfg: StackConfig) -> Account:
     )
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
     return Account(provider, caller.account_id, caller.arn)
+
+
+def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
+    ci = cfg.ci
+    if ci.github_repository is None:
+        return None
+    return GitHubCiAccess(
+        "github-actions",
+        GitHubCiAccessArgs(
+            repository=ci.github_repository,
+            owner_id=ci.github_owner_id,
+            repository_id=ci.github_repository_id,
+            environment=ci.environment,
+            branch=ci.branch,
+            oidc_provider_arn=ci.oidc_provider_arn,
+            secrets_key_arn=ci.secrets_key_arn,
+            role_prefix=f"{PROJECT}-{cfg.stack}",
+        ),
+        account.opts,
+    )
+
+
+def ci_deploy_entry(ci: GitHubCiAccess | None, account: Account) -> pulumi.Output[str] | None:
+    """The deploy role's cluster-admin entry, unless the deploy role runs this `pulumi up`: EKS
+    makes the creator an admin itself, and a second entry for it fails."""
+    if ci is None:
+        return None
+    deploy_arn = f"arn:aws:iam::{account.account_id}:role/{ci.deploy_role_name}"
+    if same_principal(account.caller_arn, deploy_arn):
+        pulumi.log.info(f"{deploy_arn} runs this deployment; EKS makes it cluster admin as the creator.")
+        return None
+    return ci.deploy_role.arn
 
 
 def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
@@ -135,7 +170,9 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
     return BuildPlane(bucket, registry, image)
 
 
-def compute_plane(cfg: StackConfig, account: Account, bucket: ArtifactBucket) -> ComputePlane:
+def compute_plane(
+    cfg: StackConfig, account: Account, bucket: ArtifactBucket, ci: GitHubCiAccess | None
+) -> ComputePlane:
     cluster_name = f"{PROJECT}-{cfg.stack}"
     net = cfg.network
     existing_subnets = existing_subnet_zones(net.existing_private_subnet_ids, account.invoke_opts)
@@ -189,6 +226,8 @@ def compute_plane(cfg: StackConfig, account: Account, bucket: ArtifactBucket) ->
             system_max_size=system.max_size,
             system_disk_size_gib=system.disk_size_gib,
             deletion_protection=cfg.storage.protect,
+            ci_deploy_role_arn=ci_deploy_entry(ci, account),
+            ci_preview_role_arn=ci.preview_role.arn if ci else None,
         ),
         account.opts,
     )
@@ -356,6 +395,17 @@ def jobs_plane(
             )
         )
     return jobs
+
+
+def ci_outputs(ci: GitHubCiAccess | None) -> dict[str, Any]:
+    """The values to put in the repository's variables (see the README's CI section)."""
+    if ci is None:
+        return {}
+    return {
+        "ciOidcProviderArn": ci.provider_arn,
+        "ciPreviewRoleArn": ci.preview_role.arn,
+        "ciDeployRoleArn": ci.deploy_role.arn,
+    }
 
 
 def outputs(

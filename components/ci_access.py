@@ -1,0 +1,141 @@
+"""AWS access for this repository's GitHub Actions through OIDC: no long-lived keys anywhere.
+
+Two roles per stack, each trusting GitHub's OIDC provider for one audience and one subject:
+- preview: `pulumi preview` on pull requests (or, for a stack with an environment, in that
+  environment). Anyone who can push a branch runs code under it, so it can change nothing:
+  ReadOnlyAccess in AWS, view-only in the cluster, and decrypt only this stack's secrets key.
+- deploy: `pulumi up` from pushes to the deploy branch (or jobs in the stack's environment, which
+  a person approves). Deploying creates VPCs, IAM roles and EKS clusters, so it is an admin role;
+  its subject is what keeps it out of reach of branches.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
+AUDIENCE = "sts.amazonaws.com"
+READ_ONLY_POLICY = "arn:aws:iam::aws:policy/ReadOnlyAccess"
+ADMIN_POLICY = "arn:aws:iam::aws:policy/AdministratorAccess"
+
+
+@dataclass(frozen=True)
+class GitHubCiAccessArgs:
+    repository: str  # owner/repo
+    owner_id: int | None  # with repository_id: also trust the immutable subject format
+    repository_id: int | None
+    environment: str | None  # set: both roles trust jobs in this environment only
+    branch: str
+    oidc_provider_arn: str | None  # the account's provider, when another stack created it
+    secrets_key_arn: str | None
+    role_prefix: str  # roles get fixed names: trainstack-<stack>-github-{preview,deploy}
+
+
+def subjects(args: GitHubCiAccessArgs, context: str) -> list[str]:
+    """`sub` claims for one context (pull_request, ref:refs/heads/main, environment:prod), in the
+    classic form and, given the ids, the immutable `owner@id/repo@id` form of newer repositories."""
+    found = [f"repo:{args.repository}:{context}"]
+    if args.owner_id is not None and args.repository_id is not None:
+        owner, name = args.repository.split("/", 1)
+        found.append(f"repo:{owner}@{args.owner_id}/{name}@{args.repository_id}:{context}")
+    return found
+
+
+def github_trust(provider_arn: str, subs: list[str]) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {f"{GITHUB_OIDC_HOST}:aud": AUDIENCE, f"{GITHUB_OIDC_HOST}:sub": subs}
+                    },
+                }
+            ],
+        }
+    )
+
+
+def role_name(args: GitHubCiAccessArgs, use: str) -> str:
+    """Fixed, so the program can tell when the deploy role itself runs `pulumi up`."""
+    return f"{args.role_prefix}-github-{use}"
+
+
+def contexts(args: GitHubCiAccessArgs) -> tuple[str, str]:
+    """(preview context, deploy context)."""
+    if args.environment:
+        env = f"environment:{args.environment}"
+        return env, env
+    return "pull_request", f"ref:refs/heads/{args.branch}"
+
+
+class GitHubCiAccess(pulumi.ComponentResource):
+    def __init__(self, name: str, args: GitHubCiAccessArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:ci:GitHubCiAccess", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        if args.oidc_provider_arn:
+            provider_arn: pulumi.Input[str] = args.oidc_provider_arn
+        else:
+            # One per account: a second stack in the account names this one's ARN instead.
+            provider_arn = aws.iam.OpenIdConnectProvider(
+                f"{name}-github",
+                url=f"https://{GITHUB_OIDC_HOST}",
+                client_id_lists=[AUDIENCE],
+                opts=child,
+            ).arn
+        self.provider_arn = pulumi.Output.from_input(provider_arn)
+        preview_context, deploy_context = contexts(args)
+
+        def role(use: str, context: str, managed_policy: str) -> aws.iam.Role:
+            created = aws.iam.Role(
+                f"{name}-{use}",
+                name=role_name(args, use),
+                description=f"GitHub Actions of {args.repository}: pulumi {use} ({context})",
+                assume_role_policy=self.provider_arn.apply(
+                    lambda arn: github_trust(arn, subjects(args, context))
+                ),
+                max_session_duration=3600 * 4,  # a first `up` with an EKS cluster takes ~30 min
+                opts=child,
+            )
+            aws.iam.RolePolicyAttachment(
+                f"{name}-{use}", role=created.name, policy_arn=managed_policy, opts=child
+            )
+            return created
+
+        self.deploy_role_name = role_name(args, "deploy")
+        self.preview_role = role("preview", preview_context, READ_ONLY_POLICY)
+        self.deploy_role = role("deploy", deploy_context, ADMIN_POLICY)
+        if args.secrets_key_arn:
+            # The stack's config secrets; ReadOnlyAccess grants no kms:Decrypt on any key.
+            aws.iam.RolePolicy(
+                f"{name}-preview-secrets",
+                role=self.preview_role.id,
+                policy=json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Sid": "StackSecrets",
+                                "Effect": "Allow",
+                                "Action": ["kms:Decrypt"],
+                                "Resource": args.secrets_key_arn,
+                            }
+                        ],
+                    }
+                ),
+                opts=child,
+            )
+        self.register_outputs(
+            {
+                "oidcProviderArn": self.provider_arn,
+                "previewRoleArn": self.preview_role.arn,
+                "deployRoleArn": self.deploy_role.arn,
+            }
+        )
