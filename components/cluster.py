@@ -51,21 +51,21 @@ class ClusterArgs:
 def access_entries(
     admins: list[str], ci_deploy: pulumi.Input[str] | None, ci_preview: pulumi.Input[str] | None
 ) -> dict[str, eks.AccessEntryArgs]:
-    def entry(principal: pulumi.Input[str], policy: str) -> eks.AccessEntryArgs:
+    def entry(principal: pulumi.Input[str], access: str, policy: str) -> eks.AccessEntryArgs:
         return eks.AccessEntryArgs(
             principal_arn=principal,
             access_policies={
-                policy.rsplit("/", 1)[1]: eks.AccessPolicyAssociationArgs(
-                    policy_arn=policy, access_scope={"type": "cluster"}
-                )
+                access: eks.AccessPolicyAssociationArgs(policy_arn=policy, access_scope={"type": "cluster"})
             },
         )
 
-    entries = {f"admin-{i}": entry(arn, CLUSTER_ADMIN_POLICY) for i, arn in enumerate(admins)}
+    entries = {
+        f"admin-{i}": entry(arn, "cluster-admin", CLUSTER_ADMIN_POLICY) for i, arn in enumerate(admins)
+    }
     if ci_deploy is not None:
-        entries["ci-deploy"] = entry(ci_deploy, CLUSTER_ADMIN_POLICY)
+        entries["ci-deploy"] = entry(ci_deploy, "cluster-admin", CLUSTER_ADMIN_POLICY)
     if ci_preview is not None:
-        entries["ci-preview"] = entry(ci_preview, CLUSTER_VIEW_POLICY)
+        entries["ci-preview"] = entry(ci_preview, "cluster-view", CLUSTER_VIEW_POLICY)
     return entries
 
 

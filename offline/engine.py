@@ -12,6 +12,8 @@ dependencies and raw inputs (so secrets can be masked), remote components' child
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import hashlib
 import json
 import runpy
@@ -510,6 +512,7 @@ def run_program(
     """Run `program` as `pulumi up` would, against the mock engine, and return what it registered."""
     from pulumi.runtime import config as runtime_config
 
+    _fresh_event_loop()
     runtime_config.set_all_config(dict(config), list(secret_keys or []))
     settings.ROOT.set(None)
     monitor = RecordingMonitor(OfflineMocks(config.get("aws:region", "us-east-1"), caller_arn))
@@ -527,3 +530,28 @@ def run_program(
         out = pulumi.Output.from_input(value)
         outputs[key] = SECRET_MASK if _sync_await(out.is_secret()) else _sync_await(out.future())
     return PlanRun(stack, monitor.registrations, outputs)
+
+
+def _fresh_event_loop() -> None:
+    """A usable loop for this run, also after `close_event_loops` closed the previous one."""
+    try:
+        if not asyncio.get_event_loop().is_closed():
+            return
+    except RuntimeError:
+        pass
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+def close_event_loops() -> None:
+    """Close the event loop the mock engine ran on, and let the loops of its worker threads be
+    collected now: left to interpreter shutdown, closing them can print `Exception ignored ...
+    Invalid file descriptor` after a successful plan."""
+    try:
+        loop = asyncio.get_event_loop()
+    except RuntimeError:
+        return
+    if not loop.is_closed():
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+    asyncio.set_event_loop(None)  # a later run in this process starts a fresh loop
+    gc.collect()

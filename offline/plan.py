@@ -17,35 +17,138 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import yaml
 
-from offline.engine import SECRET_MASK, PlanRun, Registration, run_program
+from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
 from offline.timeline import critical_path, describe, until_training
 from stacks.config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from stacks.cost import hourly_cost, total
-from stacks.schema import ConfigError
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_DIRECTORY = "kubernetes:kustomize/v2:Directory"
 
 
+class StackFileError(Exception):
+    """A stack file that cannot be read as Pulumi config; the message is one line."""
+
+
+MAX_DEPTH = 64  # nested lists/maps in one value
+MAX_NODES = 100_000  # values after aliases are expanded (an alias bomb stays small on disk)
+MAX_INT_DIGITS = 100
+
+
+class _StackFileLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, as the Pulumi CLI does: the last one would win."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key (a list or map): reported by the caller
+                continue
+            if duplicate:
+                mark = key_node.start_mark
+                raise StackFileError(
+                    f"line {mark.line + 1}, column {mark.column + 1}: duplicate key {key!r} "
+                    f"(first at line {seen[key].line + 1}); keep one"
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load(path: Path) -> Any:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise StackFileError(
+            f"not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r})"
+        ) from None
+    try:
+        documents = list(yaml.load_all(text, Loader=_StackFileLoader))
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise StackFileError(f"{where}{err.problem or err.context}") from None
+    except yaml.YAMLError as err:
+        raise StackFileError(str(err).replace("\n", " ")) from None
+    except RecursionError:
+        raise StackFileError(f"nested more than YAML can read here; at most {MAX_DEPTH} levels") from None
+    except ValueError as err:  # Python refuses to read an integer of more than 4300 digits
+        raise StackFileError(
+            f"an integer of more than {MAX_INT_DIGITS} digits ({str(err).split(':')[0]})"
+        ) from None
+    if len(documents) > 1:
+        raise StackFileError(f"{len(documents)} YAML documents; a stack file is one (remove the extra '---')")
+    return documents[0] if documents else None
+
+
+def _check_value(value: Any, key: str) -> None:
+    """Refuse what Pulumi config cannot hold: cycles (self-referencing anchors), alias bombs,
+    very deep nesting, integers too long to be a number anyone meant."""
+    nodes = 0
+    stack: list[tuple[Any, int, frozenset[int]]] = [(value, 0, frozenset())]
+    while stack:
+        item, depth, parents = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise StackFileError(f"{key}: expands to more than {MAX_NODES} values (YAML aliases?)")
+        if depth > MAX_DEPTH:
+            raise StackFileError(f"{key}: nested more than {MAX_DEPTH} levels deep")
+        if isinstance(item, (dict, list)):
+            if id(item) in parents:
+                raise StackFileError(f"{key}: a YAML anchor refers to itself")
+            inner = parents | {id(item)}
+            children = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
+            for child_key, child in children:
+                if isinstance(item, dict) and not isinstance(child_key, str):
+                    raise StackFileError(f"{key}: key {child_key!r} is not a string; quote it")
+                stack.append((child, depth + 1, inner))
+        elif (
+            isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > MAX_INT_DIGITS * 3.33
+        ):
+            raise StackFileError(f"{key}: an integer of more than {MAX_INT_DIGITS} digits")
+        elif item is not None and not isinstance(item, (str, int, float, bool)):
+            raise StackFileError(
+                f"{key}: a {type(item).__name__} value ({item!r}); quote it to make it a string"
+            )
+
+
 def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
-    """Flatten a Pulumi.<stack>.yaml `config:` block the way the Pulumi CLI hands it to a program."""
-    data = yaml.safe_load(path.read_text()) or {}
-    values: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in (data.get("config") or {}).items():
-        full_key = key if ":" in key else f"{PROJECT}:{key}"
-        if _has_secure(value):
-            secret_keys.append(full_key)
-            value = _mask_secure(value)
-        if isinstance(value, (dict, list)):
-            values[full_key] = json.dumps(value)
-        elif isinstance(value, bool):
-            values[full_key] = "true" if value else "false"
-        else:
-            values[full_key] = str(value)
-    return values, secret_keys
+    """Flatten a Pulumi.<stack>.yaml `config:` block the way the Pulumi CLI hands it to a program.
+    Raises StackFileError, with the file and (where YAML gives them) line and column."""
+    try:
+        data = _load(path)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise StackFileError(f"the file is a {type(data).__name__}; expected a map with a `config:` key")
+        config = data.get("config") or {}
+        if not isinstance(config, dict):
+            raise StackFileError(f"`config:` is a {type(config).__name__}; expected a map of keys to values")
+        values: dict[str, str] = {}
+        secret_keys: list[str] = []
+        for key, value in config.items():
+            if not isinstance(key, str):
+                raise StackFileError(
+                    f"config key {key!r} is not a string; write keys such as trainstack:jobs"
+                )
+            full_key = key if ":" in key else f"{PROJECT}:{key}"
+            _check_value(value, full_key)
+            if _has_secure(value):
+                secret_keys.append(full_key)
+                value = _mask_secure(value)
+            if isinstance(value, (dict, list)):
+                values[full_key] = json.dumps(value)
+            elif isinstance(value, bool):
+                values[full_key] = "true" if value else "false"
+            else:
+                values[full_key] = str(value)
+        return values, secret_keys
+    except StackFileError as err:
+        raise StackFileError(f"{path}: {err}") from None
 
 
 def _has_secure(value: Any) -> bool:
@@ -177,13 +280,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    values, secret_keys = read_stack_file(stack_file)
+    try:
+        values, secret_keys = read_stack_file(stack_file)
+    except StackFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         cfg = parse_config(args.stack, values, frozenset(secret_keys))
         run = run_program(args.stack, values, secret_keys)
-    except ConfigError as err:
+    except pulumi.RunError as err:  # ConfigError, or a fact of the account (an AZ, say)
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        close_event_loops()
     out_dir = args.out / args.stack
     count = write_plan(run, out_dir)
     print(summary(run, cfg, count, out_dir))

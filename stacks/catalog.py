@@ -73,3 +73,25 @@ CPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.gpus == 0)
 # Hourly costs of the managed pieces a stack keeps running (same reference file).
 EKS_CONTROL_PLANE_HOURLY_USD = 0.10
 NAT_GATEWAY_HOURLY_USD = 0.045
+
+# Commercial regions with EKS and NVIDIA GPU instances that trainstack is planned for. GPU types
+# differ per region and AZ; a live run asks EC2 which AZs offer a group's type. Prices above are
+# us-east-1's, so the plan's cost estimate is us-east-1's wherever the stack runs.
+SUPPORTED_REGIONS = (
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "ca-central-1",
+    "sa-east-1",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "eu-central-1",
+    "eu-north-1",
+    "ap-south-1",
+    "ap-northeast-1",
+    "ap-northeast-2",
+    "ap-southeast-1",
+    "ap-southeast-2",
+)

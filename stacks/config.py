@@ -8,6 +8,7 @@ is registered. Defaults describe the cheap `dev` stack: one g6.xlarge node, no E
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import json
 import re
@@ -19,8 +20,8 @@ from typing import Any, Literal
 
 import pulumi
 
-from stacks.catalog import CPU_INSTANCE_TYPES, GPU_INSTANCE_TYPES, INSTANCE_TYPES
-from stacks.schema import ConfigError, Problem, Reader, describe, setting
+from stacks.catalog import CPU_INSTANCE_TYPES, GPU_INSTANCE_TYPES, INSTANCE_TYPES, SUPPORTED_REGIONS
+from stacks.schema import ABSENT, ConfigError, Problem, Reader, describe, setting
 
 PROJECT = "trainstack"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -324,18 +325,28 @@ class StackConfig:
 TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.metadata]
 
 # Kubernetes DNS-1123 labels; node groups are also part of AWS names, so they get a tighter bound.
-_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
-_PRINCIPAL = re.compile(r"^arn:aws[-a-z]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
-_ZONE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]$")
-_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
-_VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_GITHUB = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+(\.git)?$")
+# Whole-string patterns over ASCII classes only (always used with fullmatch): `$` would accept a
+# trailing newline, and `\d`/`\w` non-ASCII digits and letters.
+_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_PRINCIPAL = re.compile(r"arn:aws[-a-z]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+")
+_ZONE = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9][a-z]")
+_RESERVATION = re.compile(r"cr-[0-9a-f]{17}")
+_VPC = re.compile(r"vpc-[0-9a-f]{8,17}")
+_SUBNET = re.compile(r"subnet-[0-9a-f]{8,17}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GITHUB = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(\.git)?")
 NAME_RULE = "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
 MAX_NODE_GROUP_NAME = 32
 MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
+
+
+def _closest(key: str, valid: list[str]) -> str:
+    found = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if not found:  # try the part after the namespace: `trainstak:storage` -> trainstack:storage
+        tail = key.partition(":")[2]
+        found = difflib.get_close_matches(tail, [v.partition(":")[2] for v in valid], n=1, cutoff=0.6)
+        found = [v for v in valid if found and v.partition(":")[2] == found[0]]
+    return f" (did you mean {found[0]}?)" if found else ""
 
 
 def load_config(stack: str | None = None) -> StackConfig:
@@ -419,11 +430,20 @@ def parse_config(
                 f"pulumi config set --secret {key.partition(':')[2]} <value>",
             )
     known = {f.metadata["key"] for f in TOP_LEVEL}
+    valid = sorted([f"{PROJECT}:{k}" for k in known] + [REGION_KEY, PROFILE_KEY])
     for full_key in sorted(values):
         ns, _, key = full_key.partition(":")
         if ns == PROJECT and key not in known:
             reader.problem(
-                full_key, values[full_key], "unknown key", ", ".join(f"{PROJECT}:{k}" for k in sorted(known))
+                full_key, values[full_key], f"unknown key{_closest(full_key, valid)}", ", ".join(valid)
+            )
+        elif ns not in (PROJECT, "aws", "pulumi"):
+            # A misspelt namespace would drop its whole section silently (protection off, say).
+            reader.problem(
+                full_key,
+                values[full_key],
+                f"unknown namespace '{ns}'{_closest(full_key, valid)}",
+                f"keys under {PROJECT}:, aws:region, aws:profile",
             )
 
     for full_key in sorted(values):
@@ -446,8 +466,8 @@ def parse_config(
             "a region such as us-east-1",
         )
         region = ""
-    elif not _REGION.match(region):
-        reader.problem(REGION_KEY, region, "not an AWS region name", "a region such as us-east-1")
+    elif region not in SUPPORTED_REGIONS:
+        reader.problem(REGION_KEY, region, "not a region trainstack supports", ", ".join(SUPPORTED_REGIONS))
 
     kwargs: dict = {}
     hints = typing.get_type_hints(StackConfig)
@@ -457,21 +477,16 @@ def parse_config(
             continue
         raw = values[full_key]
         if hints[f.name] in (str, str | None):  # plain strings are passed as they are
-            kwargs[f.name] = reader.read(hints[f.name], raw, full_key)
-            continue
-        try:
-            data = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError:
-            reader.shape_problem(full_key, raw, "not valid structured config", "a YAML object or list")
-            continue
-        kwargs[f.name] = reader.read(hints[f.name], data, full_key)
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    if any(v is None for v in kwargs.get("gpu_node_groups", ())) or any(
-        v is None for v in kwargs.get("jobs", ())
-    ):
-        # Entries missing required keys are already reported; keep checking the rest.
-        kwargs["gpu_node_groups"] = tuple(g for g in kwargs.get("gpu_node_groups", ()) if g is not None)
-        kwargs["jobs"] = tuple(j for j in kwargs.get("jobs", ()) if j is not None)
+            data = raw
+        else:
+            try:
+                data = json.loads(raw) if isinstance(raw, str) else raw
+            except (json.JSONDecodeError, RecursionError, ValueError):
+                reader.shape_problem(full_key, raw, "not valid structured config", "a YAML object or list")
+                continue
+        read = reader.read_field(hints[f.name], data, full_key)
+        if read is not ABSENT and read is not None:
+            kwargs[f.name] = read
     config = StackConfig(
         stack=stack,
         region=region,
@@ -479,23 +494,47 @@ def parse_config(
         secret_job_env=f"{PROJECT}:jobs" in secret_keys,
         **kwargs,
     )
-    if not reader.malformed:
-        _check(config, reader)
+    _check(config, reader)
     if reader.problems:
         raise ConfigError(stack, reader.problems)
     return config
 
 
 def _check(c: StackConfig, r: Reader) -> None:
-    """Value and cross-field rules, run once the shapes are right."""
+    """Value and cross-field rules. They run on every value that parsed (a malformed one keeps its
+    default); problems about a malformed key, or rules leaning on malformed groups, stay quiet."""
+    checks = Reader()
+    groups_sound = not any(
+        r.under_malformed(k) or k.startswith((f"{PROJECT}:gpuNodeGroups", f"{PROJECT}:cluster"))
+        for k in r.malformed_keys
+    )
+    _check_values(c, checks, groups_sound)
+    r.problems += [p for p in checks.problems if not r.under_malformed(p.key)]
+
+
+_TAG_PUNCTUATION = set(" _.:/=+-@")
+
+
+def _aws_tag_text(text: str) -> bool:
+    """AWS tags allow letters, digits, spaces and _ . : / = + - @ (no control characters)."""
+    return all(ch.isalnum() or ch in _TAG_PUNCTUATION for ch in text)
+
+
+def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     p = PROJECT
     for k, v in c.tags.items():
-        if k.lower().startswith("aws:") or not 1 <= len(k) <= 128 or len(v) > 256:
+        if (
+            k.lower().startswith("aws:")
+            or not 1 <= len(k) <= 128
+            or len(v) > 256
+            or not (_aws_tag_text(k) and _aws_tag_text(v))
+        ):
             r.problem(
                 f"{p}:tags.{k}",
                 v,
                 "not a valid AWS tag",
-                "keys of 1-128 characters not starting with 'aws:', values up to 256",
+                "keys of 1-128 characters not starting with 'aws:', values up to 256, of letters, digits, "
+                "spaces and _ . : / = + - @",
             )
 
     _check_network(c.network, r)
@@ -514,6 +553,8 @@ def _check(c: StackConfig, r: Reader) -> None:
     for name, n in Counter(j.name for j in c.jobs).items():
         if n > 1:
             r.problem(f"{p}:jobs", name, f"name used by {n} jobs", "unique names")
+    if not groups_sound:
+        by_name = {}
     waited: Counter[str] = Counter()
     waited_jobs: Counter[str] = Counter()
     for j in c.jobs:
@@ -532,20 +573,33 @@ def _check(c: StackConfig, r: Reader) -> None:
                 "wait: none for jobs that may queue, fewer nodes, or a larger nodeCount",
             )
     for i, j in enumerate(c.jobs):
-        _check_job(j, by_name, c.cluster.system_node_group.desired_size, c.operators, f"{p}:jobs[{i}]", r)
+        _check_job(
+            j,
+            by_name if groups_sound else None,
+            c.cluster.system_node_group.desired_size,
+            c.operators,
+            f"{p}:jobs[{i}]",
+            r,
+        )
 
     img = c.image
-    context = PROJECT_ROOT / img.context
-    if not (context / "Dockerfile").is_file():
+    if not _build_context_ok(img.context):
         r.problem(
             f"{p}:image.context",
             img.context,
             "no Dockerfile in that directory",
             "a directory of this project holding a Dockerfile",
         )
+    if not _IMAGE_REF.fullmatch(img.base_image):
+        r.problem(
+            f"{p}:image.baseImage",
+            img.base_image,
+            "not an image reference",
+            "[registry/]repository[:tag][@sha256:digest], e.g. pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel",
+        )
     if not 5 <= img.build_timeout_minutes <= 480:
         r.problem(f"{p}:image.buildTimeoutMinutes", img.build_timeout_minutes, "out of range", "5-480")
-    if img.source_repository is not None and not _GITHUB.match(img.source_repository):
+    if img.source_repository is not None and not _GITHUB.fullmatch(img.source_repository):
         r.problem(
             f"{p}:image.sourceRepository",
             img.source_repository,
@@ -689,6 +743,25 @@ def _check_operators(o: OperatorsConfig, r: Reader) -> None:
             )
 
 
+# [registry[:port]/]path[:tag][@sha256:hex], lowercase path components as Docker requires.
+_IMAGE_REF = re.compile(
+    r"([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+)
+
+
+def _build_context_ok(context: str) -> bool:
+    """A directory inside the project with a Dockerfile (checked without letting an odd path,
+    too long for the OS or with a NUL, raise)."""
+    if not context or len(context) > 255 or "\0" in context or Path(context).is_absolute():
+        return False
+    try:
+        path = (PROJECT_ROOT / context).resolve()
+        return path.is_relative_to(PROJECT_ROOT) and (path / "Dockerfile").is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _check_network(n: NetworkConfig, r: Reader) -> None:
     k = f"{PROJECT}:network"
     try:
@@ -708,7 +781,7 @@ def _check_network(n: NetworkConfig, r: Reader) -> None:
                 "the id of the VPC that holds them",
             )
         return
-    if not _VPC.match(n.existing_vpc_id):
+    if not _VPC.fullmatch(n.existing_vpc_id):
         r.problem(f"{k}.existingVpcId", n.existing_vpc_id, "not a VPC id", "vpc-<hex>")
     if len(n.existing_private_subnet_ids) < 2:
         r.problem(
@@ -722,8 +795,11 @@ def _check_network(n: NetworkConfig, r: Reader) -> None:
         ("existingPublicSubnetIds", n.existing_public_subnet_ids),
     ):
         for i, s in enumerate(ids):
-            if not _SUBNET.match(s):
+            if not _SUBNET.fullmatch(s):
                 r.problem(f"{k}.{key}[{i}]", s, "not a subnet id", "subnet-<hex>")
+        for s, count in Counter(ids).items():
+            if count > 1:
+                r.problem(f"{k}.{key}", s, f"listed {count} times", "each subnet once")
 
 
 def _check_cluster(c: ClusterConfig, r: Reader) -> None:
@@ -743,7 +819,7 @@ def _check_cluster(c: ClusterConfig, r: Reader) -> None:
                 f"{k}.publicAccessCidrs[{i}]", cidr, "not an IPv4 CIDR", "a CIDR such as 203.0.113.0/24"
             )
     for i, arn in enumerate(c.admin_principals):
-        if not _PRINCIPAL.match(arn):
+        if not _PRINCIPAL.fullmatch(arn):
             r.problem(
                 f"{k}.adminPrincipals[{i}]",
                 arn,
@@ -762,19 +838,25 @@ def _check_cluster(c: ClusterConfig, r: Reader) -> None:
             "not a CPU instance type in the catalog",
             ", ".join(CPU_INSTANCE_TYPES),
         )
-    if not 1 <= s.min_size <= s.desired_size <= s.max_size <= 20:
+    if not 1 <= s.min_size <= 20:
+        r.problem(f"{sk}.minSize", s.min_size, "out of range (operators need a node)", "1-20")
+    if not 1 <= s.max_size <= 20:
+        r.problem(f"{sk}.maxSize", s.max_size, "out of range", "1-20")
+    elif s.min_size > s.max_size:
+        r.problem(f"{sk}.maxSize", s.max_size, f"smaller than minSize ({s.min_size})", f"{s.min_size}-20")
+    if 1 <= s.min_size <= s.max_size <= 20 and not s.min_size <= s.desired_size <= s.max_size:
         r.problem(
             f"{sk}.desiredSize",
             s.desired_size,
-            f"sizes must satisfy 1 <= minSize ({s.min_size}) <= desiredSize <= maxSize ({s.max_size}) <= 20",
-            "ordered sizes",
+            f"outside minSize ({s.min_size}) and maxSize ({s.max_size})",
+            f"{s.min_size}-{s.max_size}",
         )
     if not 20 <= s.disk_size_gib <= 1000:
         r.problem(f"{sk}.diskSizeGiB", s.disk_size_gib, "out of range", "20-1000")
 
 
 def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> None:
-    if not _LABEL.match(g.name) or len(g.name) > MAX_NODE_GROUP_NAME:
+    if not _LABEL.fullmatch(g.name) or len(g.name) > MAX_NODE_GROUP_NAME:
         r.problem(
             f"{k}.name",
             g.name,
@@ -821,7 +903,7 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
             "cr- followed by 17 hex digits",
         )
     if g.availability_zone is not None and not (
-        _ZONE.match(g.availability_zone) and g.availability_zone[:-1] == region
+        _ZONE.fullmatch(g.availability_zone) and g.availability_zone[:-1] == region
     ):
         r.problem(
             f"{k}.availabilityZone",
@@ -837,7 +919,7 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
                 "a capacity reservation or Capacity Block launches only in its own AZ",
                 "the reservation's AZ (aws ec2 describe-capacity-reservations --capacity-reservation-ids ...)",
             )
-        if not _RESERVATION.match(g.capacity_reservation_id):
+        if not _RESERVATION.fullmatch(g.capacity_reservation_id):
             r.problem(
                 f"{k}.capacityReservationId",
                 g.capacity_reservation_id,
@@ -871,18 +953,20 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
 
 def _check_job(
     j: JobConfig,
-    groups: dict[str, GpuNodeGroupConfig],
+    groups: dict[str, GpuNodeGroupConfig] | None,
     system_nodes: int,
     operators: OperatorsConfig,
     k: str,
     r: Reader,
 ) -> None:
     limit = MAX_JOB_NAME[j.kind]
-    if not _LABEL.match(j.name) or len(j.name) > limit:
+    if not _LABEL.fullmatch(j.name) or len(j.name) > limit:
         r.problem(
             f"{k}.name", j.name, f"not a valid {j.kind} name", f"{NAME_RULE}; at most {limit} characters"
         )
-    if j.node_group == SYSTEM_GROUP:
+    if groups is None:  # the node groups did not parse: nothing to check the job against
+        count, label = 0, ""
+    elif j.node_group == SYSTEM_GROUP:
         count, label = system_nodes, f"the system node group has {system_nodes} node(s) at creation"
     elif j.node_group in groups:
         count = groups[j.node_group].node_count
@@ -911,7 +995,7 @@ def _check_job(
             f"turn operators.{needs} back on, or remove the job",
         )
     for name in j.env:
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             r.problem(
                 f"{k}.env.{name}",
                 j.env[name],

@@ -54,7 +54,7 @@ class _Absent:
         return "(missing)"
 
 
-_ABSENT = _Absent()
+_ABSENT = ABSENT = _Absent()
 
 
 def describe(tp: Any) -> str:
@@ -80,15 +80,23 @@ class Reader:
 
     def __init__(self) -> None:
         self.problems: list[Problem] = []
-        # Values of the wrong type or outside an enum: cross-field rules cannot run on them.
-        self.malformed = False
+        # Keys whose values had the wrong type or were outside an enum: the field keeps its default
+        # so every other value is still checked, and rules about these keys stay quiet.
+        self.malformed_keys: list[str] = []
+
+    @property
+    def malformed(self) -> bool:
+        return bool(self.malformed_keys)
 
     def problem(self, key: str, value: Any, reason: str, allowed: str) -> None:
         self.problems.append(Problem(key, value, reason, allowed))
 
     def shape_problem(self, key: str, value: Any, reason: str, allowed: str) -> None:
-        self.malformed = True
+        self.malformed_keys.append(key)
         self.problem(key, value, reason, allowed)
+
+    def under_malformed(self, key: str) -> bool:
+        return any(key == m or key.startswith((f"{m}.", f"{m}[")) for m in self.malformed_keys)
 
     def read(self, tp: Any, value: Any, key: str) -> Any:
         origin = typing.get_origin(tp)
@@ -99,8 +107,17 @@ class Reader:
             (inner,) = [a for a in args if a is not type(None)]
             return self.read(inner, value, key)
         if origin is Literal:
-            if value not in args:
-                self.shape_problem(key, value, "not a known value", describe(tp))
+            if value in args and not isinstance(value, bool):
+                return value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                # An unquoted `1.34` in YAML is a number; `1.30` would even be 1.3.
+                if str(value) in args:
+                    return str(value)
+                self.shape_problem(
+                    key, value, "a number, not one of the names", f'{describe(tp)} (quoted, e.g. "{args[0]}")'
+                )
+                return value
+            self.shape_problem(key, value, "not a known value", describe(tp))
             return value
         if origin in (list, tuple):
             if not isinstance(value, list):
@@ -140,13 +157,27 @@ class Reader:
             yaml_key = f.metadata["key"]
             sub = f"{key}.{yaml_key}"
             if yaml_key in value:
-                kwargs[f.name] = self.read(hints[f.name], value[yaml_key], sub)
+                read = self.read_field(hints[f.name], value[yaml_key], sub)
+                if read is not _ABSENT:
+                    kwargs[f.name] = read
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 self.shape_problem(sub, _ABSENT, "required", describe(hints[f.name]))
         try:
             return cls(**kwargs)
         except TypeError:  # a required field was missing: already recorded
             return None
+
+    def read_field(self, tp: Any, value: Any, key: str) -> Any:
+        """`read`, or _ABSENT when the value is malformed (the field then keeps its default). A list
+        of objects keeps its readable entries: each bad entry is reported and left out."""
+        before = len(self.malformed_keys)
+        read = self.read(tp, value, key)
+        if len(self.malformed_keys) == before:
+            return read
+        item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+        if dataclasses.is_dataclass(item) and isinstance(value, list):
+            return tuple(v for v in read if v is not None)
+        return _ABSENT
 
 
 def keys_of(cls: type) -> list[str]:

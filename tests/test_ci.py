@@ -220,8 +220,12 @@ def test_the_preview_role_can_change_nothing():
     assert statement["Action"] == ["kms:Decrypt"]  # its own stack's secrets, nothing else
     assert statement["Resource"] == "arn:aws:kms:us-east-1:123456789012:key/abcd-ef"
     entries = run.one("eks:index:Cluster").inputs["accessEntries"]
-    assert list(entries["ci-preview"]["accessPolicies"]) == ["AmazonEKSViewPolicy"]
-    assert list(entries["ci-deploy"]["accessPolicies"]) == ["AmazonEKSClusterAdminPolicy"]
+    assert entries["ci-preview"]["accessPolicies"]["cluster-view"]["policyArn"].endswith(
+        "/AmazonEKSViewPolicy"
+    )
+    assert entries["ci-deploy"]["accessPolicies"]["cluster-admin"]["policyArn"].endswith(
+        "/AmazonEKSClusterAdminPolicy"
+    )
 
 
 def test_the_deploy_role_running_up_gets_no_second_access_entry():
