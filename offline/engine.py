@@ -13,12 +13,12 @@ dependencies and raw inputs (so secrets can be masked), remote components' child
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import json
 import runpy
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -532,26 +532,42 @@ def run_program(
     return PlanRun(stack, monitor.registrations, outputs)
 
 
+# Event loops the mock engine's worker threads run on (pulumi's monitor calls go through the main
+# loop's default executor, and each worker thread needs a loop of its own).
+_THREAD_LOOPS: list[asyncio.AbstractEventLoop] = []
+
+
+def _own_event_loop() -> None:
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    _THREAD_LOOPS.append(loop)
+
+
 def _fresh_event_loop() -> None:
-    """A usable loop for this run, also after `close_event_loops` closed the previous one."""
+    """A usable loop for this run (also after `close_event_loops`), whose worker threads' loops
+    are known, so they can be closed rather than left to the garbage collector."""
     try:
-        if not asyncio.get_event_loop().is_closed():
-            return
+        loop = asyncio.get_event_loop()
+        if loop.is_closed():
+            raise RuntimeError("closed")
     except RuntimeError:
-        pass
-    asyncio.set_event_loop(asyncio.new_event_loop())
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    if not getattr(loop, "_trainstack_executor", False):
+        loop.set_default_executor(ThreadPoolExecutor(initializer=_own_event_loop))
+        loop._trainstack_executor = True
 
 
 def close_event_loops() -> None:
-    """Close the event loop the mock engine ran on, and let the loops of its worker threads be
-    collected now: left to interpreter shutdown, closing them can print `Exception ignored ...
-    Invalid file descriptor` after a successful plan."""
+    """Close the mock engine's event loops: left to interpreter shutdown or the garbage collector,
+    closing them can print `Exception ignored ... Invalid file descriptor` after a successful plan."""
     try:
         loop = asyncio.get_event_loop()
     except RuntimeError:
         return
     if not loop.is_closed():
-        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.run_until_complete(loop.shutdown_default_executor())  # joins the worker threads
         loop.close()
+    while _THREAD_LOOPS:
+        _THREAD_LOOPS.pop().close()
     asyncio.set_event_loop(None)  # a later run in this process starts a fresh loop
-    gc.collect()

@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 
 from offline.plan import main
 
+# An event loop left to the garbage collector prints `Exception ignored ... Invalid file descriptor`.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
 
 def run_plan(tmp_path: Path, text: str | bytes, stack: str = "t") -> tuple[int, str, str]:
     stack_file = tmp_path / f"Pulumi.{stack}.yaml"
