@@ -26,7 +26,7 @@ sys.path.insert(0, str(WORKLOAD))
 
 from trainer import checkpoint, storage  # noqa: E402
 from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset  # noqa: E402
-from trainer.model import MODEL_SIZES, Transformer, flops_per_token, parameter_count  # noqa: E402
+from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count  # noqa: E402
 
 
 def metrics_of(output: str) -> list[dict]:
@@ -174,7 +174,14 @@ def test_torchrun_two_processes_loss_goes_down(tmp_path):
     loss = losses(records)
     assert sorted(loss) == [5, 10, 15, 20, 25, 30, 35, 40]
     assert loss[40] < loss[5] - 1.0, loss
-    assert records[0] == {"event": "start", "resumed_from": 0, "steps": 40, "world_size": 2, "model": "tiny"}
+    assert records[0] == {
+        "event": "start",
+        "resumed_from": 0,
+        "steps": 40,
+        "world_size": 2,
+        "model": "tiny",
+        "flops_convention": FLOPS_CONVENTION,
+    }
     assert all(r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in records if "loss" in r)
     assert checkpoint.complete_steps(tmp_path / "ckpt") == [20, 40]
     assert sorted(p.name for p in (tmp_path / "ckpt" / "step_00000040").iterdir()) == [
@@ -290,6 +297,10 @@ common = ["--num-workers", "2", "--checkpoint-every", "10", "--log-every", "5",
           "--storage-path", {str(tmp_path / "ray")!r}]
 assert main(common + ["--steps", "20"]) == 0
 assert main(common + ["--steps", "30"]) == 0
+# Ray restores its latest reported checkpoint into a worker group (a restart, or a rerun with the
+# same name and storage): here onto a fresh, empty volume.
+fresh = [a if a != {str(tmp_path / "ckpt")!r} else {str(tmp_path / "fresh")!r} for a in common]
+assert main(fresh + ["--steps", "35"]) == 0
 """
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run(
@@ -303,7 +314,27 @@ assert main(common + ["--steps", "30"]) == 0
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     starts = [r for r in metrics_of(out) if r.get("event") == "start"]
-    assert {r["resumed_from"] for r in starts} == {0, 20}
+    assert {r["resumed_from"] for r in starts} == {0, 20, 30}  # the third run: from Ray's checkpoint
     loss = losses(metrics_of(out))
     assert loss[20] < loss[5]
     assert checkpoint.complete_steps(tmp_path / "ckpt") == [10, 20, 30]
+    assert checkpoint.complete_steps(tmp_path / "fresh")[-1] == 35
+    # Ray Train holds the checkpoints too, assembled from each worker's own files (no copies).
+    reported = [p for p in (tmp_path / "ray").rglob("checkpoint_*") if p.is_dir()]
+    assert reported
+    assert sorted(f.name for f in max(reported, key=lambda p: p.stat().st_mtime).iterdir()) == [
+        ".metadata",
+        "COMPLETE",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+
+
+def test_ray_trainer_uses_rays_fault_tolerance():
+    from trainer.ray_train import build_trainer
+
+    trainer = build_trainer(["--num-workers", "2", "--s3-checkpoints", "s3://bucket/checkpoints/job"])
+    run = trainer.run_config
+    assert run.failure_config.max_failures == 3
+    assert run.storage_path == "s3://bucket/checkpoints/job/ray"  # storage every node reaches
+    assert build_trainer(["--max-failures", "5"]).run_config.failure_config.max_failures == 5

@@ -1,9 +1,16 @@
 """Distributed checkpoints (torch.distributed.checkpoint) with a completion marker and S3 sync.
 
-Layout: <root>/step_00000120/ holds the DCP files of step 120. Rank 0 writes the marker file
-`COMPLETE` last, atomically, once every rank has finished writing; a directory without it is a
-torn checkpoint and is never loaded. With an S3 URI, the files are uploaded after the local save
-and the marker is uploaded last, so S3 obeys the same rule.
+Layout: <root>/step_00000120/ holds the DCP files of step 120: one `__<rank>_0.distcp` per rank and
+`.metadata`. Rank 0 writes the marker `COMPLETE` last, atomically, once every rank's files are on
+disk; a directory without it is torn and never loaded. With S3, each rank uploads its own files,
+rank 0 the metadata, and the marker goes up last, so S3 obeys the same rule.
+
+`--checkpoint-dir` may be node-local (each node keeps its own ranks' files) or shared by all
+nodes; the store finds out which at start. Resuming, the ranks agree on a step every rank can
+load: the newest complete one in S3 when S3 is set (fetched by one process per node, or by one
+process in all on a shared volume), else the newest complete step every rank sees. Every node
+prunes its own copies. Transfers wait on the long-timeout control group, never on the training
+collectives' timeout.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
+import uuid
 from pathlib import Path
 
 import torch.distributed as dist
@@ -22,7 +31,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from trainer import storage
 
 MARKER = "COMPLETE"
-_STEP_DIR = re.compile(r"^step_(\d{8})$")
+METADATA = ".metadata"
+_STEP_DIR = re.compile(r"step_([0-9]{8})")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -34,7 +44,7 @@ def complete_steps(root: Path) -> list[int]:
         return []
     steps = []
     for child in root.iterdir():
-        m = _STEP_DIR.match(child.name)
+        m = _STEP_DIR.fullmatch(child.name)
         if m and (child / MARKER).is_file():
             steps.append(int(m.group(1)))
     return sorted(steps)
@@ -45,36 +55,27 @@ def latest_complete(root: Path) -> int | None:
     return steps[-1] if steps else None
 
 
-def _local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
 def _write_marker(path: Path, step: int) -> None:
     tmp = path / f".{MARKER}.tmp"
     tmp.write_text(json.dumps({"step": step, "world_size": dist.get_world_size(), "saved_at": time.time()}))
     os.replace(tmp, path / MARKER)
 
 
-def save(root: Path, step: int, model, optimizer, s3_uri: str | None = None, keep: int = 3) -> Path:
-    """Collective: every rank calls it. Returns the checkpoint directory."""
-    path = step_dir(root, step)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
-    dist.barrier()  # every rank's shards are on disk
-    if dist.get_rank() == 0:
-        _write_marker(path, step)
-    dist.barrier()
-    if s3_uri:
-        bucket, prefix = storage.split_s3_uri(s3_uri)
-        if _local_rank() == 0:  # one uploader per node: covers node-local and shared volumes
-            storage.upload_dir(path, bucket, f"{prefix}/{path.name}", skip={MARKER})
-        dist.barrier()
-        if dist.get_rank() == 0:
-            storage.upload_file(path / MARKER, bucket, f"{prefix}/{path.name}/{MARKER}")
-    if dist.get_rank() == 0:
-        prune(root, keep)
-    dist.barrier()
-    return path
+def marker_step(path: Path) -> int:
+    """The step a complete checkpoint directory holds (from its marker)."""
+    return int(json.loads((path / MARKER).read_text())["step"])
+
+
+def rank_files(path: Path, rank: int) -> list[Path]:
+    """What one rank uploads: its own shard files; rank 0 also the metadata (not the marker)."""
+    own = sorted(path.glob(f"__{rank}_*.distcp"))
+    if rank == 0:
+        own += [
+            p
+            for p in sorted(path.iterdir())
+            if p.is_file() and p.name != MARKER and not p.name.startswith("__")
+        ]
+    return own
 
 
 def prune(root: Path, keep: int) -> None:
@@ -88,45 +89,143 @@ def prune(root: Path, keep: int) -> None:
     for old in steps[:-keep]:
         shutil.rmtree(step_dir(root, old), ignore_errors=True)
     for child in root.iterdir():
-        m = _STEP_DIR.match(child.name)
+        m = _STEP_DIR.fullmatch(child.name)
         if m and int(m.group(1)) < steps[-1] and not (child / MARKER).is_file():
             shutil.rmtree(child, ignore_errors=True)
 
 
-def fetch_latest_from_s3(root: Path, s3_uri: str) -> int | None:
-    """Download the newest complete S3 checkpoint if it is newer than the local one."""
+def s3_complete_steps(s3_uri: str) -> list[int]:
     bucket, prefix = storage.split_s3_uri(s3_uri)
-    remote = sorted(
+    return sorted(
         int(m.group(1))
         for name in storage.list_prefixes(bucket, prefix)
-        if (m := _STEP_DIR.match(name)) and storage.exists(bucket, f"{prefix}/{name}/{MARKER}")
+        if (m := _STEP_DIR.fullmatch(name)) and storage.exists(bucket, f"{prefix}/{name}/{MARKER}")
     )
-    local = latest_complete(root)
-    if not remote or (local is not None and local >= remote[-1]):
-        return local
-    path = step_dir(root, remote[-1])
-    # Download beside the target and rename: an interrupted download never looks complete.
-    staging = root / f".{path.name}.download"
+
+
+def fetch_from_s3(root: Path, s3_uri: str, step: int) -> None:
+    """Download one complete S3 checkpoint into root, through a staging directory that is unique
+    to this process (two nodes on a shared volume never write the same one) and renamed at the end."""
+    path = step_dir(root, step)
+    bucket, prefix = storage.split_s3_uri(s3_uri)
+    staging = root / f".{path.name}.download-{socket.gethostname()}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     storage.download_prefix(bucket, f"{prefix}/{path.name}", staging)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(staging, path)
-    return remote[-1]
 
 
-def load_latest(root: Path, model, optimizer, s3_uri: str | None = None) -> int:
-    """Collective. Load the newest complete checkpoint; return its step (0 when there is none)."""
-    if s3_uri and _local_rank() == 0:
-        fetch_latest_from_s3(root, s3_uri)
-    dist.barrier()
-    # Rank 0 decides, so every rank loads the same step even if directories change meanwhile.
-    decision = [latest_complete(root) if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(decision, src=0)
-    step = decision[0]
-    if step is None:
-        return 0
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(step_dir(root, step)))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    return step
+class CheckpointStore:
+    """Collective: every rank constructs it and calls its methods in the same order."""
+
+    def __init__(self, root: Path, control: dist.ProcessGroup | None, s3_uri: str | None = None):
+        self.root = root
+        self.control = control
+        self.s3_uri = s3_uri
+        self.rank = dist.get_rank()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.shared = self._volume_is_shared()
+        # One process writes what a volume holds once: per node, or once in all on a shared volume.
+        self.volume_writer = self.rank == 0 if self.shared else self.local_rank == 0
+
+    def _gather(self, value) -> list:
+        found: list = [None] * dist.get_world_size()
+        dist.all_gather_object(found, value, group=self.control)
+        return found
+
+    def _barrier(self) -> None:
+        dist.barrier(group=self.control)
+
+    def _volume_is_shared(self) -> bool:
+        """Whether every rank sees the same checkpoint directory (rank 0 leaves a probe file)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        token = [f".probe-{uuid.uuid4().hex}" if self.rank == 0 else None]
+        dist.broadcast_object_list(token, src=0, group=self.control)
+        probe = self.root / token[0]
+        if self.rank == 0:
+            probe.touch()
+        self._barrier()
+        seen = self._gather(probe.exists())
+        self._barrier()
+        if self.rank == 0:
+            probe.unlink(missing_ok=True)
+        return all(seen)
+
+    def loadable_steps(self) -> set[int]:
+        """Complete steps this rank can load from its own volume: marker, metadata, own shards."""
+        return {
+            step
+            for step in complete_steps(self.root)
+            if (step_dir(self.root, step) / METADATA).is_file()
+            and any(step_dir(self.root, step).glob(f"__{self.rank}_*.distcp"))
+        }
+
+    def resume_step(self) -> int | None:
+        """The newest step every rank can load. Candidates: rank 0's complete local steps and S3's
+        newest complete one, which each volume that cannot load it fetches first."""
+        known = [(set(), None)]
+        if self.rank == 0:
+            remote = s3_complete_steps(self.s3_uri) if self.s3_uri else []
+            known = [(set(complete_steps(self.root)), remote[-1] if remote else None)]
+        dist.broadcast_object_list(known, src=0, group=self.control)
+        candidates, s3_newest = known[0]
+        if s3_newest is not None:
+            candidates.add(s3_newest)
+            if self.volume_writer and not (step_dir(self.root, s3_newest) / METADATA).is_file():
+                # This volume holds only its own ranks' files (or none): take the whole step.
+                fetch_from_s3(self.root, self.s3_uri, s3_newest)
+            self._barrier()
+        for steps in self._gather(self.loadable_steps()):
+            candidates &= steps
+        return max(candidates) if candidates else None
+
+    def load_latest(self, model, optimizer) -> int:
+        """Load the agreed checkpoint; return its step (0 when there is none)."""
+        step = self.resume_step()
+        if step is None:
+            return 0
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(step_dir(self.root, step)), process_group=self.control)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        return step
+
+    def save(self, step: int, model, optimizer, keep: int = 3, background: bool = False) -> PendingSave:
+        """Start writing `step`; with `background` the files are written while training goes on.
+        The returned save must be finished (marker, S3, pruning) before the next one starts."""
+        path = step_dir(self.root, step)
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        if background:
+            # Staged to memory now, written by a thread; its collectives use the control group.
+            future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.control)
+        else:
+            dcp.save(state, checkpoint_id=str(path), process_group=self.control)
+            future = None
+        return PendingSave(self, step, path, keep, future)
+
+
+class PendingSave:
+    def __init__(self, store: CheckpointStore, step: int, path: Path, keep: int, future):
+        self.store, self.step, self.path, self.keep, self.future = store, step, path, keep, future
+
+    def finish(self) -> Path:
+        """Collective: wait for the files, mark the checkpoint complete, mirror it to S3, prune."""
+        store = self.store
+        if self.future is not None:
+            self.future.result()
+        store._barrier()  # every rank's shards are on disk
+        if store.volume_writer:  # each volume records that the step is complete everywhere
+            _write_marker(self.path, self.step)
+        if store.s3_uri:
+            bucket, prefix = storage.split_s3_uri(store.s3_uri)
+            for file in rank_files(self.path, store.rank):  # each rank its own files, no copies
+                storage.upload_file(file, bucket, f"{prefix}/{self.path.name}/{file.name}")
+            store._barrier()
+            if store.rank == 0:
+                storage.upload_file(self.path / MARKER, bucket, f"{prefix}/{self.path.name}/{MARKER}")
+        store._barrier()
+        if store.volume_writer:  # every node prunes its own copies
+            prune(store.root, self.keep)
+        store._barrier()
+        return self.path

@@ -8,6 +8,8 @@ exactly what an uninterrupted one would have, without saving loader state.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +51,7 @@ class TokenWindows:
     """Fixed-length windows (inputs, next-token targets) over a token file, sharded by rank."""
 
     def __init__(self, path: Path, vocab_size: int, seq_len: int, rank: int, world_size: int, seed: int = 0):
+        self.path = path
         self.tokens = np.memmap(path, dtype=token_dtype(vocab_size), mode="r")
         self.seq_len = seq_len
         self.rank = rank
@@ -61,8 +64,31 @@ class TokenWindows:
                 f"{path} holds {len(self.tokens)} tokens: too few for {world_size} ranks at seq_len {seq_len}"
             )
 
+        self._epoch: int | None = None
+        self._permutation: np.ndarray | None = None
+
     def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng((self.seed, epoch)).permutation(self.num_windows)
+        # Once per epoch, not per step: a permutation of millions of windows takes 100+ ms.
+        if self._epoch != epoch:
+            self._permutation = np.random.default_rng((self.seed, epoch)).permutation(self.num_windows)
+            self._epoch = epoch
+        return self._permutation
+
+    def _rows(self, windows) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = np.stack(
+            [
+                self.tokens[w * self.seq_len : w * self.seq_len + self.seq_len + 1].astype(np.int64)
+                for w in windows
+            ]
+        )
+        data = torch.from_numpy(rows)
+        return data[:, :-1], data[:, 1:]
+
+    def fixed_batch(self, index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same held-out windows every time (validation): batch `index` of this rank."""
+        per_step = batch_size * self.world_size
+        first = (index * per_step) % max(1, self.num_windows - per_step + 1) + self.rank
+        return self._rows(range(first, first + per_step, self.world_size)[:batch_size])
 
     def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's batch for a global step: rank r takes every world_size-th window."""
@@ -73,15 +99,47 @@ class TokenWindows:
         epoch, offset = divmod(step, per_epoch)
         order = self._order(epoch)
         first = offset * per_step + self.rank
-        windows = order[first : first + per_step : self.world_size]
-        rows = np.stack(
-            [
-                self.tokens[w * self.seq_len : w * self.seq_len + self.seq_len + 1].astype(np.int64)
-                for w in windows
-            ]
+        return self._rows(order[first : first + per_step : self.world_size])
+
+
+class Prefetcher:
+    """Prepares the batches of steps [start, end) on a background thread, `depth` ahead, in pinned
+    memory on GPUs so the copy to the device overlaps compute."""
+
+    def __init__(self, data: TokenWindows, start: int, end: int, batch_size: int, depth: int, pin: bool):
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(data, start, end, batch_size, pin), daemon=True, name="prefetch"
         )
-        data = torch.from_numpy(rows)
-        return data[:, :-1], data[:, 1:]
+        self._thread.start()
+
+    def _run(self, data: TokenWindows, start: int, end: int, batch_size: int, pin: bool) -> None:
+        try:
+            for step in range(start, end):
+                batch = data.batch(step, batch_size)
+                if pin:
+                    batch = tuple(t.pin_memory() for t in batch)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+        except Exception as err:  # surfaced in the training loop, not lost in this thread
+            self._queue.put(err)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        item = self._queue.get()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def resolve_dataset(uri: str, cache_dir: Path) -> Path:

@@ -1,4 +1,9 @@
-"""A Llama-style decoder-only transformer: RMSNorm, rotary embeddings, SwiGLU, grouped-query attention."""
+"""A Llama-style decoder-only transformer: RMSNorm, rotary embeddings, SwiGLU, grouped-query attention.
+
+The output head is untied from the embedding (Llama 3.2 1B ties them): under FSDP2 a tied weight
+would have to live in one sharding unit with both the first and the last layer, and the untied
+head costs 65M parameters at a 32k vocabulary. Parameter counts and FLOPs below include it.
+"""
 
 from __future__ import annotations
 
@@ -61,12 +66,13 @@ def rope_tables(cfg: ModelConfig, device: torch.device | None = None) -> tuple[t
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: (batch, heads, seq, head_dim); rotate pairs (even, odd).
+    # x: (batch, heads, seq, head_dim); rotate pairs (even, odd) in fp32, as torchtitan does:
+    # bf16 angles lose precision at long positions.
     seq = x.shape[-2]
-    cos, sin = cos[:seq].to(x.dtype), sin[:seq].to(x.dtype)
-    even, odd = x[..., 0::2], x[..., 1::2]
+    cos, sin = cos[:seq], sin[:seq]
+    even, odd = x[..., 0::2].float(), x[..., 1::2].float()
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2)
+    return rotated.flatten(-2).type_as(x)
 
 
 class Attention(nn.Module):
@@ -135,11 +141,32 @@ class Transformer(nn.Module):
                 )
                 nn.init.normal_(p, mean=0.0, std=std * scale)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits, or with `targets` the mean cross-entropy computed in sequence chunks: the full
+        (batch, seq, vocab) fp32 logits never exist at once. Inside forward, so the FSDP-sharded
+        head is still gathered."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, self.rope_cos, self.rope_sin)
-        return self.head(self.norm(x))
+        x = self.norm(x)
+        if targets is None:
+            return self.head(x)
+        return chunked_cross_entropy(self.head, x, targets)
+
+
+LOSS_CHUNK_TOKENS = 8192
+
+
+def chunked_cross_entropy(head: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy; logits stay in the compute dtype, the loss math is fp32."""
+    flat_x, flat_t = x.flatten(0, 1), targets.flatten()
+    total = flat_x.new_zeros((), dtype=torch.float32)
+    for start in range(0, flat_t.numel(), LOSS_CHUNK_TOKENS):
+        logits = head(flat_x[start : start + LOSS_CHUNK_TOKENS])
+        total = total + F.cross_entropy(
+            logits.float(), flat_t[start : start + LOSS_CHUNK_TOKENS], reduction="sum"
+        )
+    return total / flat_t.numel()
 
 
 def parameter_count(cfg: ModelConfig) -> int:
@@ -151,7 +178,21 @@ def parameter_count(cfg: ModelConfig) -> int:
     return cfg.n_layers * per_layer + 2 * cfg.vocab_size * cfg.dim + cfg.dim
 
 
+FLOPS_CONVENTION = (
+    "PaLM/torchtitan: 6N (N without the embedding) + 12*layers*dim*seq, causal attention counted in full"
+)
+
+
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the weights plus causal attention scores (PaLM appendix B)."""
+    """Training FLOPs per token by the PaLM (appendix B) and torchtitan convention: 6N for the
+    weights plus 12*L*d*T for attention scores, counted in full although half is masked."""
     non_embedding = parameter_count(cfg) - cfg.vocab_size * cfg.dim
-    return 6 * non_embedding + 6 * cfg.n_layers * cfg.dim * seq_len
+    return 6 * non_embedding + 12 * cfg.n_layers * cfg.dim * seq_len
+
+
+# Peak learning rate and warmup steps that suit each size (larger models need a lower rate).
+TRAINING_DEFAULTS: dict[str, tuple[float, int]] = {
+    "tiny": (3e-3, 10),
+    "small": (1e-3, 100),
+    "1b": (3e-4, 200),
+}
