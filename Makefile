@@ -9,9 +9,10 @@ TOOLS := .tools
 
 .PHONY: plan test lint lint-workflows docs bench bench-plan clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt workload/requirements.txt

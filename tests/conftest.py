@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -24,6 +28,45 @@ def shared_dir(kind: str, env_var: str) -> Path:
     if not path.is_dir():
         pytest.skip(f"upstream {kind} not found at {path} (set {env_var} to a copy of shared/{kind})")
     return path
+
+
+CRD_FILES = {
+    "PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
+    "RayJob": "ray.io_rayjobs.yaml",
+    "RayCluster": "ray.io_rayclusters.yaml",
+}
+
+
+def strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused: the API server prunes them silently, so a
+    misspelt field would be dropped and the job would run without it."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    return schema
+
+
+@functools.cache
+def crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    path = shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES[kind]
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft7Validator(strict(version["schema"]["openAPIV3Schema"]))
+
+
+def crd_errors(manifest: dict) -> list[str]:
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in crd_validator(manifest["kind"]).iter_errors(manifest)
+    ]
 
 
 def stack_values(stack: str, **overrides) -> dict[str, str]:

@@ -4,16 +4,13 @@ Kubernetes schemas, values derived from the node group, waiting, secrets, orderi
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from typing import Any
 
 import jsonpath_rfc9535 as jsonpath
-import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
-from conftest import plan, shared_dir, stack_values
+from conftest import CRD_FILES, crd_errors, plan, stack_values
 
 from components.jobs import EFA_ENV, GPU_ENV, WAIT_FOR, wait_annotations
 from offline.engine import SECRET_MASK, run_program
@@ -23,11 +20,6 @@ from stacks.schema import ConfigError
 PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
 RAYJOB = "kubernetes:ray.io/v1:RayJob"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
-CRD_FILES = {
-    "PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
-    "RayJob": "ray.io_rayjobs.yaml",
-    "RayCluster": "ray.io_rayclusters.yaml",
-}
 HF_TOKEN = "hf_offlineSECRETtoken"
 SECRET_ENV = "wandb-offline-secret"
 
@@ -68,38 +60,6 @@ def body(reg) -> dict[str, Any]:
 
 
 # --- strict schemas ----------------------------------------------------------------------------
-
-
-def strict(schema: Any) -> Any:
-    """The CRD schema with unknown fields refused: the API server prunes them silently, so a
-    misspelt field would be dropped and the job would run without it."""
-    if isinstance(schema, dict):
-        schema = {k: strict(v) for k, v in schema.items()}
-        if (
-            "properties" in schema
-            and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [strict(s) for s in schema]
-    return schema
-
-
-@functools.cache
-def crd_validator(kind: str) -> jsonschema.Draft7Validator:
-    path = shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES[kind]
-    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return jsonschema.Draft7Validator(strict(version["schema"]["openAPIV3Schema"]))
-
-
-def crd_errors(manifest: dict) -> list[str]:
-    return [
-        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in crd_validator(manifest["kind"]).iter_errors(manifest)
-    ]
 
 
 def kubernetes_manifests(run) -> list[dict]:

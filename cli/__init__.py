@@ -1,0 +1,1 @@
+"""`trainstack`: watch and diagnose what a trainstack stack runs (status, logs, doctor, metrics, estimate)."""

@@ -1,0 +1,565 @@
+"""`trainstack` run for real against a local Kubernetes API server (tests/kube_server.py) serving
+fixture objects shaped like real ones; custom resources validate against ../shared/crds."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+from pathlib import Path
+
+import pytest
+from conftest import crd_errors
+from kube_server import FakeCluster, KubeServer
+
+from cli import analysis
+from cli.main import main
+
+NS = "training"
+CREATED = "2026-11-21T10:00:00Z"
+
+
+def meta(name: str, namespace: str | None = None, **labels: str) -> dict:
+    m = {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "creationTimestamp": CREATED}
+    if namespace:
+        m["namespace"] = namespace
+    if labels:
+        m["labels"] = labels
+    return m
+
+
+def node(name: str, group: str | None, ready: bool = True, gpus: int = 8, efa: int = 32) -> dict:
+    labels = {"kubernetes.io/hostname": name}
+    allocatable = {"cpu": "191450m", "memory": "2033000000Ki", "pods": "100"}
+    if group:
+        labels |= {"trainstack.dev/node-group": group, "nvidia.com/gpu.present": "true"}
+        if efa:
+            labels["vpc.amazonaws.com/efa.present"] = "true"
+        allocatable |= {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": str(efa)}
+    else:
+        labels["trainstack.dev/role"] = "system"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": meta(name, **labels),
+        "status": {
+            "allocatable": allocatable,
+            "capacity": allocatable,
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady"},
+            ],
+        },
+    }
+
+
+def daemonset(name: str, desired: int, ready: int) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": meta(name, "kube-system"),
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": name}]}},
+        },
+        "status": {
+            "currentNumberScheduled": desired,
+            "desiredNumberScheduled": desired,
+            "numberMisscheduled": 0,
+            "numberReady": ready,
+        },
+    }
+
+
+def deployment(name: str, namespace: str, ready: int = 1) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(name, namespace),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": name}]}},
+        },
+        "status": {"replicas": 1, "readyReplicas": ready} if ready else {"replicas": 1},
+    }
+
+
+def crd(name: str) -> dict:
+    plural, group = name.split(".", 1)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": meta(name),
+        "spec": {
+            "group": group,
+            "names": {"plural": plural, "kind": plural.rstrip("s").capitalize()},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": True, "storage": True}],
+        },
+    }
+
+
+def webhook(name: str) -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": meta(name),
+        "webhooks": [
+            {
+                "name": "validate.pytorchjob.kubeflow.org",
+                "clientConfig": {"service": {"name": "training-operator", "namespace": "kubeflow"}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+            }
+        ],
+    }
+
+
+def pod(name: str, job: str, group: str, *, index: int | None = 0, phase: str = "Running", ray: str | None = None,
+        waiting: dict | None = None, restarts: int = 0, env: tuple[str, ...] = ("AWS_CONTAINER_CREDENTIALS_FULL_URI",),
+        scheduled: dict | None = None) -> dict:  # fmt: skip
+    labels = {"trainstack.dev/job": job}
+    if ray:
+        labels["ray.io/node-type"] = ray
+    elif index is not None:
+        labels |= {
+            "training.kubeflow.org/replica-type": "worker",
+            "training.kubeflow.org/replica-index": str(index),
+        }
+    ready = phase == "Running" and not waiting
+    status: dict = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    if scheduled:
+        status["conditions"].append({"type": "PodScheduled", **scheduled})
+    if phase == "Running":
+        status["containerStatuses"] = [
+            {
+                "name": "pytorch",
+                "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack/prod/training@sha256:abc",
+                "imageID": "",
+                "ready": ready,
+                "restartCount": restarts,
+                "state": {"waiting": waiting} if waiting else {"running": {"startedAt": CREATED}},
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta(name, NS, **labels),
+        "spec": {
+            "serviceAccountName": "trainer",
+            "nodeSelector": {"trainstack.dev/node-group": group},
+            "containers": [
+                {"name": "pytorch", "image": "img", "env": [{"name": e, "value": "x"} for e in env]}
+            ],
+        },
+        "status": status,
+    }
+
+
+def pytorchjob(name: str, replicas: int, *conditions: tuple[str, str]) -> dict:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": meta(name, NS),
+        "spec": {
+            "nprocPerNode": "8",
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": replicas,
+                    "restartPolicy": "OnFailure",
+                    "template": {"spec": {"containers": [{"name": "pytorch", "image": "img"}]}},
+                }
+            },
+        },
+        "status": {
+            "conditions": [{"type": t, "status": s, "lastTransitionTime": CREATED} for t, s in conditions],
+            "replicaStatuses": {"Worker": {"active": replicas}},
+        },
+    }
+
+
+def ray_cluster_spec(workers: int) -> dict:
+    return {
+        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [{"name": "ray-head"}]}}},
+        "workerGroupSpecs": [
+            {"groupName": "gpu", "replicas": workers, "minReplicas": workers, "maxReplicas": workers, "rayStartParams": {},
+             "template": {"spec": {"containers": [{"name": "ray-worker"}]}}}
+        ],
+    }  # fmt: skip
+
+
+def rayjob(name: str, job_status: str, deployment_status: str) -> dict:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": meta(name, NS),
+        "spec": {"entrypoint": "python -m trainer.ray_train", "rayClusterSpec": ray_cluster_spec(1)},
+        "status": {"jobStatus": job_status, "jobDeploymentStatus": deployment_status},
+    }
+
+
+def raycluster(name: str, state: str) -> dict:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": meta(name, NS),
+        "spec": ray_cluster_spec(1),
+        "status": {
+            "state": state,
+            "conditions": [
+                {"type": "RayClusterProvisioned", "status": "True" if state == "ready" else "False",
+                 "reason": "AllPodRunningAndReadyFirstTime", "message": "", "lastTransitionTime": CREATED}
+            ],
+        },
+    }  # fmt: skip
+
+
+METRICS = "\n".join(
+    [
+        'metrics {"event": "start", "resumed_from": 0}',
+        'metrics {"step": 10, "loss": 4.2, "tokens_per_s": 1200000.0, "mfu": 0.41, "goodput": 0.97}',
+        "metrics {not json",
+        'metrics {"step": 20, "loss": 3.9, "val_loss": 3.95, "tokens_per_s": 1300000.0, "mfu": 0.44}',
+        "NCCL INFO Using network Libfabric",
+        'metrics {"step": "x", "loss": 1}',
+    ]
+)
+
+
+def healthy() -> FakeCluster:
+    c = FakeCluster()
+    c.nodes = [node("ip-10-0-0-1", None), node("ip-10-0-2-1", "p5"), node("ip-10-0-2-2", "p5")]
+    c.daemonsets = [
+        daemonset("nvidia-device-plugin", 2, 2),
+        daemonset("aws-efa-k8s-device-plugin-daemonset", 2, 2),
+    ]
+    c.deployments = [
+        deployment("training-operator", "kubeflow"),
+        deployment("kuberay-operator", "kuberay-system"),
+    ]
+    c.crds = [crd(n) for n in analysis.REQUIRED_CRDS]
+    c.webhooks = [webhook("validator.training-operator.kubeflow.org")]
+    c.secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": meta("hf-token", NS), "type": "Opaque"}]
+    c.pods = [pod("fsdp-worker-0", "fsdp", "p5", index=0), pod("fsdp-worker-1", "fsdp", "p5", index=1)]
+    c.custom[("pytorchjobs", "fsdp")] = pytorchjob("fsdp", 2, ("Created", "True"), ("Running", "True"))
+    c.logs = {"fsdp-worker-0": METRICS, "fsdp-worker-1": "rank 1 up\nNCCL INFO Using network Libfabric"}
+    return c
+
+
+OUTPUTS = {
+    "trainingNamespace": NS,
+    "gpuNodeGroups": {"p5": {"nodeGroupName": "trainstack-prod-p5", "instanceType": "p5.48xlarge", "nodes": 2,
+                             "gpusPerNode": 8, "efaInterfacesPerNode": 32}},
+    "jobs": {"fsdp": {"kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "gpus": 16, "hourlyUsd": 110.08}},
+}  # fmt: skip
+
+
+def run(cluster: FakeCluster, tmp_path: Path, *argv: str, outputs: dict | None = None) -> tuple[int, str]:
+    for obj in cluster.custom.values():
+        assert crd_errors(obj) == [], obj["metadata"]["name"]  # fixtures are real custom resources
+    with KubeServer(cluster) as server:
+        path = tmp_path / "outputs.json"
+        path.write_text(json.dumps({**(outputs or OUTPUTS), "kubeconfig": server.kubeconfig()}))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main([*argv, "--outputs", str(path)])
+    return code, out.getvalue()
+
+
+# --- status ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj", "phase", "failed"),
+    [
+        ("PyTorchJob", pytorchjob("j", 1, ("Created", "True")), "Created", False),
+        ("PyTorchJob", pytorchjob("j", 1, ("Created", "True"), ("Running", "True")), "Running", False),
+        ("PyTorchJob", pytorchjob("j", 1, ("Running", "False"), ("Succeeded", "True")), "Succeeded", False),
+        ("PyTorchJob", pytorchjob("j", 1, ("Running", "True"), ("Restarting", "True")), "Restarting", False),
+        ("PyTorchJob", pytorchjob("j", 1, ("Running", "False"), ("Failed", "True")), "Failed", True),
+        ("RayJob", rayjob("j", "PENDING", "Initializing"), "PENDING (Initializing)", False),
+        ("RayJob", rayjob("j", "RUNNING", "Running"), "RUNNING (Running)", False),
+        ("RayJob", rayjob("j", "SUCCEEDED", "Complete"), "SUCCEEDED (Complete)", False),
+        ("RayJob", rayjob("j", "FAILED", "Failed"), "FAILED (Failed)", True),
+        ("RayCluster", raycluster("j", "ready"), "ready", False),
+        ("RayCluster", raycluster("j", "failed"), "failed", True),
+    ],
+)
+def test_status_phase_per_kind(tmp_path, kind, obj, phase, failed):
+    c = healthy()
+    c.custom = {(analysis.KINDS[kind][2], "j"): obj}
+    c.pods = [
+        pod(
+            "j-0",
+            "j",
+            "p5",
+            index=0 if kind == "PyTorchJob" else None,
+            ray=None if kind == "PyTorchJob" else "head",
+        )
+    ]
+    outputs = copy.deepcopy(OUTPUTS)
+    outputs["jobs"] = {"j": {"kind": kind, "nodeGroup": "p5", "nodes": 1, "gpus": 8, "hourlyUsd": 55.04}}
+    code, out = run(c, tmp_path, "status", "--json", outputs=outputs)
+    (job,) = json.loads(out)["jobs"]
+    assert (job["phase"], job["failed"]) == (phase, failed)
+    assert code == (1 if failed else 0)
+
+
+def test_status_table_with_pods_restarts_metrics_and_node_groups(tmp_path):
+    c = healthy()
+    c.pods[1] = pod("fsdp-worker-1", "fsdp", "p5", index=1, restarts=2)
+    code, out = run(c, tmp_path, "status", "--json")
+    data = json.loads(out)
+    (job,) = data["jobs"]
+    assert job | {"age": "-"} == {
+        "name": "fsdp", "kind": "PyTorchJob", "phase": "Running", "failed": False, "podsReady": 2,
+        "podsExpected": 2, "restarts": 2, "age": "-",
+        "metrics": {"step": 20, "loss": 3.9, "tokens_per_s": 1300000.0, "mfu": 0.44},
+    }  # fmt: skip
+    (group,) = data["nodeGroups"]
+    assert group == {"name": "p5", "ready": 2, "expected": 2, "gpus": [8, 8], "efa": [32, 32],
+                     "gpus_expected": 8, "efa_expected": 32, "failed": False}  # fmt: skip
+    assert code == 0 and data["failed"] is False
+    code, text = run(c, tmp_path, "status")
+    assert "fsdp" in text and "step 20 loss 3.9 1,300,000 tok/s MFU 44.0%" in text and "2/2" in text
+    assert "\033[" not in text  # piped: no colours
+
+
+def test_status_fails_when_a_node_group_lacks_devices(tmp_path):
+    c = healthy()
+    c.nodes[2] = node("ip-10-0-2-2", "p5", gpus=0)
+    code, out = run(c, tmp_path, "status", "--json")
+    assert code == 1 and json.loads(out)["nodeGroups"][0]["gpus"] == [8, 0]
+
+
+# --- logs --------------------------------------------------------------------------------------
+
+
+def test_logs_are_prefixed_by_role_and_rank(tmp_path):
+    code, out = run(healthy(), tmp_path, "logs", "fsdp")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == '[worker-0] metrics {"event": "start", "resumed_from": 0}'
+    assert "[worker-1] rank 1 up" in lines
+    code, out = run(healthy(), tmp_path, "logs", "fsdp", "--rank", "1", "--tail", "1")
+    assert out.splitlines() == ["[worker-1] NCCL INFO Using network Libfabric"]
+
+
+def test_logs_since_and_json(tmp_path):
+    c = healthy()
+    c.logs["fsdp-worker-1"] = "900|old line\n30|recent line"
+    _, out = run(c, tmp_path, "logs", "fsdp", "--rank", "1", "--since", "1m", "--json")
+    assert [json.loads(x) for x in out.splitlines()] == [
+        {"pod": "fsdp-worker-1", "role": "worker-1", "line": "recent line"}
+    ]
+
+
+def test_logs_follow_streams_every_pod(tmp_path):
+    c = healthy()
+    c.logs = {"fsdp-worker-0": "a\nb\nc", "fsdp-worker-1": "x\ny"}
+    code, out = run(c, tmp_path, "logs", "fsdp", "--follow")
+    assert code == 0
+    assert sorted(out.splitlines()) == sorted(
+        ["[worker-0] a", "[worker-0] b", "[worker-0] c", "[worker-1] x", "[worker-1] y"]
+    )
+    assert [ln for ln in out.splitlines() if ln.startswith("[worker-0]")] == [
+        "[worker-0] a",
+        "[worker-0] b",
+        "[worker-0] c",
+    ]
+
+
+def test_ray_pods_are_prefixed_head_and_worker():
+    head = pod("r-head-abcde", "r", "gpu", ray="head")
+    worker = pod("r-gpu-worker-xk2p9", "r", "gpu", ray="worker")
+    assert (analysis.pod_role(head), analysis.pod_role(worker)) == ("head", "worker-xk2p9")
+
+
+# --- doctor ------------------------------------------------------------------------------------
+
+
+def doctor(c: FakeCluster, tmp_path: Path) -> tuple[int, list[dict]]:
+    code, out = run(c, tmp_path, "doctor", "--json")
+    data = json.loads(out)
+    assert data["failed"] == sum(not x["ok"] for x in data["checks"])
+    return code, data["checks"]
+
+
+def failing(checks: list[dict]) -> dict[str, dict]:
+    return {c["name"]: c for c in checks if not c["ok"]}
+
+
+def test_doctor_clean_cluster_passes_everything(tmp_path):
+    code, checks = doctor(healthy(), tmp_path)
+    assert failing(checks) == {} and code == 0
+    names = {c["name"] for c in checks}
+    assert {"nodes Ready", "Kubeflow training operator", "KubeRay operator", "training operator webhook",
+            "Pod Identity for training/trainer", "NCCL network in fsdp-worker-0"} <= names  # fmt: skip
+    code, text = run(healthy(), tmp_path, "doctor")
+    assert text.rstrip().endswith(f"{len(checks)} passed, 0 failed")
+
+
+def breaks(**changes) -> FakeCluster:
+    c = healthy()
+    for key, value in changes.items():
+        setattr(c, key, value)
+    return c
+
+
+def finding(tmp_path: Path, c: FakeCluster, name: str) -> dict:
+    code, checks = doctor(c, tmp_path)
+    assert code == 1
+    found = failing(checks)
+    assert name in found, sorted(found)
+    assert found[name]["fix"]
+    return found[name]
+
+
+def test_doctor_node_not_ready(tmp_path):
+    c = healthy()
+    c.nodes[1] = node("ip-10-0-2-1", "p5", ready=False)
+    assert "not Ready: ip-10-0-2-1" in finding(tmp_path, c, "nodes Ready")["detail"]
+
+
+def test_doctor_device_plugin_with_zero_pods(tmp_path):
+    c = breaks(
+        daemonsets=[
+            daemonset("nvidia-device-plugin", 0, 0),
+            daemonset("aws-efa-k8s-device-plugin-daemonset", 2, 2),
+        ]
+    )
+    found = finding(tmp_path, c, "nvidia-device-plugin DaemonSet")
+    assert "0 pods scheduled" in found["detail"] and "nvidia.com/gpu.present=true" in found["fix"]
+
+
+def test_doctor_device_plugin_not_ready_and_devices_missing(tmp_path):
+    c = breaks(
+        daemonsets=[
+            daemonset("nvidia-device-plugin", 2, 2),
+            daemonset("aws-efa-k8s-device-plugin-daemonset", 2, 1),
+        ]
+    )
+    c.nodes[2] = node("ip-10-0-2-2", "p5", efa=0)
+    c.nodes[2]["metadata"]["labels"]["vpc.amazonaws.com/efa.present"] = "true"
+    assert finding(tmp_path, c, "aws-efa-k8s-device-plugin-daemonset DaemonSet")["detail"] == "1/2 pods ready"
+    assert "allocatable 0" in finding(tmp_path, c, "vpc.amazonaws.com/efa on ip-10-0-2-2")["detail"]
+
+
+def test_doctor_missing_crd_operator_and_webhook(tmp_path):
+    c = breaks(crds=[crd("rayjobs.ray.io"), crd("rayclusters.ray.io")], webhooks=[])
+    c.deployments = [
+        deployment("training-operator", "kubeflow", ready=0),
+        deployment("kuberay-operator", "kuberay-system"),
+    ]
+    assert finding(tmp_path, c, "CRD pytorchjobs.kubeflow.org")["detail"] == "missing"
+    assert finding(tmp_path, c, "Kubeflow training operator")["detail"] == "not ready"
+    assert "rejected" in finding(tmp_path, c, "training operator webhook")["detail"]
+
+
+def test_doctor_pod_identity_missing(tmp_path):
+    c = healthy()
+    c.pods[0] = pod("fsdp-worker-0", "fsdp", "p5", env=())
+    assert "fsdp-worker-0" in finding(tmp_path, c, "Pod Identity for training/trainer")["detail"]
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        ("0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node affinity/selector.",
+         "not enough free GPUs"),
+        ("0/3 nodes are available: 2 Insufficient vpc.amazonaws.com/efa.", "not enough free EFA interfaces"),
+        ("0/3 nodes are available: 3 node(s) had untolerated taint {nvidia.com/gpu: true}.", "a node taint"),
+        ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.", "no node matches"),
+    ],
+)  # fmt: skip
+def test_doctor_explains_pending_pods(tmp_path, message, why):
+    c = healthy()
+    c.pods.append(pod("fsdp-worker-2", "fsdp", "p5", index=2, phase="Pending",
+                      scheduled={"status": "False", "reason": "Unschedulable", "message": message}))  # fmt: skip
+    assert why in finding(tmp_path, c, "pod fsdp-worker-2")["detail"]
+
+
+def test_doctor_image_pull_and_crash_loop_with_last_lines(tmp_path):
+    c = healthy()
+    c.pods[0] = pod(
+        "fsdp-worker-0", "fsdp", "p5", waiting={"reason": "ImagePullBackOff", "message": "not found"}
+    )
+    c.pods[1] = pod("fsdp-worker-1", "fsdp", "p5", index=1, restarts=4,
+                    waiting={"reason": "CrashLoopBackOff", "message": "back-off"})  # fmt: skip
+    c.previous_logs["fsdp-worker-1"] = (
+        "loading\nTraceback (most recent call last):\nRuntimeError: CUDA out of memory"
+    )
+    assert "ImagePullBackOff" in finding(tmp_path, c, "pod fsdp-worker-0")["detail"]
+    crash = finding(tmp_path, c, "pod fsdp-worker-1")
+    assert "CrashLoopBackOff (4 restarts)" in crash["detail"] and "CUDA out of memory" in crash["detail"]
+
+
+def test_doctor_nccl_falls_back_to_sockets(tmp_path):
+    c = healthy()
+    c.logs["fsdp-worker-1"] = "NCCL INFO NET/Socket : Using [0]eth0\nNCCL INFO Using network Socket"
+    found = finding(tmp_path, c, "NCCL network in fsdp-worker-1")
+    assert found["detail"] == "NCCL uses Socket" and "vpc.amazonaws.com/efa" in found["fix"]
+
+
+def test_doctor_hugging_face_token_missing_or_rejected(tmp_path):
+    c = healthy()
+    c.pods[1] = pod("fsdp-worker-1", "fsdp", "p5", index=1,
+                    waiting={"reason": "CreateContainerConfigError", "message": 'secret "hf-token" not found'})  # fmt: skip
+    assert "missing" in finding(tmp_path, c, "Hugging Face token")["detail"]
+    c = healthy()
+    c.logs["fsdp-worker-0"] += "\nrequests.exceptions.HTTPError: 401 Client Error: Unauthorized for url"
+    assert "rejected" in finding(tmp_path, c, "Hugging Face token")["detail"]
+
+
+def test_doctor_nccl_watchdog_timeout(tmp_path):
+    c = healthy()
+    c.logs["fsdp-worker-0"] += (
+        "\n[rank3]:[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42)"
+    )
+    assert "watchdog" in finding(tmp_path, c, "collectives in fsdp-worker-0")["detail"]
+
+
+# --- metrics and estimate ------------------------------------------------------------------------
+
+
+def test_metrics_table_skips_malformed_lines_and_plots(tmp_path):
+    code, out = run(healthy(), tmp_path, "metrics", "fsdp", "--json", "--plot", str(tmp_path / "curve.png"))
+    data = json.loads(out)
+    assert [r["step"] for r in data["records"]] == [10, 20]
+    assert data["records"][1]["val_loss"] == 3.95
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, text = run(healthy(), tmp_path, "metrics", "fsdp")
+    assert code == 0 and "      20   3.9000   3.9500    1,300,000   44.0%" in text
+
+
+def test_metrics_of_a_job_without_metrics_exit_nonzero(tmp_path):
+    c = healthy()
+    c.logs = {}
+    code, _ = run(c, tmp_path, "metrics", "fsdp")
+    assert code == 1
+
+
+def test_estimate_table(tmp_path):
+    code, out = run(
+        healthy(), tmp_path, "estimate", "fsdp", "--tokens", "1e12", "--json", "--efficiency", "0.9"
+    )
+    data = json.loads(out)
+    rows = {r["nodes"]: r for r in data["rows"]}
+    assert data["measured"] == {"tokensPerS": 1300000.0, "nodes": 2}
+    assert rows[2]["tokens_per_s"] == pytest.approx(1.3e6)
+    assert rows[4]["tokens_per_s"] == pytest.approx(1.3e6 * 2 * 0.9)
+    assert rows[1]["tokens_per_s"] == pytest.approx(1.3e6 / 2 / 0.9)
+    assert rows[2]["hours"] == pytest.approx(1e12 / 1.3e6 / 3600)
+    assert rows[2]["cost_usd"] == pytest.approx(rows[2]["hours"] * 110.08)
+    assert sorted(rows) == [1, 2, 4, 8]
+    code, text = run(healthy(), tmp_path, "estimate", "fsdp", "--tokens", "1e12", "--tokens-per-s", "1e6")
+    assert code == 0 and "measured 1,000,000 tokens/s on 2 node(s)" in text
+
+
+def test_an_unknown_job_is_a_usage_error(tmp_path):
+    code, out = run(healthy(), tmp_path, "estimate", "nope", "--tokens", "1e9")
+    assert code == 2 and "no job nope" in out
