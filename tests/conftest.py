@@ -94,3 +94,25 @@ def dev_plan() -> PlanRun:
 @pytest.fixture(scope="session")
 def prod_plan() -> PlanRun:
     return plan("prod")
+
+
+@pytest.fixture
+def moto_server(monkeypatch):
+    """An S3 endpoint on loopback (moto's server) for processes the test starts, with bucket `ckpt`."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    boto3.client("s3").create_bucket(Bucket="ckpt")
+    yield env
+    server.stop()

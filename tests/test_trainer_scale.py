@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from moto.server import ThreadedMotoServer
 
 WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
@@ -90,35 +89,17 @@ def test_sigterm_on_one_node_makes_every_rank_save_the_same_step(tmp_path):
     assert "mismatch" not in outs[0] + outs[1]
 
 
-@pytest.fixture
-def moto_s3(monkeypatch):
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    boto3.client("s3").create_bucket(Bucket="ckpt")
-    yield env
-    server.stop()
-
-
 def s3_keys(prefix: str) -> list[str]:
     found = boto3.client("s3").list_objects_v2(Bucket="ckpt", Prefix=prefix).get("Contents", [])
     return sorted(o["Key"] for o in found)
 
 
 @pytest.mark.slow
-def test_node_local_volumes_with_s3_resume_from_a_step_every_rank_can_load(tmp_path, moto_s3):
+def test_node_local_volumes_with_s3_resume_from_a_step_every_rank_can_load(tmp_path, moto_server):
     local = (tmp_path / "node0", tmp_path / "node1")
     uri = "s3://ckpt/run"
     args = ("--checkpoint-every", "10", "--keep-checkpoints", "1", "--s3-checkpoints", uri)
-    two_nodes(tmp_path, local, "--steps", "20", *args, env=moto_s3)
+    two_nodes(tmp_path, local, "--steps", "20", *args, env=moto_server)
     # Each node keeps only its own ranks' files, and prunes its own volume (keep 1).
     assert [p.name for p in local[1].iterdir() if p.name.startswith("step_")] == ["step_00000020"]
     assert sorted(p.name for p in checkpoint.step_dir(local[1], 20).iterdir()) == ["COMPLETE", "__1_0.distcp"]
@@ -129,7 +110,7 @@ def test_node_local_volumes_with_s3_resume_from_a_step_every_rank_can_load(tmp_p
     # An upload interrupted before step 20's marker: S3's newest complete step is 10, which node 1
     # cannot load from its own disk (no metadata) and node 0 has pruned. Both must agree on 10.
     boto3.client("s3").delete_object(Bucket="ckpt", Key="run/step_00000020/COMPLETE")
-    events = two_nodes(tmp_path, local, "--steps", "30", *args, env=moto_s3)
+    events = two_nodes(tmp_path, local, "--steps", "30", *args, env=moto_server)
     assert events[0]["resumed_from"] == 10
     assert events[-1] == {"event": "checkpoint", "step": 30}
 

@@ -19,7 +19,6 @@ import pytest
 import torch
 from conftest import ROOT
 from moto import mock_aws
-from moto.server import ThreadedMotoServer
 
 WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
@@ -230,24 +229,6 @@ def test_torn_checkpoint_is_never_loaded(tmp_path):
     records = run_to_end(tmp_path, "--steps", "20", "--checkpoint-every", "10")
     assert records[0]["resumed_from"] == 10
     assert max(losses(records)) == 20
-
-
-@pytest.fixture
-def moto_server(monkeypatch):
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    boto3.client("s3").create_bucket(Bucket="ckpt")
-    yield env
-    server.stop()
 
 
 @pytest.mark.slow
