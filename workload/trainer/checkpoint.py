@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -127,6 +128,8 @@ class CheckpointStore:
         self.shared = self._volume_is_shared()
         # One process writes what a volume holds once: per node, or once in all on a shared volume.
         self.volume_writer = self.rank == 0 if self.shared else self.local_rank == 0
+        self._upload: tuple[Path, threading.Thread] | None = None
+        self._upload_error: Exception | None = None
 
     def _gather(self, value) -> list:
         found: list = [None] * dist.get_world_size()
@@ -190,6 +193,42 @@ class CheckpointStore:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         return step
 
+    def start_upload(self, path: Path) -> None:
+        """Upload this rank's own files of `path` to S3 on a thread (each rank its own: no copies)."""
+        bucket, prefix = storage.split_s3_uri(self.s3_uri)
+
+        def upload() -> None:
+            for file in rank_files(path, self.rank):
+                storage.upload_file(file, bucket, f"{prefix}/{path.name}/{file.name}")
+
+        self._upload = (path, threading.Thread(target=self._guarded(upload), name="s3-upload", daemon=True))
+        self._upload[1].start()
+
+    def _guarded(self, fn):
+        def run() -> None:
+            try:
+                fn()
+            except Exception as err:  # reported where the upload is settled, on the training thread
+                self._upload_error = err
+
+        return run
+
+    def settle_uploads(self) -> None:
+        """Collective: wait for every rank's pending upload, then rank 0 uploads the marker."""
+        if self._upload is None:
+            return
+        path, thread = self._upload
+        thread.join()
+        self._upload = None
+        error, self._upload_error = self._upload_error, None
+        failed = self._gather(error is not None)
+        if any(failed):
+            raise RuntimeError(f"uploading {path.name} to {self.s3_uri} failed on a rank: {error!r}")
+        if self.rank == 0:
+            bucket, prefix = storage.split_s3_uri(self.s3_uri)
+            storage.upload_file(path / MARKER, bucket, f"{prefix}/{path.name}/{MARKER}")
+        self._barrier()
+
     def save(self, step: int, model, optimizer, keep: int = 3, background: bool = False) -> PendingSave:
         """Start writing `step`; with `background` the files are written while training goes on.
         The returned save must be finished (marker, S3, pruning) before the next one starts."""
@@ -209,23 +248,23 @@ class PendingSave:
     def __init__(self, store: CheckpointStore, step: int, path: Path, keep: int, future):
         self.store, self.step, self.path, self.keep, self.future = store, step, path, keep, future
 
-    def finish(self) -> Path:
-        """Collective: wait for the files, mark the checkpoint complete, mirror it to S3, prune."""
+    def finish(self, background_upload: bool = False) -> Path:
+        """Collective: wait for the files, mark the checkpoint complete, prune, mirror it to S3.
+        With `background_upload` each rank's upload runs on a thread while training goes on; the
+        S3 marker follows when the store next settles its uploads (`settle_uploads`)."""
         store = self.store
         if self.future is not None:
             self.future.result()
+        store.settle_uploads()  # the previous checkpoint's S3 copy is complete before this one starts
         store._barrier()  # every rank's shards are on disk
         if store.volume_writer:  # each volume records that the step is complete everywhere
             _write_marker(self.path, self.step)
-        if store.s3_uri:
-            bucket, prefix = storage.split_s3_uri(store.s3_uri)
-            for file in rank_files(self.path, store.rank):  # each rank its own files, no copies
-                storage.upload_file(file, bucket, f"{prefix}/{self.path.name}/{file.name}")
-            store._barrier()
-            if store.rank == 0:
-                storage.upload_file(self.path / MARKER, bucket, f"{prefix}/{self.path.name}/{MARKER}")
         store._barrier()
-        if store.volume_writer:  # every node prunes its own copies
+        if store.volume_writer:  # every node prunes its own copies (never the newest, uploading now)
             prune(store.root, self.keep)
+        if store.s3_uri:
+            store.start_upload(self.path)
+            if not background_upload:
+                store.settle_uploads()
         store._barrier()
         return self.path

@@ -303,8 +303,9 @@ def train(
     window = Window(time.perf_counter(), ctx.device)
     pending: checkpoint.PendingSave | None = None
 
-    def finish(save: checkpoint.PendingSave) -> None:
-        path = save.finish()
+    def finish(save: checkpoint.PendingSave, last: bool = False) -> None:
+        # S3 uploads run in the background, except the last one (the run ends, or SIGTERM).
+        path = save.finish(background_upload=not last)
         if on_checkpoint:
             on_checkpoint(save.step, path)
 
@@ -341,7 +342,7 @@ def train(
                 # The last save (end, SIGTERM) is finished before exit; the others overlap training.
                 pending = store.save(step, model, optimizer, args.keep_checkpoints, background=not last)
                 if last:
-                    finish(pending)
+                    finish(pending, last=True)
                     pending = None
                 agree.last_checkpoint = time.monotonic()
                 window.checkpoint_stall += time.perf_counter() - stall_start
@@ -351,8 +352,10 @@ def train(
                 break
     finally:
         loader.close()
-        if pending is not None:
-            finish(pending)
+    # Not on an error path: these are collectives, and a rank that failed would leave them hanging.
+    if pending is not None:
+        finish(pending, last=True)
+    store.settle_uploads()
     return metrics
 
 
