@@ -290,13 +290,15 @@ def placements(cfg: StackConfig, compute: ComputePlane) -> dict[str, Placement]:
     system = cfg.cluster.system_node_group
     cpu = INSTANCE_TYPES[system.instance_type]
     found = {
+        # A CPU job shares the system nodes with the operators, CoreDNS and Ray heads: it asks
+        # for half a node, so it schedules beside them.
         SYSTEM_GROUP: Placement(
             SYSTEM_GROUP,
             system.instance_type,
             0,
             0,
-            cpu.vcpus,
-            cpu.memory_gib,
+            max(1, cpu.vcpus // 2),
+            max(1, cpu.memory_gib // 2),
             cpu.hourly_usd or 0.0,
             dict(SYSTEM_NODE_LABEL),
             compute.cluster.system_nodes,

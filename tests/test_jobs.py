@@ -188,6 +188,8 @@ def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):
     assert (small["cpu"], small["memory"]) == ("3", "13Gi")  # g6.xlarge: 4 vCPU, 16 GiB
     cpu = worker_pod(body(job(kinds_plan, "cpu-smoke")))
     assert cpu["nodeSelector"] == {"trainstack.dev/role": "system"}
+    # Half of an m6i.large (2 vCPU, 8 GiB): the operators and Ray heads share the system nodes.
+    assert cpu["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
     assert "tolerations" not in cpu
     assert "limits" not in cpu["containers"][0]["resources"]
     assert body(job(kinds_plan, "cpu-smoke"))["spec"]["nprocPerNode"] == "1"
