@@ -37,6 +37,7 @@ from stacks.catalog import INSTANCE_TYPES
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, SYSTEM_GROUP, StackConfig
 
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
+MAX_VPC_ZONES = 7  # private subnets take an eighth of the VPC each; the last eighth holds the public ones
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,12 @@ def compute_plane(
         for i, g in enumerate(cfg.gpu_node_groups)
     }
     vpc_zones = () if net.existing_vpc_id else tuple(dict.fromkeys([*candidates, *group_zones.values()]))
+    if len(vpc_zones) > MAX_VPC_ZONES:
+        raise pulumi.RunError(
+            f"{PROJECT}:network.availabilityZones = {net.availability_zones}: with the GPU groups' AZs the VPC "
+            f"would span {len(vpc_zones)} AZs ({', '.join(vpc_zones)}); allowed: at most {MAX_VPC_ZONES} "
+            "(fewer availabilityZones, or put GPU groups in the VPC's AZs with availabilityZone)"
+        )
     network = Network(
         "vpc",
         NetworkArgs(

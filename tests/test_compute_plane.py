@@ -438,3 +438,15 @@ def test_a_live_run_refuses_template_values(monkeypatch):
     ]
     runtime_config.set_all_config(stack_values("dev"), [])
     assert config.load_config("dev").stack == "dev"
+
+
+def test_a_vpc_cannot_span_more_azs_than_its_address_plan_holds():
+    groups = [
+        {"name": "p5", "instanceType": "p5.48xlarge", "availabilityZone": "us-east-1f"},
+        {"name": "l4", "instanceType": "g6.xlarge"},
+    ]
+    run = plan("dev", jobs=[], network={"availabilityZones": 5}, gpuNodeGroups=groups)
+    zones = sorted(s.inputs["availabilityZone"] for s in run.by_type(SUBNET) if "private" in s.name)
+    assert zones == [f"us-east-1{c}" for c in "abcdef"]  # a-e, and f for the p5 group
+    cidrs = [s.inputs["cidrBlock"] for s in run.by_type(SUBNET)]
+    assert len(set(cidrs)) == len(cidrs)
