@@ -17,6 +17,10 @@ import pulumi_eks as eks
 from components.cluster import Cluster
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+# How pods (device plugins, jobs) tolerate GPU_TAINT.
+GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+# Every GPU node carries its group's name: job pods select their group by it.
+NODE_GROUP_LABEL = "trainstack.dev/node-group"
 EFA_LABEL = "vpc.amazonaws.com/efa.present"
 # What the NVIDIA device plugin's chart selects GPU nodes by when node feature discovery is absent.
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -61,7 +65,7 @@ def scaling_config(args: GpuNodeGroupArgs) -> dict[str, int]:
 
 def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     labels = {
-        "trainstack.dev/node-group": args.group_name,
+        NODE_GROUP_LABEL: args.group_name,
         "trainstack.dev/instance-type": args.instance_type,
         "trainstack.dev/accelerator": f"nvidia-{gpu_model.lower()}",
         GPU_PRESENT_LABEL: "true",
@@ -110,7 +114,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             "tag_specifications": [
                 {
                     "resource_type": "instance",
-                    "tags": {"Name": node_group_name, "trainstack.dev/node-group": args.group_name},
+                    "tags": {"Name": node_group_name, NODE_GROUP_LABEL: args.group_name},
                 }
             ],
         }
@@ -182,7 +186,6 @@ class GpuNodeGroup(pulumi.ComponentResource):
         )
         self.group_name = args.group_name
         self.node_group_name = node_group_name
-        self.node_labels = gpu_labels(args, gpu_model)
         self.register_outputs(
             {
                 "nodeGroupName": node_group_name,

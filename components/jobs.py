@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.gpu_node_group import GPU_TAINT
+from components.gpu_node_group import GPU_TOLERATION, NODE_GROUP_LABEL
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
@@ -26,7 +26,6 @@ CHECKPOINT_DIR = "/checkpoints"
 TERMINATION_GRACE_SECONDS = 600
 RAY_VERSION = "2.60.0"  # workload/requirements.txt
 RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to the operators
-GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 PART_OF = {"app.kubernetes.io/part-of": "trainstack"}
 
 # Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging.
@@ -355,7 +354,7 @@ class TrainingJob(pulumi.ComponentResource):
             metadata={
                 "name": spec.name,
                 "namespace": args.namespace,
-                "labels": {**PART_OF, "trainstack.dev/node-group": args.placement.group},
+                "labels": {**PART_OF, NODE_GROUP_LABEL: args.placement.group},
                 "annotations": wait_annotations(spec.kind, spec.wait),
             },
             spec=build(args),

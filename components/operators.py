@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import SYSTEM_NODE_LABEL
-from components.gpu_node_group import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TAINT
+from components.gpu_node_group import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION
 
 HELM_TIMEOUT_SECONDS = 600
 
@@ -75,8 +75,6 @@ TRAINING_OPERATOR = KustomizeSource(
     "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
 )
 TRAINING_OPERATOR_DEPLOYMENT = ("kubeflow", "training-operator")
-
-GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket, ArtifactBucketArgs
 from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
 from components.cluster import SYSTEM_NODE_LABEL, Cluster, ClusterArgs
-from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from components.gpu_node_group import NODE_GROUP_LABEL, GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs import GroupPreflight, JobSpec, Placement, PreflightArgs, TrainingJob, TrainingJobArgs
 from components.network import (
@@ -320,7 +320,7 @@ def placements(cfg: StackConfig, compute: ComputePlane) -> dict[str, Placement]:
             ng.vcpus,
             ng.memory_gib,
             0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0,
-            {"trainstack.dev/node-group": g.name},
+            {NODE_GROUP_LABEL: g.name},
             ng,
         )
     return found
