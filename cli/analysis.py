@@ -184,11 +184,9 @@ class ClusterView:
     crds: list[str]
     webhooks: list[str]
     pods: list[dict]
-    secrets: list[str]
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> recent log
     previous_logs: dict[str, str] = field(default_factory=dict)  # pod name -> last crashed run
     gpu_groups: dict[str, dict] = field(default_factory=dict)  # stack outputs: gpuNodeGroups
-    jobs: dict[str, dict] = field(default_factory=dict)  # stack outputs: jobs
 
 
 REQUIRED_CRDS = ("pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io")

@@ -64,12 +64,6 @@ class Cluster:
         found = self.admission.list_validating_webhook_configuration()
         return [w["metadata"]["name"] for w in self._json(found)["items"]]
 
-    def secrets(self) -> list[str]:
-        return [
-            s["metadata"]["name"]
-            for s in self._json(self.core.list_namespaced_secret(self.namespace))["items"]
-        ]
-
     def log(self, pod: str, tail: int | None = None, since: int | None = None, previous: bool = False) -> str:
         try:
             # Raw bytes: the client's own decoding of text/plain logs returns a bytes repr.

@@ -95,11 +95,13 @@ def age(timestamp: str | None) -> str:
     return f"{int(seconds)}s"
 
 
-def latest_metrics(cluster: Cluster, pods: list[dict]) -> dict | None:
-    records = []
+def metric_records(cluster: Cluster, pods: list[dict], tail: int | None = None) -> list[dict]:
+    """The trainer's metrics records in the pods' logs, one per step (merged), by step."""
+    records: dict[int, dict] = {}
     for pod in pods:
-        records += analysis.parse_metrics(cluster.log(pod["metadata"]["name"], tail=500))
-    return max(records, key=lambda r: r["step"]) if records else None
+        for r in analysis.parse_metrics(cluster.log(pod["metadata"]["name"], tail=tail)):
+            records[r["step"]] = {**records.get(r["step"], {}), **r}
+    return [records[s] for s in sorted(records)]
 
 
 def job_kinds(outputs: dict) -> dict[str, str]:
@@ -115,7 +117,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         obj = cluster.job(kind, name)
         phase = analysis.job_phase(kind, obj)
         pods = cluster.job_pods(name)
-        latest = latest_metrics(cluster, pods)
+        records = metric_records(cluster, pods, tail=500)
+        latest = records[-1] if records else None
         jobs.append(
             {
                 "name": name,
@@ -235,9 +238,7 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         crds=cluster.crds(),
         webhooks=cluster.webhooks(),
         pods=pods,
-        secrets=cluster.secrets(),
         gpu_groups=outputs.get("gpuNodeGroups") or {},
-        jobs=outputs.get("jobs") or {},
     )
     for pod in pods:
         out.progress(f"reading logs of {pod['metadata']['name']} ...")
@@ -261,17 +262,10 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     return EXIT_FAILED if failed else 0
 
 
-def job_records(cluster: Cluster, job: str) -> list[dict]:
-    records: dict[int, dict] = {}
-    for pod in cluster.job_pods(job):
-        for r in analysis.parse_metrics(cluster.log(pod["metadata"]["name"])):
-            records[r["step"]] = {**records.get(r["step"], {}), **r}
-    return [records[s] for s in sorted(records)]
-
-
 def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
     outputs = stack_outputs(args)
-    records = job_records(connect(args, outputs), args.job)
+    cluster = connect(args, outputs)
+    records = metric_records(cluster, cluster.job_pods(args.job))
     if not records:
         out.line(f"no training metrics in the logs of {args.job} yet")
         return EXIT_FAILED
@@ -326,7 +320,8 @@ def cmd_estimate(args: argparse.Namespace, out: Output) -> int:
         return EXIT_USAGE
     measured = args.tokens_per_s
     if measured is None:
-        records = job_records(connect(args, outputs), args.job)
+        cluster = connect(args, outputs)
+        records = metric_records(cluster, cluster.job_pods(args.job))
         measured = records[-1].get("tokens_per_s") if records else None
     if not measured:
         out.line("error: no measured throughput yet; wait for metrics or pass --tokens-per-s")

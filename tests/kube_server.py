@@ -22,7 +22,6 @@ class FakeCluster:
     deployments: list[dict] = field(default_factory=list)
     crds: list[dict] = field(default_factory=list)
     webhooks: list[dict] = field(default_factory=list)
-    secrets: list[dict] = field(default_factory=list)
     custom: dict[tuple[str, str], dict] = field(default_factory=dict)  # (plural, name) -> object
     logs: dict[str, str] = field(default_factory=dict)
     previous_logs: dict[str, str] = field(default_factory=dict)
@@ -70,8 +69,6 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, _list("NodeList", "v1", c.nodes))
         if path == f"/api/v1/namespaces/{ns}/pods":
             return self._send(200, _list("PodList", "v1", _selected(c.pods, query.get("labelSelector"))))
-        if path == f"/api/v1/namespaces/{ns}/secrets":
-            return self._send(200, _list("SecretList", "v1", c.secrets))
         if m := re.fullmatch(rf"/api/v1/namespaces/{ns}/pods/([^/]+)/log", path):
             return self._log(m.group(1), query)
         if path == "/apis/apps/v1/daemonsets":

@@ -243,7 +243,6 @@ def healthy() -> FakeCluster:
     ]
     c.crds = [crd(n) for n in analysis.REQUIRED_CRDS]
     c.webhooks = [webhook("validator.training-operator.kubeflow.org")]
-    c.secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": meta("hf-token", NS), "type": "Opaque"}]
     c.pods = [pod("fsdp-worker-0", "fsdp", "p5", index=0), pod("fsdp-worker-1", "fsdp", "p5", index=1)]
     c.custom[("pytorchjobs", "fsdp")] = pytorchjob("fsdp", 2, ("Created", "True"), ("Running", "True"))
     c.logs = {"fsdp-worker-0": METRICS, "fsdp-worker-1": "rank 1 up\nNCCL INFO Using network Libfabric"}
