@@ -277,7 +277,6 @@ def train(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=ctx.device.type == "cuda"
     )
-    args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     store = checkpoint.CheckpointStore(args.checkpoint_dir, ctx.control, args.s3_checkpoints or None)
     start = store.load_latest(model, optimizer)
     log(
