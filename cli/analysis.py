@@ -11,10 +11,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
-GPU = "nvidia.com/gpu"
-EFA = "vpc.amazonaws.com/efa"
-JOB_LABEL = "trainstack.dev/job"
-GROUP_LABEL = "trainstack.dev/node-group"
+from conventions import EFA_RESOURCE, GPU_RESOURCE, NODE_GROUP_LABEL
+
 KINDS = {
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
     "RayJob": ("ray.io", "v1", "rayjobs"),
@@ -148,13 +146,13 @@ class GroupStatus:
 
 
 def group_status(name: str, facts: dict, nodes: list[dict]) -> GroupStatus:
-    mine = [n for n in nodes if n.get("metadata", {}).get("labels", {}).get(GROUP_LABEL) == name]
+    mine = [n for n in nodes if n.get("metadata", {}).get("labels", {}).get(NODE_GROUP_LABEL) == name]
     return GroupStatus(
         name,
         sum(node_ready(n) for n in mine),
         int(facts.get("nodes", 0)),
-        [allocatable(n, GPU) for n in mine],
-        [allocatable(n, EFA) for n in mine],
+        [allocatable(n, GPU_RESOURCE) for n in mine],
+        [allocatable(n, EFA_RESOURCE) for n in mine],
         int(facts.get("gpusPerNode", 0)),
         int(facts.get("efaInterfacesPerNode", 0)),
     )
@@ -191,7 +189,7 @@ class ClusterView:
 
 REQUIRED_CRDS = ("pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io")
 OPERATORS = {"training-operator": "Kubeflow training operator", "kuberay-operator": "KubeRay operator"}
-PLUGINS = {"nvidia-device-plugin": GPU, "efa-k8s-device-plugin": EFA}
+PLUGINS = {"nvidia-device-plugin": GPU_RESOURCE, "efa-k8s-device-plugin": EFA_RESOURCE}
 NCCL_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.MULTILINE)
 WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*Timeout", re.IGNORECASE
@@ -218,13 +216,13 @@ def check_nodes(view: ClusterView) -> list[Check]:
 
 def check_device_plugins(view: ClusterView) -> list[Check]:
     checks = []
-    gpu_nodes = [n for n in view.nodes if GROUP_LABEL in n.get("metadata", {}).get("labels", {})]
+    gpu_nodes = [n for n in view.nodes if NODE_GROUP_LABEL in n.get("metadata", {}).get("labels", {})]
     efa_nodes = [
         n for n in gpu_nodes if n["metadata"]["labels"].get("vpc.amazonaws.com/efa.present") == "true"
     ]
     for fragment, resource in PLUGINS.items():
         sets = [d for d in view.daemonsets if fragment in d["metadata"]["name"]]
-        wanted = gpu_nodes if resource == GPU else efa_nodes
+        wanted = gpu_nodes if resource == GPU_RESOURCE else efa_nodes
         if not sets:
             if wanted:
                 checks.append(
@@ -232,7 +230,7 @@ def check_device_plugins(view: ClusterView) -> list[Check]:
                         f"{fragment} DaemonSet",
                         False,
                         f"not installed, and {len(wanted)} node(s) need it",
-                        f"turn trainstack:operators.{'nvidiaDevicePlugin' if resource == GPU else 'efaDevicePlugin'} on",
+                        f"turn trainstack:operators.{'nvidiaDevicePlugin' if resource == GPU_RESOURCE else 'efaDevicePlugin'} on",
                     )
                 )
             continue
@@ -261,9 +259,9 @@ def check_device_plugins(view: ClusterView) -> list[Check]:
                     )
                 )
     for node in gpu_nodes:
-        group = node["metadata"]["labels"][GROUP_LABEL]
+        group = node["metadata"]["labels"][NODE_GROUP_LABEL]
         facts = view.gpu_groups.get(group, {})
-        for resource, key in ((GPU, "gpusPerNode"), (EFA, "efaInterfacesPerNode")):
+        for resource, key in ((GPU_RESOURCE, "gpusPerNode"), (EFA_RESOURCE, "efaInterfacesPerNode")):
             expected = int(facts.get(key, 0))
             if expected and allocatable(node, resource) < expected:
                 checks.append(
@@ -424,7 +422,7 @@ def check_logs(view: ClusterView) -> list[Check]:
     for pod in view.pods:
         name = pod["metadata"]["name"]
         text = view.logs.get(name, "")
-        group = pod.get("spec", {}).get("nodeSelector", {}).get(GROUP_LABEL)
+        group = pod.get("spec", {}).get("nodeSelector", {}).get(NODE_GROUP_LABEL)
         networks = NCCL_NETWORK.findall(text)
         if group in efa_groups and networks:
             efa = all("libfabric" in n.lower() for n in networks)

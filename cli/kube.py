@@ -8,7 +8,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from cli.analysis import JOB_LABEL, KINDS
+from cli.analysis import KINDS
+from conventions import JOB_LABEL
 
 
 class Cluster:

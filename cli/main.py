@@ -27,6 +27,7 @@ from typing import Any
 
 from cli import analysis
 from cli.kube import Cluster
+from conventions import TRAINING_NAMESPACE
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -81,7 +82,7 @@ def connect(args: argparse.Namespace, outputs: dict) -> Cluster:
     kubeconfig = args.kubeconfig or outputs.get("kubeconfig")
     if isinstance(kubeconfig, str) and kubeconfig.lstrip().startswith("{"):
         kubeconfig = json.loads(kubeconfig)
-    namespace = args.namespace or outputs.get("trainingNamespace") or "training"
+    namespace = args.namespace or outputs.get("trainingNamespace") or TRAINING_NAMESPACE
     return Cluster(kubeconfig, namespace)
 
 

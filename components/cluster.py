@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 from components.iam import service_trust
 from components.network import Network
 from components.principals import role_of_principal, same_principal
+from conventions import SYSTEM_NODE_LABEL
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 CLUSTER_VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
@@ -22,7 +23,6 @@ NODE_MANAGED_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
     "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
 )
-SYSTEM_NODE_LABEL = {"trainstack.dev/role": "system"}
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,14 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.cluster import Cluster
-
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-# How pods (device plugins, jobs) tolerate GPU_TAINT.
-GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
-# Every GPU node carries its group's name: job pods select their group by it.
-NODE_GROUP_LABEL = "trainstack.dev/node-group"
-EFA_LABEL = "vpc.amazonaws.com/efa.present"
-# What the NVIDIA device plugin's chart selects GPU nodes by when node feature discovery is absent.
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+from conventions import (
+    ACCELERATOR_LABEL,
+    EFA_LABEL,
+    GPU_PRESENT_LABEL,
+    GPU_TAINT,
+    INSTANCE_TYPE_LABEL,
+    NODE_GROUP_LABEL,
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,8 @@ def scaling_config(args: GpuNodeGroupArgs) -> dict[str, int]:
 def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     labels = {
         NODE_GROUP_LABEL: args.group_name,
-        "trainstack.dev/instance-type": args.instance_type,
-        "trainstack.dev/accelerator": f"nvidia-{gpu_model.lower()}",
+        INSTANCE_TYPE_LABEL: args.instance_type,
+        ACCELERATOR_LABEL: f"nvidia-{gpu_model.lower()}",
         GPU_PRESENT_LABEL: "true",
     }
     if args.efa:

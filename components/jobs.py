@@ -18,7 +18,16 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.gpu_node_group import GPU_TOLERATION, NODE_GROUP_LABEL
+from conventions import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    JOB_LABEL,
+    NODE_GROUP_LABEL,
+    PART_OF,
+    PREFLIGHT_LABEL,
+    RAY_ROLE_LABEL,
+)
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
@@ -26,7 +35,6 @@ CHECKPOINT_DIR = "/checkpoints"
 TERMINATION_GRACE_SECONDS = 600
 RAY_VERSION = "2.60.0"  # workload/requirements.txt
 RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to the operators
-PART_OF = {"app.kubernetes.io/part-of": "trainstack"}
 
 # Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging.
 GPU_ENV = {
@@ -81,10 +89,10 @@ class Placement:
         requests: dict[str, str] = {"cpu": self.cpu_request, "memory": self.memory_request}
         devices = {}
         if self.gpus:
-            devices["nvidia.com/gpu"] = str(self.gpus)
+            devices[GPU_RESOURCE] = str(self.gpus)
         if self.efa:
             # Without it NCCL silently falls back to TCP sockets.
-            devices["vpc.amazonaws.com/efa"] = str(self.efa)
+            devices[EFA_RESOURCE] = str(self.efa)
         return {"requests": {**requests, **devices}, "limits": devices} if devices else {"requests": requests}
 
     def pod_placement(self) -> dict[str, Any]:
@@ -196,7 +204,7 @@ def pod_template(
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement)
     return {
-        "metadata": {"labels": {**PART_OF, "trainstack.dev/job": args.spec.name, **(labels or {})}},
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}},
         "spec": {
             "serviceAccountName": args.service_account,
             **args.placement.pod_placement(),
@@ -264,12 +272,10 @@ def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
 
 def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
     spec, p = args.spec, args.placement
-    worker = pod_template(args, {"name": "ray-worker"}, {"trainstack.dev/ray-role": "worker"})
+    worker = pod_template(args, {"name": "ray-worker"}, {RAY_ROLE_LABEL: "worker"})
     head_vols, head_mounts = volumes(p)
     head = {
-        "metadata": {
-            "labels": {**PART_OF, "trainstack.dev/job": spec.name, "trainstack.dev/ray-role": "head"}
-        },
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: spec.name, RAY_ROLE_LABEL: "head"}},
         "spec": {
             "serviceAccountName": args.service_account,
             "nodeSelector": dict(args.head_selector),
@@ -405,7 +411,7 @@ class GroupPreflight(pulumi.ComponentResource):
         p = args.placement
         job_name = f"preflight-{p.group}"
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=args.waits_for)
-        labels = {**PART_OF, "trainstack.dev/preflight": p.group}
+        labels = {**PART_OF, PREFLIGHT_LABEL: p.group}
         # Rank 0's stable DNS name for the others: <job>-0.<service>, before it is Ready.
         self.service = k8s.core.v1.Service(
             f"{name}-service",

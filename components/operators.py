@@ -16,8 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.cluster import SYSTEM_NODE_LABEL
-from components.gpu_node_group import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION
+from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_LABEL
 
 HELM_TIMEOUT_SECONDS = 600
 

@@ -16,9 +16,7 @@ import pulumi_kubernetes as k8s
 
 from components.cluster import Cluster
 from components.iam import service_trust
-
-TRAINING_NAMESPACE = "training"
-TRAINING_SERVICE_ACCOUNT = "trainer"
+from conventions import PART_OF, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,7 @@ class TrainingPodIdentity(pulumi.ComponentResource):
 
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": TRAINING_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "trainstack"}},
+            metadata={"name": TRAINING_NAMESPACE, "labels": PART_OF},
             opts=k8s_opts,
         )
         self.service_account = k8s.core.v1.ServiceAccount(
@@ -44,7 +42,7 @@ class TrainingPodIdentity(pulumi.ComponentResource):
             metadata={
                 "name": TRAINING_SERVICE_ACCOUNT,
                 "namespace": self.namespace.metadata["name"],
-                "labels": {"app.kubernetes.io/part-of": "trainstack"},
+                "labels": PART_OF,
             },
             opts=k8s_opts,
         )

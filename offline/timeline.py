@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from conventions import NODE_GROUP_LABEL, PREFLIGHT_LABEL
 from offline.engine import Registration
 
 # Typical minutes (midpoints of the reference's ranges); anything not listed takes seconds.
@@ -39,7 +40,7 @@ PREFLIGHT = "kubernetes:batch/v1:Job"
 
 def _group(reg: Registration) -> str | None:
     labels = (reg.inputs.get("metadata") or {}).get("labels") or {}
-    return labels.get("trainstack.dev/node-group") or labels.get("trainstack.dev/preflight")
+    return labels.get(NODE_GROUP_LABEL) or labels.get(PREFLIGHT_LABEL)
 
 
 def pod_start_minutes(resources: list[Registration]) -> dict[str, float]:

@@ -18,8 +18,8 @@ import pulumi_kubernetes as k8s
 
 from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket, ArtifactBucketArgs
 from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
-from components.cluster import SYSTEM_NODE_LABEL, Cluster, ClusterArgs
-from components.gpu_node_group import NODE_GROUP_LABEL, GpuNodeGroup, GpuNodeGroupArgs
+from components.cluster import Cluster, ClusterArgs
+from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs import GroupPreflight, JobSpec, Placement, PreflightArgs, TrainingJob, TrainingJobArgs
 from components.network import (
@@ -33,8 +33,9 @@ from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOpe
 from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
 from components.principals import same_principal
 from components.registry import ImageRegistry, ImageRegistryArgs
+from conventions import NODE_GROUP_LABEL, SYSTEM_GROUP, SYSTEM_NODE_LABEL
 from stacks.catalog import INSTANCE_TYPES
-from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, SYSTEM_GROUP, StackConfig
+from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig
 
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
 MAX_VPC_ZONES = 7  # private subnets take an eighth of the VPC each; the last eighth holds the public ones

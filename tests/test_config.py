@@ -7,7 +7,8 @@ import json
 import pytest
 from conftest import ROOT, stack_values
 
-from stacks.config import GPU_INSTANCE_TYPES, parse_config
+from stacks.catalog import GPU_INSTANCE_TYPES
+from stacks.config import parse_config
 from stacks.schema import ConfigError
 
 BASE = {"aws:region": "us-east-1"}

@@ -1,0 +1,40 @@
+"""Names the stack writes onto the cluster and the `trainstack` command reads back.
+
+The Pulumi program labels, taints and places what it creates with these; the `trainstack` command
+finds jobs, pods and node groups by them. Both import this one module (it is packaged with the
+command, see pyproject.toml), so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+# Where jobs run and as whom.
+TRAINING_NAMESPACE = "training"
+TRAINING_SERVICE_ACCOUNT = "trainer"
+
+# Every object the stack creates in the cluster.
+PART_OF = {"app.kubernetes.io/part-of": "trainstack"}
+
+# Node labels. Every GPU node carries its group's name; job pods select their group by it.
+NODE_GROUP_LABEL = "trainstack.dev/node-group"
+INSTANCE_TYPE_LABEL = "trainstack.dev/instance-type"
+ACCELERATOR_LABEL = "trainstack.dev/accelerator"
+SYSTEM_NODE_LABEL = {"trainstack.dev/role": "system"}
+# The system node group's name where a job config names a group.
+SYSTEM_GROUP = "system"
+EFA_LABEL = "vpc.amazonaws.com/efa.present"
+# What the NVIDIA device plugin's chart selects GPU nodes by when node feature discovery is absent.
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+
+# Pod labels.
+JOB_LABEL = "trainstack.dev/job"
+RAY_ROLE_LABEL = "trainstack.dev/ray-role"
+PREFLIGHT_LABEL = "trainstack.dev/preflight"
+
+# Extended resources the device plugins advertise.
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+# GPU nodes repel everything that does not ask for them (EKS's node group taint spelling).
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}
+# How pods (device plugins, jobs) tolerate GPU_TAINT.
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}

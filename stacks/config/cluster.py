@@ -1,0 +1,163 @@
+"""Cluster plane config: the EKS control plane, who administers it, and the system nodes."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from stacks.catalog import CPU_INSTANCE_TYPES
+from stacks.config.names import PROJECT
+from stacks.schema import Problem, Reader, setting
+
+# Add-on versions are pinned per Kubernetes version: the latest EKS add-on builds in the EKS user
+# guide's version tables (vpc-cni, coredns, kube-proxy; the agent from public pins). Check a pin with
+# `aws eks describe-addon-versions --kubernetes-version <v> --addon-name <name>`.
+EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    "1.33": {
+        "vpc-cni": "v1.20.1-eksbuild.3",
+        "coredns": "v1.12.4-eksbuild.1",
+        "kube-proxy": "v1.33.5-eksbuild.2",
+        "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
+    },
+    "1.34": {
+        "vpc-cni": "v1.20.1-eksbuild.3",
+        "coredns": "v1.12.4-eksbuild.1",
+        "kube-proxy": "v1.34.1-eksbuild.2",
+        "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
+    },
+}
+
+KubernetesVersion = Literal["1.33", "1.34"]
+ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+
+_PRINCIPAL = re.compile(r"arn:aws[-a-z]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+")
+
+
+@dataclass(frozen=True)
+class SystemNodeGroupConfig:
+    instance_type: str = setting("instanceType", "CPU instance type for operators.", "m6i.large")
+    min_size: int = setting("minSize", "Smallest node count.", 1)
+    desired_size: int = setting("desiredSize", "Node count at creation.", 2)
+    max_size: int = setting("maxSize", "Largest node count.", 3)
+    disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (20-1000).", 50)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    kubernetes_version: KubernetesVersion = setting(
+        "kubernetesVersion", "EKS Kubernetes version; add-ons are pinned per version.", "1.33"
+    )
+    endpoint_public_access: bool = setting("endpointPublicAccess", "Expose the API endpoint publicly.", True)
+    endpoint_private_access: bool = setting(
+        "endpointPrivateAccess", "Expose the API endpoint inside the VPC.", True
+    )
+    public_access_cidrs: tuple[str, ...] = setting(
+        "publicAccessCidrs", "CIDRs allowed to reach the public endpoint.", factory=lambda: ("0.0.0.0/0",)
+    )
+    admin_principals: tuple[str, ...] = setting(
+        "adminPrincipals", "IAM role/user ARNs granted cluster admin through access entries.", factory=tuple
+    )
+    control_plane_logs: tuple[ControlPlaneLog, ...] = setting(
+        "controlPlaneLogs",
+        "Control-plane log types sent to CloudWatch.",
+        factory=lambda: ("api", "audit", "authenticator"),
+    )
+    system_node_group: SystemNodeGroupConfig = setting(
+        "systemNodeGroup", "CPU node group for cluster operators.", factory=SystemNodeGroupConfig
+    )
+
+
+def check_cluster(c: ClusterConfig, r: Reader) -> None:
+    k = f"{PROJECT}:cluster"
+    if not (c.endpoint_public_access or c.endpoint_private_access):
+        r.problem(
+            f"{k}.endpointPrivateAccess",
+            False,
+            "the API endpoint would be unreachable",
+            "true, or endpointPublicAccess true",
+        )
+    for i, cidr in enumerate(c.public_access_cidrs):
+        try:
+            ipaddress.IPv4Network(cidr)
+        except ValueError:
+            r.problem(
+                f"{k}.publicAccessCidrs[{i}]", cidr, "not an IPv4 CIDR", "a CIDR such as 203.0.113.0/24"
+            )
+    for i, arn in enumerate(c.admin_principals):
+        if not _PRINCIPAL.fullmatch(arn):
+            r.problem(
+                f"{k}.adminPrincipals[{i}]",
+                arn,
+                "not an IAM role or user ARN",
+                "arn:aws:iam::<account>:role/<name>",
+            )
+    for arn, n in Counter(c.admin_principals).items():
+        if n > 1:  # EKS allows one access entry per principal
+            r.problem(f"{k}.adminPrincipals", arn, f"listed {n} times", "each principal once")
+    _check_system_node_group(c.system_node_group, f"{k}.systemNodeGroup", r)
+
+
+def _check_system_node_group(s: SystemNodeGroupConfig, sk: str, r: Reader) -> None:
+    if s.instance_type not in CPU_INSTANCE_TYPES:
+        r.problem(
+            f"{sk}.instanceType",
+            s.instance_type,
+            "not a CPU instance type in the catalog",
+            ", ".join(CPU_INSTANCE_TYPES),
+        )
+    if not 1 <= s.min_size <= 20:
+        r.problem(f"{sk}.minSize", s.min_size, "out of range (operators need a node)", "1-20")
+    if not 1 <= s.max_size <= 20:
+        r.problem(f"{sk}.maxSize", s.max_size, "out of range", "1-20")
+    elif s.min_size > s.max_size:
+        r.problem(f"{sk}.maxSize", s.max_size, f"smaller than minSize ({s.min_size})", f"{s.min_size}-20")
+    if 1 <= s.min_size <= s.max_size <= 20 and not s.min_size <= s.desired_size <= s.max_size:
+        r.problem(
+            f"{sk}.desiredSize",
+            s.desired_size,
+            f"outside minSize ({s.min_size}) and maxSize ({s.max_size})",
+            f"{s.min_size}-{s.max_size}",
+        )
+    if not 20 <= s.disk_size_gib <= 1000:
+        r.problem(f"{sk}.diskSizeGiB", s.disk_size_gib, "out of range", "20-1000")
+
+
+# Values that only ever appear in documentation: RFC 5737 address blocks and the AWS docs' accounts.
+DOCUMENTATION_NETWORKS = tuple(
+    ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+)
+EXAMPLE_ACCOUNTS = ("123456789012", "111122223333", "444455556666", "777788889999")
+
+
+def cluster_template_values(c: ClusterConfig) -> list[Problem]:
+    """Settings a template stack file carries that no real deployment can use."""
+    k = f"{PROJECT}:cluster"
+    found = []
+    if c.endpoint_public_access:
+        for i, cidr in enumerate(c.public_access_cidrs):
+            net = ipaddress.IPv4Network(cidr, strict=False)
+            if any(net.subnet_of(doc) for doc in DOCUMENTATION_NETWORKS):
+                found.append(
+                    Problem(
+                        f"{k}.publicAccessCidrs[{i}]",
+                        cidr,
+                        "a documentation address range: nothing there can reach the API endpoint, so "
+                        "Pulumi could not reach the cluster it creates",
+                        "the egress CIDR of the machines that run `pulumi up` (your network, CI runners), "
+                        "or 0.0.0.0/0",
+                    )
+                )
+    for i, arn in enumerate(c.admin_principals):
+        if arn.split(":")[4] in EXAMPLE_ACCOUNTS:
+            found.append(
+                Problem(
+                    f"{k}.adminPrincipals[{i}]",
+                    arn,
+                    "an example account from the AWS documentation",
+                    "an IAM role or user of your account, or remove the entry",
+                )
+            )
+    return found

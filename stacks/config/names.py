@@ -1,0 +1,17 @@
+"""Names every plane's config module shares: the project, its config keys and the name rules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PROJECT = "trainstack"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+REGION_KEY = "aws:region"
+PROFILE_KEY = "aws:profile"
+
+# Kubernetes DNS-1123 labels; node groups are also part of AWS names, so they get a tighter bound.
+# Whole-string patterns over ASCII classes only (always used with fullmatch): `$` would accept a
+# trailing newline, and `\d`/`\w` non-ASCII digits and letters.
+LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+NAME_RULE = "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"

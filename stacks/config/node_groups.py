@@ -1,0 +1,169 @@
+"""GPU node group config: instance type, size, EFA, how capacity is bought, the preflight."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from conventions import SYSTEM_GROUP
+from stacks.catalog import GPU_INSTANCE_TYPES, INSTANCE_TYPES
+from stacks.config.names import LABEL, NAME_RULE, PROJECT
+from stacks.schema import Reader, setting
+
+CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
+MAX_NODE_GROUP_NAME = 32
+
+_ZONE = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9][a-z]")
+_RESERVATION = re.compile(r"cr-[0-9a-f]{17}")
+
+
+@dataclass(frozen=True)
+class GpuNodeGroupConfig:
+    name: str = setting("name", "Node group name (lowercase, digits, '-'; at most 32).")
+    instance_type: str = setting("instanceType", "NVIDIA GPU instance type from the catalog.")
+    node_count: int = setting("nodeCount", "Number of nodes (1-64).", 1)
+    efa: bool = setting("efa", "Attach EFA interfaces (instance type must support EFA).", False)
+    capacity_type: CapacityType = setting("capacityType", "How the nodes are bought.", "ON_DEMAND")
+    capacity_reservation_id: str | None = setting(
+        "capacityReservationId", "Capacity reservation or Capacity Block id (cr-...).", None
+    )
+    placement_group: bool = setting(
+        "placementGroup", "Put nodes in a cluster placement group (not with a reservation).", False
+    )
+    disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (50-16384).", 200)
+    preflight: bool | None = setting(
+        "preflight",
+        "Check GPUs, EFA and all-reduce bandwidth before the first job (default: on with EFA).",
+        None,
+    )
+    preflight_min_bus_bandwidth: int | None = setting(
+        "preflightMinBusBandwidthGBps",
+        "Preflight floor for all-reduce bus bandwidth (default: half the instance's network, in GB/s).",
+        None,
+    )
+    availability_zone: str | None = setting(
+        "availabilityZone",
+        "AZ of the group's nodes (required with a reservation); default: a VPC AZ offering the type.",
+        None,
+    )
+
+    @property
+    def instance(self):
+        return INSTANCE_TYPES[self.instance_type]
+
+
+def default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
+    return (GpuNodeGroupConfig(name="gpu", instance_type="g6.xlarge"),)
+
+
+def check_node_groups(groups: tuple[GpuNodeGroupConfig, ...], region: str, r: Reader) -> None:
+    k = f"{PROJECT}:gpuNodeGroups"
+    if not groups:
+        r.problem(k, [], "at least one GPU node group is needed", "a list of node groups")
+    for name, n in Counter(g.name for g in groups).items():
+        if n > 1:
+            r.problem(k, name, f"name used by {n} node groups", "unique names")
+    for i, g in enumerate(groups):
+        _check_node_group(g, region, f"{k}[{i}]", r)
+
+
+def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> None:
+    if not LABEL.fullmatch(g.name) or len(g.name) > MAX_NODE_GROUP_NAME:
+        r.problem(
+            f"{k}.name",
+            g.name,
+            "not a valid node group name",
+            f"{NAME_RULE}; at most {MAX_NODE_GROUP_NAME} characters",
+        )
+    if g.name == SYSTEM_GROUP:
+        r.problem(f"{k}.name", g.name, "reserved for the system node group", "any other name")
+    if g.preflight_min_bus_bandwidth is not None and not 1 <= g.preflight_min_bus_bandwidth <= 10_000:
+        r.problem(
+            f"{k}.preflightMinBusBandwidthGBps", g.preflight_min_bus_bandwidth, "out of range", "1-10000 GB/s"
+        )
+    if g.preflight and not g.efa:
+        r.problem(
+            f"{k}.preflight",
+            True,
+            "the preflight checks EFA and cross-node bandwidth; this group has no EFA",
+            "false or unset, or efa: true",
+        )
+    if g.instance_type not in GPU_INSTANCE_TYPES:
+        r.problem(
+            f"{k}.instanceType",
+            g.instance_type,
+            "not an NVIDIA GPU instance type in the catalog",
+            ", ".join(GPU_INSTANCE_TYPES),
+        )
+        return
+    it = g.instance
+    if not 1 <= g.node_count <= 64:
+        r.problem(f"{k}.nodeCount", g.node_count, "out of range", "1-64")
+    if g.efa and not it.efa_supported:
+        efa_types = ", ".join(t for t in GPU_INSTANCE_TYPES if INSTANCE_TYPES[t].efa_supported)
+        r.problem(
+            f"{k}.efa",
+            True,
+            f"{g.instance_type} has no EFA interfaces",
+            f"false, or an EFA instance type ({efa_types})",
+        )
+    if g.capacity_type == "CAPACITY_BLOCK" and not g.capacity_reservation_id:
+        r.problem(
+            f"{k}.capacityReservationId",
+            None,
+            "CAPACITY_BLOCK needs the Capacity Block's reservation id",
+            "cr- followed by 17 hex digits",
+        )
+    if g.availability_zone is not None and not (
+        _ZONE.fullmatch(g.availability_zone) and g.availability_zone[:-1] == region
+    ):
+        r.problem(
+            f"{k}.availabilityZone",
+            g.availability_zone,
+            f"not an AZ of the stack's region {region}",
+            f"an AZ such as {region}a",
+        )
+    if g.capacity_reservation_id is not None:
+        _check_reservation(g, k, r)
+    if not it.on_demand and g.capacity_type != "CAPACITY_BLOCK":
+        r.problem(
+            f"{k}.capacityType",
+            g.capacity_type,
+            f"{g.instance_type} is sold only as Capacity Blocks",
+            "CAPACITY_BLOCK",
+        )
+    if not 50 <= g.disk_size_gib <= 16384:
+        r.problem(f"{k}.diskSizeGiB", g.disk_size_gib, "out of range", "50-16384")
+
+
+def _check_reservation(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
+    if g.availability_zone is None:
+        r.problem(
+            f"{k}.availabilityZone",
+            None,
+            "a capacity reservation or Capacity Block launches only in its own AZ",
+            "the reservation's AZ (aws ec2 describe-capacity-reservations --capacity-reservation-ids ...)",
+        )
+    if not _RESERVATION.fullmatch(g.capacity_reservation_id):
+        r.problem(
+            f"{k}.capacityReservationId",
+            g.capacity_reservation_id,
+            "not a capacity reservation id",
+            "cr- followed by 17 hex digits",
+        )
+    if g.capacity_type == "SPOT":
+        r.problem(
+            f"{k}.capacityType",
+            "SPOT",
+            "Spot capacity cannot target a reservation",
+            "ON_DEMAND or CAPACITY_BLOCK with a reservation",
+        )
+    if g.placement_group:
+        r.problem(
+            f"{k}.placementGroup",
+            True,
+            "a placement group breaks reservations bought without it (InsufficientInstanceCapacity)",
+            "false when capacityReservationId is set",
+        )
