@@ -15,22 +15,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 import threading
+import traceback
+import typing
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from cli import analysis
+from cli.errors import EXIT_FAILED, EXIT_USAGE, CliError
 from cli.kube import Cluster
 from conventions import TRAINING_NAMESPACE
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 class Output:
@@ -61,29 +65,105 @@ class Output:
         print(json.dumps(data, indent=2, default=str), file=self.stream)
 
 
+SHOW_OUTPUTS = "pulumi stack output --json --show-secrets > outputs.json"
+
+
 def stack_outputs(args: argparse.Namespace) -> dict:
+    if args.kubeconfig:  # a wrong --kubeconfig is the first thing to say, before asking pulumi
+        args.kubeconfig_data = kubeconfig_file(Path(args.kubeconfig))
     if args.outputs:
-        return json.loads(Path(args.outputs).read_text())
+        return read_outputs_file(Path(args.outputs))
     cmd = ["pulumi", "stack", "output", "--json", "--show-secrets"] + (
         ["--stack", args.stack] if args.stack else []
     )
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        raise SystemExit(
-            "error: the pulumi CLI is not on PATH; pass --outputs FILE or --kubeconfig"
+        raise CliError(
+            f"the pulumi CLI is not on PATH: pass --outputs FILE, written where pulumi runs by `{SHOW_OUTPUTS}`"
         ) from None
     except subprocess.CalledProcessError as err:
-        raise SystemExit(f"error: `{' '.join(cmd)}` failed: {err.stderr.strip()}") from None
-    return json.loads(done.stdout)
+        said = [line.strip() for line in err.stderr.splitlines() if line.strip()]
+        first = next((line for line in said if line.lower().startswith("error")), said[0] if said else "")
+        if "no stack" in first.lower() or "no stack is selected" in err.stderr.lower():
+            which = f"named '{args.stack}'" if args.stack else "selected"
+            raise CliError(
+                f"pulumi has no stack {which} here ({first}): list them with `pulumi stack ls`, "
+                "pass --stack NAME, or pass --outputs FILE"
+            ) from None
+        raise CliError(f"`{' '.join(cmd)}` failed: {first or f'exit {err.returncode}'}") from None
+    return outputs_object(done.stdout, "`pulumi stack output`")
+
+
+def read_outputs_file(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise CliError(
+            f"cannot read the outputs file {path}: {reason}; write it with `{SHOW_OUTPUTS}`"
+        ) from None
+    return outputs_object(text, str(path))
+
+
+def outputs_object(text: str, source: str) -> dict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CliError(
+            f"{source} is not JSON ({err.msg} at line {err.lineno}, column {err.colno}): "
+            f"write the outputs with `{SHOW_OUTPUTS}`"
+        ) from None
+    if not isinstance(data, dict):
+        raise CliError(
+            f"{source} holds a JSON {type(data).__name__}, not the stack's outputs (an object): "
+            f"write them with `{SHOW_OUTPUTS}`"
+        )
+    return data
 
 
 def connect(args: argparse.Namespace, outputs: dict) -> Cluster:
-    kubeconfig = args.kubeconfig or outputs.get("kubeconfig")
-    if isinstance(kubeconfig, str) and kubeconfig.lstrip().startswith("{"):
-        kubeconfig = json.loads(kubeconfig)
     namespace = args.namespace or outputs.get("trainingNamespace") or TRAINING_NAMESPACE
-    return Cluster(kubeconfig, namespace)
+    if args.kubeconfig:
+        return Cluster(
+            kubeconfig_file(Path(args.kubeconfig)), namespace, args.timeout, f"--kubeconfig {args.kubeconfig}"
+        )
+    return Cluster(kubeconfig_from_outputs(outputs), namespace, args.timeout, "the outputs' kubeconfig")
+
+
+def kubeconfig_file(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise CliError(f"--kubeconfig {path}: {err.strerror or err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise CliError(
+            f"--kubeconfig {path} is not a kubeconfig (not YAML: {str(err).splitlines()[0]})"
+        ) from None
+    if not isinstance(data, dict) or not data:
+        raise CliError(
+            f"--kubeconfig {path} is empty or not a kubeconfig: point it at one (`aws eks update-kubeconfig`)"
+        )
+    return data
+
+
+def kubeconfig_from_outputs(outputs: dict) -> dict:
+    fix = f"write the outputs with `{SHOW_OUTPUTS}`, or pass --kubeconfig"
+    kubeconfig = outputs.get("kubeconfig")
+    if kubeconfig is None:
+        raise CliError(f"the outputs have no kubeconfig: {fix}")
+    if kubeconfig == "[secret]":
+        raise CliError(f'the outputs\' kubeconfig is redacted ("[secret]"): it is a secret, so {fix}')
+    if isinstance(kubeconfig, str):
+        try:
+            kubeconfig = yaml.safe_load(kubeconfig) if kubeconfig.strip() else None
+        except yaml.YAMLError:
+            raise CliError(f"the outputs' kubeconfig is neither JSON nor YAML: {fix}") from None
+    if not kubeconfig:
+        raise CliError(f"the outputs' kubeconfig is empty: {fix}")
+    if not isinstance(kubeconfig, dict):
+        raise CliError(f"the outputs' kubeconfig is a {type(kubeconfig).__name__}, not a kubeconfig: {fix}")
+    return kubeconfig
 
 
 def age(timestamp: str | None) -> str:
@@ -105,8 +185,28 @@ def metric_records(cluster: Cluster, pods: list[dict], tail: int | None = None) 
     return [records[s] for s in sorted(records)]
 
 
+def stack_jobs(outputs: dict) -> dict[str, dict]:
+    jobs = outputs.get("jobs") or {}
+    if not isinstance(jobs, dict) or not all(isinstance(j, dict) and "kind" in j for j in jobs.values()):
+        raise CliError(
+            f"the outputs' `jobs` is not the stack's map of jobs: write the outputs with `{SHOW_OUTPUTS}`"
+        )
+    return jobs
+
+
 def job_kinds(outputs: dict) -> dict[str, str]:
-    return {name: job["kind"] for name, job in (outputs.get("jobs") or {}).items()}
+    return {name: job["kind"] for name, job in stack_jobs(outputs).items()}
+
+
+def known_job(outputs: dict, name: str) -> dict | None:
+    """The job's outputs; a name the stack does not launch is a usage error (outputs without any
+    jobs, as from --kubeconfig on another cluster, let any name through)."""
+    jobs = stack_jobs(outputs)
+    if jobs and name not in jobs:
+        raise CliError(
+            f"no job {name} in the stack's outputs: the stack's jobs are {', '.join(sorted(jobs))}"
+        )
+    return jobs.get(name)
 
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
@@ -172,6 +272,12 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     return EXIT_FAILED if failed else 0
 
 
+def non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return int(text)
+
+
 SINCE = re.compile(r"([0-9]+)([smhd]?)")
 
 
@@ -184,6 +290,7 @@ def seconds(text: str) -> int:
 
 def cmd_logs(args: argparse.Namespace, out: Output) -> int:
     outputs = stack_outputs(args)
+    known_job(outputs, args.job)
     cluster = connect(args, outputs)
     pods = sorted(
         cluster.job_pods(args.job), key=lambda p: (analysis.pod_rank(p) is None, analysis.pod_rank(p) or 0)
@@ -208,22 +315,26 @@ def cmd_logs(args: argparse.Namespace, out: Output) -> int:
             for line in cluster.log(pod["metadata"]["name"], tail=args.tail, since=args.since).splitlines():
                 emit(pod, line)
         return 0
-    threads = [
-        threading.Thread(
-            target=lambda p=pod: [
-                emit(p, line) for line in cluster.follow(p["metadata"]["name"], args.tail, args.since)
-            ],
-            daemon=True,
-        )
-        for pod in pods
-    ]
+    failures: list[CliError] = []
+
+    def follow(p: dict) -> None:
+        try:
+            for line in cluster.follow(p["metadata"]["name"], args.tail, args.since):
+                emit(p, line)
+        except CliError as err:
+            failures.append(err)
+        except Exception as err:  # the stream broke off mid-way
+            failures.append(
+                CliError(f"following the log of {p['metadata']['name']} stopped: {err}", EXIT_FAILED)
+            )
+
+    threads = [threading.Thread(target=follow, args=(pod,), daemon=True) for pod in pods]
     for t in threads:
         t.start()
-    try:
-        for t in threads:
-            t.join()
-    except KeyboardInterrupt:
-        return 130
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
     return 0
 
 
@@ -265,6 +376,7 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
     outputs = stack_outputs(args)
+    known_job(outputs, args.job)
     cluster = connect(args, outputs)
     records = metric_records(cluster, cluster.job_pods(args.job))
     if not records:
@@ -315,18 +427,16 @@ def plot(records: list[dict], job: str, path: Path) -> None:
 
 def cmd_estimate(args: argparse.Namespace, out: Output) -> int:
     outputs = stack_outputs(args)
-    job = (outputs.get("jobs") or {}).get(args.job)
+    job = known_job(outputs, args.job)
     if job is None:
-        out.line(f"error: no job {args.job} in the stack's outputs")
-        return EXIT_USAGE
+        raise CliError(f"no job {args.job} in the stack's outputs: the stack launches no jobs")
     measured = args.tokens_per_s
     if measured is None:
         cluster = connect(args, outputs)
         records = metric_records(cluster, cluster.job_pods(args.job))
         measured = records[-1].get("tokens_per_s") if records else None
     if not measured:
-        out.line("error: no measured throughput yet; wait for metrics or pass --tokens-per-s")
-        return EXIT_FAILED
+        raise CliError("no measured throughput yet: wait for metrics, or pass --tokens-per-s", EXIT_FAILED)
     nodes = int(job["nodes"])
     group = (outputs.get("gpuNodeGroups") or {}).get(job["nodeGroup"], {})
     per_node_usd = job["hourlyUsd"] / nodes if nodes else 0.0
@@ -361,32 +471,66 @@ def cmd_estimate(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistake said in one line (not the usage block) and exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def fraction(text: str) -> float:
+    value = positive(float)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most 1 (the throughput kept per doubling)")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trainstack", description=__doc__.split("\n\n")[0])
-    common = argparse.ArgumentParser(add_help=False)
+    p = Parser(prog="trainstack", description=__doc__.split("\n\n")[0])
+    common = Parser(add_help=False)
     common.add_argument("--stack", help="pulumi stack (default: the selected one)")
     common.add_argument("--outputs", help="a JSON file of the stack's outputs instead of asking pulumi")
     common.add_argument("--kubeconfig", help="kubeconfig file (default: the stack's)")
     common.add_argument("--namespace", help="namespace of the jobs (default: the stack's)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument(
+        "--timeout", type=positive(float), default=20.0, help="seconds to wait for the cluster per call"
+    )
+    common.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("status", parents=[common], help="jobs and node groups")
     logs = sub.add_parser("logs", parents=[common], help="logs of every pod of a job")
     logs.add_argument("job")
     logs.add_argument("--follow", "-f", action="store_true")
-    logs.add_argument("--rank", type=int, help="only this node rank's pod")
+    logs.add_argument("--rank", type=non_negative, help="only this node rank's pod")
     logs.add_argument("--since", type=seconds, help="e.g. 10m")
-    logs.add_argument("--tail", type=int)
+    logs.add_argument("--tail", type=non_negative)
     sub.add_parser("doctor", parents=[common], help="checks with a fix for each failure")
     metrics = sub.add_parser("metrics", parents=[common], help="the training curve")
     metrics.add_argument("job")
     metrics.add_argument("--plot", help="write loss, tokens/s and MFU against step to this PNG")
     est = sub.add_parser("estimate", parents=[common], help="time and cost to a token budget")
     est.add_argument("job")
-    est.add_argument("--tokens", type=float, required=True, help="token budget, e.g. 1e11")
-    est.add_argument("--tokens-per-s", type=float, help="measured throughput (default: the job's latest)")
-    est.add_argument("--efficiency", type=float, default=0.9, help="throughput kept per doubling of nodes")
-    est.add_argument("--max-nodes", type=int, help="largest node count in the table")
+    est.add_argument("--tokens", type=positive(float), required=True, help="token budget, e.g. 1e11")
+    est.add_argument(
+        "--tokens-per-s", type=positive(float), help="measured throughput (default: the job's latest)"
+    )
+    est.add_argument("--efficiency", type=fraction, default=0.9, help="throughput kept per doubling of nodes")
+    est.add_argument("--max-nodes", type=positive(int), help="largest node count in the table")
     return p
 
 
@@ -401,7 +545,27 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return COMMANDS[args.command](args, Output(args.json))
+    try:
+        return COMMANDS[args.command](args, Output(args.json))
+    except CliError as err:
+        print(f"trainstack {args.command}: error: {err}", file=sys.stderr)
+        return err.code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # a bug or a case no check foresaw: still one line, unless --debug
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(
+                f"trainstack {args.command}: error: unexpected {type(err).__name__}: {_first_line(err)} "
+                "(run again with --debug for the traceback, and report it)",
+                file=sys.stderr,
+            )
+        return EXIT_FAILED
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:300]
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ class FakeCluster:
     previous_logs: dict[str, str] = field(default_factory=dict)
     follow_delay: float = 0.05
     requests: list[str] = field(default_factory=list)
+    refuse: int | None = None  # answer every request with this status (401, 403), as a real API server would
 
 
 def _list(kind: str, api_version: str, items: list[dict]) -> dict:
@@ -63,6 +64,10 @@ class Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         c.requests.append(url.path)
+        if c.refuse:
+            reason = {401: "Unauthorized", 403: "Forbidden"}[c.refuse]
+            return self._send(c.refuse, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": reason,
+                                         "reason": reason, "code": c.refuse})  # fmt: skip
         path = url.path
         ns = c.namespace
         if path == "/api/v1/nodes":
