@@ -38,12 +38,20 @@ MAX_NODES = 100_000  # values after aliases are expanded (an alias bomb stays sm
 MAX_INT_DIGITS = 100
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _StackFileLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, as the Pulumi CLI does: the last one would win."""
+    """SafeLoader that refuses duplicate keys, as the Pulumi CLI does: the last one would win.
+
+    Merge keys (`<<: *anchor`) are read as the Pulumi CLI's YAML reader reads them: the anchor's
+    keys come in, and the mapping's own keys override them; only its own keys count as duplicates."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
@@ -56,6 +64,12 @@ class _StackFileLoader(yaml.SafeLoader):
                     f"(first at line {seen[key].line + 1}); keep one"
                 )
             seen[key] = key_node.start_mark
+        try:
+            self.flatten_mapping(node)  # resolves `<<`
+        except yaml.constructor.ConstructorError as err:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the merge key `<<` {err.problem}", err.problem_mark
+            ) from None
         return super().construct_mapping(node, deep=deep)
 
 

@@ -72,6 +72,14 @@ MALFORMED = {
     ),
     "nested non-string key": ("config:\n  trainstack:tags:\n    1: x\n", r"key 1 is not a string"),
     "date value": ("config:\n  trainstack:tags:\n    d: 2026-01-01\n", r"a date value"),
+    "merge of a scalar": (
+        "config:\n  trainstack:tags:\n    <<: 5\n",
+        r"line 3, column 9: the merge key `<<` expected a mapping or list of mappings for merging, but found scalar",
+    ),
+    "duplicate beside a merge": (
+        "config:\n  trainstack:tags:\n    <<: {a: x}\n    b: y\n    b: z\n",
+        r"line 5, column 5: duplicate key 'b' \(first at line 4\)",
+    ),
 }
 
 
@@ -296,3 +304,29 @@ def test_any_mutated_stack_file_ends_cleanly(tmp_path, text):
         assert line.startswith("error: ")
         # Names a key as a user writes it, or the file (with line and column where YAML gives them).
         assert re.search(r"(trainstack|aws):[A-Za-z]|Pulumi\.t\.yaml", err), err
+
+
+def test_yaml_merge_keys_are_read_as_pulumi_reads_them(tmp_path):
+    """`<<: *anchor` brings the anchor's keys in; the mapping's own keys override them."""
+    text = prod_text(
+        **{
+            "  trainstack:jobs:\n": "  trainstack:jobs:\n"
+            "    - &smoke {name: smoke, kind: PyTorchJob, nodeGroup: system, nodes: 1, steps: 10}\n"
+            "    - <<: *smoke\n"
+            "      name: smoke-long\n"
+            "      steps: 50\n"
+        }
+    )
+    from offline.plan import read_stack_file
+
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(text)
+    values, _ = read_stack_file(path)
+    jobs = json.loads(values["trainstack:jobs"])
+    assert jobs[:2] == [
+        {"name": "smoke", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 1, "steps": 10},
+        {"name": "smoke-long", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 1, "steps": 50},
+    ]
+    code, out, err = run_plan(tmp_path, text)
+    assert code == 0, err
+    assert "job-smoke-long" in out
