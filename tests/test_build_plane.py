@@ -8,9 +8,10 @@ import zipfile
 from io import BytesIO
 
 import pytest
-from conftest import ROOT, plan, policy_of
+from conftest import ROOT, plan, policy_of, stack_values
 
 from components.image import context_archive, image_tag, sha256
+from offline.engine import run_program
 
 BUCKET = "aws:s3/bucket:Bucket"
 REPO = "aws:ecr/repository:Repository"
@@ -268,10 +269,11 @@ def test_stack_exports(stack, dev_plan, prod_plan):
 def test_only_the_current_context_archive_is_kept():
     from stacks.stack import ARCHIVE_DIR
 
-    stale = ARCHIVE_DIR / "dev" / ("0" * 64 + ".zip")
+    # A stack of its own: other tests plan `dev` at the same time (pytest -n).
+    stale = ARCHIVE_DIR / "archive-test" / ("0" * 64 + ".zip")
     stale.parent.mkdir(parents=True, exist_ok=True)
     stale.write_bytes(b"old context")
-    plan("dev")
+    run_program("archive-test", stack_values("dev"))
     context_hash = sha256(context_archive(ROOT / "workload"))
     assert sorted(p.name for p in stale.parent.iterdir()) == [f"{context_hash}.zip"]
     assert (stale.parent / f"{context_hash}.zip").read_bytes() == context_archive(ROOT / "workload")
@@ -293,8 +295,6 @@ def test_base_image_is_pulled_anonymously_without_docker_hub_credentials(dev_pla
 
 def test_docker_hub_pull_through_cache():
     from conftest import stack_values
-
-    from offline.engine import run_program
 
     values = stack_values("dev", image={"dockerHubUsername": "trainstack-ci"})
     values["trainstack:dockerHubAccessToken"] = "dckr_pat_offline"

@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import boto3
@@ -69,10 +69,19 @@ def test_sigterm_on_one_node_makes_every_rank_save_the_same_step(tmp_path):
     port, shared = free_port(), tmp_path / "ckpt"
     args = ("--steps", "100000", "--checkpoint-every", "0")
     procs = [node(tmp_path, r, port, shared, *args) for r in (0, 1)]
-    deadline = time.time() + 120
-    while time.time() < deadline and not any((tmp_path / f"data-{r}").exists() for r in (0, 1)):
-        time.sleep(0.5)
-    time.sleep(8)  # well into training
+    # Wait for node 0 to log a training step (not a fixed sleep, which a loaded machine outlasts).
+    node0_lines: list[str] = []
+    training = threading.Event()
+
+    def read_node0() -> None:
+        for line in procs[0].stdout:
+            node0_lines.append(line)
+            if "metrics {" in line and '"loss"' in line:
+                training.set()
+
+    reader = threading.Thread(target=read_node0, daemon=True)
+    reader.start()
+    assert training.wait(timeout=240), "node 0 never logged a training step"
     workers = subprocess.run(
         ["pgrep", "-P", str(procs[1].pid)], capture_output=True, text=True
     ).stdout.split()
@@ -81,7 +90,10 @@ def test_sigterm_on_one_node_makes_every_rank_save_the_same_step(tmp_path):
         os.kill(
             int(pid), signal.SIGTERM
         )  # the worker only, as the kubelet's SIGTERM reaches torchrun's child
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    outs = ["", procs[1].communicate(timeout=120)[0]]
+    procs[0].wait(timeout=120)
+    reader.join(timeout=30)
+    outs[0] = "".join(node0_lines)
     assert [p.returncode for p in procs] == [0, 0], outs[1][-3000:]
     events = records(outs[0])
     (stopped,) = [e for e in events if e.get("event") == "stopped"]
