@@ -12,6 +12,7 @@ from conftest import ROOT
 WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
 
+from trainer import preflight as preflight_module  # noqa: E402
 from trainer.preflight import network_from_nccl_log, uses_efa  # noqa: E402
 
 
@@ -57,12 +58,13 @@ def test_preflight_fails_below_the_floor_with_the_measured_figure():
 
 @pytest.mark.slow
 def test_preflight_fails_when_efa_devices_are_missing():
-    # The test machine has no /sys/class/infiniband: 0 EFA devices where 4 are expected.
+    # The test machine has no /dev/infiniband: 0 EFA devices where 4 are expected.
     proc = preflight("--efa-per-node", "4")
     assert proc.returncode != 0
     problems = report(proc)["problems"]
     # One per rank, gathered on rank 0, then the network the collectives really used.
-    assert ["0 EFA devices visible, 4 expected" in p for p in problems] == [True, True, False]
+    said = "0 EFA devices given to the pod (/dev/infiniband/uverbs*), 4 expected"
+    assert [said in p for p in problems] == [True, True, False]
     assert problems[2].startswith("the collectives use gloo (TCP), not EFA")
 
 
@@ -75,3 +77,22 @@ def test_nccl_log_says_which_network():
     assert uses_efa(network_from_nccl_log("x NCCL INFO Using network AWS Libfabric\n"))
     assert network_from_nccl_log(tcp) == "Socket" and not uses_efa("Socket")
     assert network_from_nccl_log("nothing here") is None and not uses_efa(None)
+
+
+def test_efa_devices_are_counted_as_the_pod_was_given_them(tmp_path, monkeypatch):
+    """In the shared RDMA namespace mode /sys/class/infiniband lists all 32 of a p5's devices in
+    every pod; the pod's own are the uverbs character devices the EFA plugin put in /dev/infiniband."""
+    pod = tmp_path / "dev-infiniband"
+    pod.mkdir()
+    for name in ("uverbs0", "uverbs1", "rdma_cm"):
+        (pod / name).touch()
+    monkeypatch.setattr(preflight_module, "RDMA_DEVICES", pod)
+    args = preflight_module.parse_args(["--efa-per-node", "32"])
+    (problem,) = preflight_module.local_problems(args, preflight_module.torch.device("cpu"))
+    assert "2 EFA devices given to the pod" in problem and "32 expected" in problem
+    assert (
+        preflight_module.local_problems(
+            preflight_module.parse_args(["--efa-per-node", "2"]), preflight_module.torch.device("cpu")
+        )
+        == []
+    )

@@ -27,7 +27,10 @@ import torch.distributed as dist
 from trainer.train import init_distributed
 
 TERMINATION_LOG = Path("/dev/termination-log")
-INFINIBAND = Path("/sys/class/infiniband")  # one entry per EFA device the pod was given
+# The EFA device plugin gives a pod its devices as /dev/infiniband/uverbsN character devices. Not
+# /sys/class/infiniband: in the kernel's default shared RDMA namespace mode that lists every device
+# on the host, whatever the pod was given.
+RDMA_DEVICES = Path("/dev/infiniband")
 _NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.MULTILINE)
 
 
@@ -61,13 +64,18 @@ def local_problems(args: argparse.Namespace, device: torch.device) -> list[str]:
                 "(check the pod's nvidia.com/gpu request and the NVIDIA device plugin on the node)"
             )
     if args.efa_per_node:
-        seen = len(list(INFINIBAND.iterdir())) if INFINIBAND.is_dir() else 0
+        seen = efa_devices_given()
         if seen != args.efa_per_node:
             problems.append(
-                f"{os.uname().nodename}: {seen} EFA devices visible, {args.efa_per_node} expected "
+                f"{os.uname().nodename}: {seen} EFA devices given to the pod ({RDMA_DEVICES}/uverbs*), "
+                f"{args.efa_per_node} expected "
                 "(check the pod's vpc.amazonaws.com/efa request and the EFA device plugin on the node)"
             )
     return problems
+
+
+def efa_devices_given() -> int:
+    return len(list(RDMA_DEVICES.glob("uverbs*"))) if RDMA_DEVICES.is_dir() else 0
 
 
 def bus_bandwidth(device: torch.device, size_mb: int, iters: int) -> float:
@@ -86,7 +94,8 @@ def bus_bandwidth(device: torch.device, size_mb: int, iters: int) -> float:
         dist.all_reduce(tensor)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    # On the training device: the default group is NCCL on GPUs, and NCCL takes no CPU tensors.
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     bytes_ = numel * tensor.element_size()
     algbw = bytes_ * iters / elapsed.item()
