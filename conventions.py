@@ -29,6 +29,8 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 JOB_LABEL = "trainstack.dev/job"
 RAY_ROLE_LABEL = "trainstack.dev/ray-role"
 PREFLIGHT_LABEL = "trainstack.dev/preflight"
+# On a job's pods: the preflight Job that checked their node group.
+PREFLIGHT_ANNOTATION = "trainstack.dev/preflight"
 
 # Extended resources the device plugins advertise.
 GPU_RESOURCE = "nvidia.com/gpu"

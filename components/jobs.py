@@ -25,6 +25,7 @@ from conventions import (
     JOB_LABEL,
     NODE_GROUP_LABEL,
     PART_OF,
+    PREFLIGHT_ANNOTATION,
     PREFLIGHT_LABEL,
     RAY_ROLE_LABEL,
 )
@@ -33,6 +34,9 @@ WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
 # Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
 TERMINATION_GRACE_SECONDS = 600
+# Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the operator's
+# teardown of its pods and services. pulumi-kubernetes' default is 10 minutes, the grace alone.
+DELETE_TIMEOUT = f"{(TERMINATION_GRACE_SECONDS + 300) // 60}m"
 RAY_VERSION = "2.60.0"  # workload/requirements.txt
 RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to the operators
 
@@ -131,8 +135,15 @@ class TrainingJobArgs:
     provider: k8s.Provider
     operator: pulumi.Resource | None  # None: installed outside the stack (validated in config)
     waits_for: list[pulumi.Resource] = field(default_factory=list)
-    env_secret: str | None = None  # a Secret holding the job's env values (when they are secret)
-    hf_token_secret: str | None = None  # a Secret with HF_TOKEN
+    # Secrets and the group's preflight come in as their resources' outputs, not plain names: when
+    # one of them is replaced (a Secret's data cannot change in place, a preflight reruns with a new
+    # image), Pulumi deletes the job before it and relaunches it after, so a running job never loses
+    # its Secret or holds the GPUs its group's preflight waits for.
+    env_secret: pulumi.Input[str] | None = (
+        None  # a Secret holding the job's env values (when they are secret)
+    )
+    hf_token_secret: pulumi.Input[str] | None = None  # a Secret with HF_TOKEN
+    preflight: pulumi.Input[str] | None = None  # the group's preflight Job, when it has one
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
 
 
@@ -203,8 +214,11 @@ def pod_template(
     args: TrainingJobArgs, container: dict[str, Any], labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement)
+    metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
+    if args.preflight is not None:
+        metadata["annotations"] = {PREFLIGHT_ANNOTATION: args.preflight}
     return {
-        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}},
+        "metadata": metadata,
         "spec": {
             "serviceAccountName": args.service_account,
             **args.placement.pod_placement(),
@@ -371,7 +385,7 @@ class TrainingJob(pulumi.ComponentResource):
                 # A changed spec relaunches the job under the same name; checkpoints live in S3.
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
-                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout, delete=DELETE_TIMEOUT),
             ),
         )
         p = args.placement
@@ -476,7 +490,9 @@ class GroupPreflight(pulumi.ComponentResource):
                 depends_on=[self.service, *args.waits_for],
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
-                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout, delete=DELETE_TIMEOUT),
             ),
         )
+        # An output of the Job, for the jobs on this group (see TrainingJobArgs.preflight).
+        self.job_name = self.job.metadata.name
         self.register_outputs({"job": job_name, "command": json.dumps(command)})

@@ -55,6 +55,9 @@ class Registration:
     custom: bool
     inputs: dict[str, Any]
     dependencies: list[str]
+    # Which resources each input property uses outputs of: Pulumi's delete-before-replace takes a
+    # dependent down first only through these (step_generator.go, calculateDependentReplacements).
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
     # Resource transforms the program attached (a real engine runs them on the provider's children).
     transforms: list[Callable[..., Any]] = field(default_factory=list)
     # Resource options the engine acts on: protect, replaceOnChanges, deleteBeforeReplace, timeouts.
@@ -69,6 +72,7 @@ class Registration:
             "custom": self.custom,
             "inputs": self.inputs,
             "dependencies": self.dependencies,
+            "propertyDependencies": self.property_dependencies,
             "transforms": [f"{t.__module__}.{t.__qualname__}" for t in self.transforms],
             "options": self.options,
         }
@@ -88,6 +92,20 @@ class PlanRun:
         if len(found) != 1:
             raise LookupError(f"expected one {type_} {name or ''}, found {[r.name for r in found]}")
         return found[0]
+
+    def taken_down_first(self, replaced: str) -> list[str]:
+        """When `replaced` is replaced delete-first, the resources Pulumi deletes before it: those
+        with an input property using its outputs, and theirs in turn (a replace_on_changes
+        property that becomes unknown is a replacement). A `depends_on` edge alone takes nothing
+        down: such a dependent keeps running while the replacement is created."""
+        down, todo = [], [replaced]
+        while todo:
+            urn = todo.pop()
+            for r in self.resources:
+                if r.urn not in down and any(urn in urns for urns in r.property_dependencies.values()):
+                    down.append(r.urn)
+                    todo.append(r.urn)
+        return down
 
 
 def _clean(value: Any) -> Any:
@@ -183,6 +201,11 @@ class RecordingMonitor(mocks.MockMonitor):
                     custom=bool(request.custom),
                     inputs=_clean(raw),
                     dependencies=sorted(deps),
+                    property_dependencies={
+                        key: sorted(prop.urns)
+                        for key, prop in request.propertyDependencies.items()
+                        if prop.urns
+                    },
                     transforms=mocks._resolve_callbacks(request.transforms),
                     options=_options(request),
                 )

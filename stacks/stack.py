@@ -371,7 +371,8 @@ def jobs_plane(
                 opts=k8s_opts,
             )
         placement = by_group[j.node_group]
-        extra = [r for r in (hf_secret, env_secret, preflights.get(j.node_group), pods.association) if r]
+        preflight = preflights.get(j.node_group)
+        extra = [r for r in (hf_secret, env_secret, preflight, pods.association) if r]
         jobs.append(
             TrainingJob(
                 f"job-{j.name}",
@@ -398,8 +399,9 @@ def jobs_plane(
                     provider=provider,
                     operator=operators.training_operator if j.kind == "PyTorchJob" else operators.kuberay,
                     waits_for=extra,
-                    env_secret=f"{j.name}-env" if env_secret else None,
-                    hf_token_secret="hf-token" if hf_secret else None,
+                    env_secret=env_secret.metadata.name if env_secret else None,
+                    hf_token_secret=hf_secret.metadata.name if hf_secret else None,
+                    preflight=preflight.job_name if preflight else None,
                     head_selector=dict(SYSTEM_NODE_LABEL),
                 ),
             )

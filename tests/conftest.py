@@ -119,6 +119,12 @@ def moto_server(monkeypatch):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Real training runs first: on two workers (`make test`), the longest tests start at once and the
-    many short ones fill in beside them, instead of one long run starting last."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Real training runs first, longest first (`slow(seconds=...)`): on two workers (`make test`)
+    they start at once and the many short tests fill in beside them, instead of one long run
+    starting last."""
+
+    def weight(item: pytest.Item) -> float:
+        slow = item.get_closest_marker("slow")
+        return -slow.kwargs.get("seconds", 10) if slow else 0
+
+    items.sort(key=weight)

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 from conftest import CRD_FILES, crd_errors, plan, stack_values
 
-from components.jobs import EFA_ENV, GPU_ENV, WAIT_FOR, wait_annotations
+from components.jobs import EFA_ENV, GPU_ENV, TERMINATION_GRACE_SECONDS, WAIT_FOR, wait_annotations
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
 from stacks.schema import ConfigError
@@ -295,7 +295,11 @@ def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):
     assert body(job(kinds_plan, "a100"))["metadata"]["annotations"] == {
         "pulumi.com/waitFor": WAIT_FOR[("PyTorchJob", "succeeded")]
     }
-    assert job(kinds_plan, "fsdp").options["customTimeouts"] == {"create": "60m", "update": "60m"}
+    assert job(kinds_plan, "fsdp").options["customTimeouts"] == {
+        "create": "60m",
+        "update": "60m",
+        "delete": "15m",
+    }
 
 
 def test_a_job_is_relaunched_by_replacement_under_its_fixed_name(kinds_plan):
@@ -434,3 +438,54 @@ def test_jobs_that_cannot_run_are_config_errors():
 def test_a_gpu_group_cannot_be_named_system():
     problems = config_problems(gpuNodeGroups=[{"name": "system", "instanceType": "g6.xlarge"}], jobs=[])
     assert any(p.startswith('trainstack:gpuNodeGroups[0].name = "system": reserved') for p in problems)
+
+
+# --- redeploys while a job trains -----------------------------------------------------------------
+
+PREFLIGHT_JOB = "kubernetes:batch/v1:Job"
+
+
+def minutes(timeout: str) -> int:
+    assert timeout.endswith("m")
+    return int(timeout[:-1])
+
+
+def test_deleting_any_job_waits_out_its_pods_grace_period(kinds_plan, prod_plan):
+    """pulumi-kubernetes deletes in the foreground, 10 minutes by default; training pods get
+    TERMINATION_GRACE_SECONDS to save and upload, and the operator tears down after that."""
+    kinds = {r.type.rsplit(":", 1)[1]: r for r in (*kinds_plan.resources, *prod_plan.resources) if r.custom}
+    for kind in ("PyTorchJob", "RayJob", "RayCluster", "Job"):
+        grace = TERMINATION_GRACE_SECONDS if kind != "Job" else 30  # the preflight keeps the default
+        assert minutes(kinds[kind].options["customTimeouts"]["delete"]) * 60 >= grace + 300, kind
+
+
+def test_an_image_change_relaunches_a_running_job_with_its_groups_preflight():
+    """The preflight is replaced delete-first when its spec changes (a new image). The job on its
+    group must go down first, or it keeps the GPUs the new preflight waits for and `up` fails."""
+    before = plan("prod")
+    after = plan("prod", image={"baseImage": "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"})
+    old, new = before.one(PREFLIGHT_JOB), after.one(PREFLIGHT_JOB)
+    assert old.inputs["spec"] != new.inputs["spec"]  # image-only change: the preflight is replaced
+    assert new.options["deleteBeforeReplace"] is True
+    jobs = {r.urn for r in after.resources if r.type in (PYTORCHJOB, RAYJOB)}
+    assert jobs and jobs <= set(after.taken_down_first(new.urn))
+    for urn in jobs:
+        reg = next(r for r in after.resources if r.urn == urn)
+        assert new.urn in reg.property_dependencies["spec"]
+
+
+def test_a_changed_secret_value_relaunches_the_job_before_its_secret_goes(kinds_plan):
+    """A Secret's data cannot change in place (pulumi-kubernetes replaces it, delete-first under its
+    fixed name). The job must go down before it, and come back with the new values."""
+    secret = kinds_plan.one("kubernetes:core/v1:Secret", "ray-l4-env")
+    hf = kinds_plan.one("kubernetes:core/v1:Secret", "hf-token")
+    ray_l4 = job(kinds_plan, "ray-l4")
+    assert ray_l4.urn in kinds_plan.taken_down_first(secret.urn)
+    assert {job(kinds_plan, n).urn for n in ("fsdp", "a100", "ray-l4", "ray-box")} <= set(
+        kinds_plan.taken_down_first(hf.urn)
+    )
+    env = body(ray_l4)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0][
+        "env"
+    ]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in env if "valueFrom" in e}
+    assert refs == {"HF_TOKEN": "hf-token", "WANDB_API_KEY": "ray-l4-env"}

@@ -78,6 +78,7 @@ def test_resources_json_shape(planned):
             "custom",
             "inputs",
             "dependencies",
+            "propertyDependencies",
             "transforms",
             "options",
         }

@@ -268,7 +268,7 @@ def test_checkpoints_sync_to_s3_and_resume_from_there(tmp_path, moto_server):
     assert max(losses(records)) == 30
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 def test_ray_train_trains_and_resumes(tmp_path):
     script = f"""
 import sys
