@@ -10,6 +10,8 @@ import pulumi_aws as aws
 
 BUILD_CONTEXT_PREFIX = "build-contexts/"
 CHECKPOINT_PREFIX = "checkpoints/"
+# Tokenized datasets (`trainer.prepare_data --out s3://<bucket>/datasets/...`), read by jobs.
+DATASET_PREFIX = "datasets/"
 # Multipart uploads of large checkpoints that never complete still cost storage.
 ABORT_MULTIPART_AFTER_DAYS = 7
 NONCURRENT_VERSION_DAYS = 7

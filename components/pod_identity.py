@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.bucket import CHECKPOINT_PREFIX, DATASET_PREFIX
 from components.cluster import Cluster
 from components.iam import service_trust
 from conventions import PART_OF, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
@@ -79,13 +80,24 @@ class TrainingPodIdentity(pulumi.ComponentResource):
 
 
 def training_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:
+    """What training pods do in the bucket: read and write checkpoints and datasets (data
+    preparation runs as a job), nothing else. Build contexts stay out of reach: the nightly image
+    build reads them, so a job that could write there could put code into the next image."""
+    prefixes = (CHECKPOINT_PREFIX, DATASET_PREFIX)
     statements = [
-        {"Sid": "ListBucket", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": bucket_arn},
         {
-            "Sid": "ReadWriteObjects",
+            "Sid": "ListJobPrefixes",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": bucket_arn,
+            # IfExists: HeadBucket (pyarrow's S3 filesystem under Ray Train) carries no prefix.
+            "Condition": {"StringLikeIfExists": {"s3:prefix": [f"{p}*" for p in prefixes]}},
+        },
+        {
+            "Sid": "ReadWriteJobObjects",
             "Effect": "Allow",
             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-            "Resource": f"{bucket_arn}/*",
+            "Resource": [f"{bucket_arn}/{p}*" for p in prefixes],
         },
     ]
     if kms_key_arn:
