@@ -2,8 +2,9 @@
 
 Two roles per stack, each trusting GitHub's OIDC provider for one audience and one subject:
 - preview: `pulumi preview` on pull requests (or, for a stack with an environment, in that
-  environment). Anyone who can push a branch runs code under it, so it can change nothing:
-  ReadOnlyAccess in AWS, view-only in the cluster, and decrypt only this stack's secrets key.
+  environment). Anyone who can push a branch runs code under it, so it can change nothing and read
+  no data: the settings of the services the stack uses (`preview_policy`), this stack's state in a
+  self-managed backend, view-only in the cluster, and decrypt only this stack's secrets key.
 - deploy: `pulumi up` from pushes to the deploy branch (or jobs in the stack's environment, which
   a person approves). Deploying creates VPCs, IAM roles and EKS clusters, so it is an admin role;
   its subject is what keeps it out of reach of branches.
@@ -19,7 +20,6 @@ import pulumi_aws as aws
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 AUDIENCE = "sts.amazonaws.com"
-READ_ONLY_POLICY = "arn:aws:iam::aws:policy/ReadOnlyAccess"
 ADMIN_POLICY = "arn:aws:iam::aws:policy/AdministratorAccess"
 
 
@@ -32,6 +32,9 @@ class GitHubCiAccessArgs:
     branch: str
     oidc_provider_arn: str | None  # the account's provider, when another stack created it
     secrets_key_arn: str | None
+    state_bucket: str | None  # a self-managed backend's bucket: previews read this stack's state there
+    project: str
+    stack: str
     role_prefix: str  # roles get fixed names: trainstack-<stack>-github-{preview,deploy}
 
 
@@ -61,6 +64,103 @@ def github_trust(provider_arn: str, subs: list[str]) -> str:
             ],
         }
     )
+
+
+# What `pulumi preview` of this stack reads: the configuration of the services the stack uses
+# (describe, list, get of settings and policies), never their data. AWS's ReadOnlyAccess would also
+# read every bucket's objects, DynamoDB items, SSM parameters and logs in the account.
+PREVIEW_ACTIONS = sorted(
+    [
+        "autoscaling:Describe*",
+        "codebuild:BatchGetProjects",
+        "codebuild:ListProjects",
+        "ec2:Describe*",
+        "ecr:DescribeImages",
+        "ecr:DescribePullThroughCacheRules",
+        "ecr:DescribeRepositories",
+        "ecr:GetAuthorizationToken",
+        "ecr:GetLifecyclePolicy",
+        "ecr:GetRepositoryPolicy",
+        "ecr:ListTagsForResource",
+        "eks:Describe*",
+        "eks:List*",
+        "events:Describe*",
+        "events:ListTagsForResource",
+        "events:ListTargetsByRule",
+        "iam:GetInstanceProfile",
+        "iam:GetOpenIDConnectProvider",
+        "iam:GetPolicy",
+        "iam:GetPolicyVersion",
+        "iam:GetRole",
+        "iam:GetRolePolicy",
+        "iam:ListAttachedRolePolicies",
+        "iam:ListOpenIDConnectProviders",
+        "iam:ListRolePolicies",
+        "kms:DescribeKey",
+        "kms:GetKeyPolicy",
+        "kms:GetKeyRotationStatus",
+        "kms:ListAliases",
+        "kms:ListResourceTags",
+        "logs:DescribeLogGroups",
+        "logs:ListTagsForResource",
+        "s3:GetAccelerateConfiguration",
+        "s3:GetBucket*",
+        "s3:GetEncryptionConfiguration",
+        "s3:GetLifecycleConfiguration",
+        "s3:GetReplicationConfiguration",
+        "s3:ListAllMyBuckets",
+        "scheduler:GetSchedule",
+        "scheduler:ListSchedules",
+        "secretsmanager:DescribeSecret",
+        "sts:GetCallerIdentity",
+    ]
+)
+# Public parameters only (EKS-optimized AMI ids), not the account's own.
+PUBLIC_SSM_PARAMETERS = "arn:aws:ssm:*::parameter/aws/service/*"
+
+
+def preview_policy(args: GitHubCiAccessArgs) -> dict:
+    statements: list[dict] = [
+        {"Sid": "DescribeStackServices", "Effect": "Allow", "Action": PREVIEW_ACTIONS, "Resource": "*"},
+        {
+            "Sid": "PublicParameters",
+            "Effect": "Allow",
+            "Action": ["ssm:GetParameter"],
+            "Resource": PUBLIC_SSM_PARAMETERS,
+        },
+    ]
+    if args.state_bucket:
+        # The DIY backend's layout: .pulumi/meta.yaml and .pulumi/stacks/<project>/<stack>.json;
+        # a preview takes no lock, so it writes nothing.
+        bucket = f"arn:aws:s3:::{args.state_bucket}"
+        statements += [
+            {
+                "Sid": "StackState",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": [
+                    f"{bucket}/.pulumi/meta.yaml",
+                    f"{bucket}/.pulumi/stacks/{args.project}/{args.stack}.json*",
+                ],
+            },
+            {
+                "Sid": "ListState",
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": bucket,
+                "Condition": {"StringLike": {"s3:prefix": [".pulumi/*"]}},
+            },
+        ]
+    if args.secrets_key_arn:
+        statements.append(
+            {
+                "Sid": "StackSecrets",
+                "Effect": "Allow",
+                "Action": ["kms:Decrypt"],
+                "Resource": args.secrets_key_arn,
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def role_name(args: GitHubCiAccessArgs, use: str) -> str:
@@ -93,8 +193,8 @@ class GitHubCiAccess(pulumi.ComponentResource):
         self.provider_arn = pulumi.Output.from_input(provider_arn)
         preview_context, deploy_context = contexts(args)
 
-        def role(use: str, context: str, managed_policy: str) -> aws.iam.Role:
-            created = aws.iam.Role(
+        def role(use: str, context: str) -> aws.iam.Role:
+            return aws.iam.Role(
                 f"{name}-{use}",
                 name=role_name(args, use),
                 description=f"GitHub Actions of {args.repository}: pulumi {use} ({context})",
@@ -104,34 +204,16 @@ class GitHubCiAccess(pulumi.ComponentResource):
                 max_session_duration=3600 * 4,  # a first `up` with an EKS cluster takes ~30 min
                 opts=child,
             )
-            aws.iam.RolePolicyAttachment(
-                f"{name}-{use}", role=created.name, policy_arn=managed_policy, opts=child
-            )
-            return created
 
         self.deploy_role_name = role_name(args, "deploy")
-        self.preview_role = role("preview", preview_context, READ_ONLY_POLICY)
-        self.deploy_role = role("deploy", deploy_context, ADMIN_POLICY)
-        if args.secrets_key_arn:
-            # The stack's config secrets; ReadOnlyAccess grants no kms:Decrypt on any key.
-            aws.iam.RolePolicy(
-                f"{name}-preview-secrets",
-                role=self.preview_role.id,
-                policy=json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {
-                                "Sid": "StackSecrets",
-                                "Effect": "Allow",
-                                "Action": ["kms:Decrypt"],
-                                "Resource": args.secrets_key_arn,
-                            }
-                        ],
-                    }
-                ),
-                opts=child,
-            )
+        self.preview_role = role("preview", preview_context)
+        aws.iam.RolePolicy(
+            f"{name}-preview", role=self.preview_role.id, policy=json.dumps(preview_policy(args)), opts=child
+        )
+        self.deploy_role = role("deploy", deploy_context)
+        aws.iam.RolePolicyAttachment(
+            f"{name}-deploy", role=self.deploy_role.name, policy_arn=ADMIN_POLICY, opts=child
+        )
         self.register_outputs(
             {
                 "oidcProviderArn": self.provider_arn,

@@ -207,18 +207,21 @@ def test_prod_roles_trust_only_the_prod_environment_in_both_subject_formats():
 
 def test_the_preview_role_can_change_nothing():
     run = ci_plan(secretsKeyArn="arn:aws:kms:us-east-1:123456789012:key/abcd-ef")
-    by_role = {}
-    for attachment in run.by_type(ATTACH):
-        if "github" in attachment.name:
-            by_role[attachment.name.rsplit("-", 1)[1]] = attachment.inputs["policyArn"]
-    assert by_role == {
-        "preview": "arn:aws:iam::aws:policy/ReadOnlyAccess",
-        "deploy": "arn:aws:iam::aws:policy/AdministratorAccess",
+    by_role = {
+        a.name.rsplit("-", 1)[1]: a.inputs["policyArn"] for a in run.by_type(ATTACH) if "github" in a.name
     }
+    assert by_role == {
+        "deploy": "arn:aws:iam::aws:policy/AdministratorAccess"
+    }  # no managed policy on preview
     (inline,) = [p for p in run.by_type("aws:iam/rolePolicy:RolePolicy") if "github" in p.name]
-    (statement,) = json.loads(inline.inputs["policy"])["Statement"]
-    assert statement["Action"] == ["kms:Decrypt"]  # its own stack's secrets, nothing else
-    assert statement["Resource"] == "arn:aws:kms:us-east-1:123456789012:key/abcd-ef"
+    statements = json.loads(inline.inputs["policy"])["Statement"]
+    (secrets,) = [s for s in statements if s["Sid"] == "StackSecrets"]
+    assert secrets["Action"] == ["kms:Decrypt"]  # its own stack's secrets, nothing else
+    assert secrets["Resource"] == "arn:aws:kms:us-east-1:123456789012:key/abcd-ef"
+    for statement in statements:
+        for action in statement["Action"]:
+            verb = action.split(":")[1]
+            assert verb.startswith(("Describe", "Get", "List", "BatchGet")) or action == "kms:Decrypt", action
     entries = run.one("eks:index:Cluster").inputs["accessEntries"]
     assert entries["ci-preview"]["accessPolicies"]["cluster-view"]["policyArn"].endswith(
         "/AmazonEKSViewPolicy"
@@ -226,6 +229,48 @@ def test_the_preview_role_can_change_nothing():
     assert entries["ci-deploy"]["accessPolicies"]["cluster-admin"]["policyArn"].endswith(
         "/AmazonEKSClusterAdminPolicy"
     )
+
+
+def test_the_preview_role_reads_no_data_outside_the_stacks_state():
+    """Dev previews trust any same-repository pull request: its role must not read the account's
+    data. Evaluated with moto's IAM policy engine against the role's whole policy."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    run = ci_plan(stateBucket="acme-pulumi-state")
+    (inline,) = [p for p in run.by_type("aws:iam/rolePolicy:RolePolicy") if "github" in p.name]
+    policy = IAMPolicy(inline.inputs["policy"])
+
+    def allowed(action: str, resource: str = "*") -> bool:
+        return policy.is_action_permitted(action, resource) == PermissionResult.PERMITTED
+
+    state = "arn:aws:s3:::acme-pulumi-state/.pulumi"
+    assert allowed("s3:GetObject", f"{state}/stacks/trainstack/dev.json")
+    assert allowed("s3:GetObject", f"{state}/meta.yaml")
+    assert not allowed("s3:GetObject", f"{state}/stacks/trainstack/prod.json")  # another stack's state
+    assert not allowed("s3:GetObject", f"{state}/stacks/trainstack/prod.json")
+    assert not allowed("s3:PutObject", f"{state}/stacks/trainstack/dev.json")
+    bucket = f"arn:aws:s3:::{run.outputs['bucketName']}"
+    for action, resource in [
+        ("s3:GetObject", "arn:aws:s3:::payroll-exports/2026/11.csv"),
+        ("s3:GetObject", f"{bucket}/checkpoints/llama/step_00000100/__0_0.distcp"),
+        ("dynamodb:GetItem", "arn:aws:dynamodb:us-east-1:123456789012:table/users"),
+        ("dynamodb:Scan", "arn:aws:dynamodb:us-east-1:123456789012:table/users"),
+        ("ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/prod/db-password"),
+        ("secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:123456789012:secret:db"),
+        ("logs:GetLogEvents", "arn:aws:logs:us-east-1:123456789012:log-group:/app"),
+        ("ecr:BatchGetImage", "arn:aws:ecr:us-east-1:123456789012:repository/private"),
+        ("kms:Decrypt", "arn:aws:kms:us-east-1:123456789012:key/other"),
+    ]:
+        assert not allowed(action, resource), action
+    # What `pulumi preview` reads of the stack's services, and the public EKS AMI parameters.
+    for action in (
+        "ec2:DescribeAvailabilityZones",
+        "eks:DescribeCluster",
+        "iam:GetRole",
+        "s3:GetBucketPolicy",
+    ):
+        assert allowed(action), action
+    assert allowed("ssm:GetParameter", "arn:aws:ssm:us-east-1::parameter/aws/service/eks/optimized-ami/1.33")
 
 
 def test_the_deploy_role_running_up_gets_no_second_access_entry():

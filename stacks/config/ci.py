@@ -14,6 +14,8 @@ _BRANCH = re.compile(r"[A-Za-z0-9._/-]{1,255}")
 _OIDC_PROVIDER = re.compile(
     r"arn:aws[-a-z]*:iam::[0-9]{12}:oidc-provider/token\.actions\.githubusercontent\.com"
 )
+# S3 bucket names: 3-63 lowercase letters, digits, '.' and '-', starting and ending alphanumeric.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _KMS_KEY = re.compile(r"arn:aws[-a-z]*:kms:[a-z0-9-]+:[0-9]{12}:(key|alias)/[A-Za-z0-9/_-]+")
 
 
@@ -44,6 +46,11 @@ class CiConfig:
         "KMS key of the stack's awskms secrets provider: the preview role may decrypt it.",
         None,
     )
+    state_bucket: str | None = setting(
+        "stateBucket",
+        "S3 bucket of a self-managed state backend: the preview role may read this stack's state there.",
+        None,
+    )
 
 
 def check_ci(ci: CiConfig, r: Reader) -> None:
@@ -55,6 +62,7 @@ def check_ci(ci: CiConfig, r: Reader) -> None:
             ("environment", ci.environment),
             ("oidcProviderArn", ci.oidc_provider_arn),
             ("secretsKeyArn", ci.secrets_key_arn),
+            ("stateBucket", ci.state_bucket),
         ):
             if value is not None:
                 r.problem(
@@ -100,4 +108,11 @@ def check_ci(ci: CiConfig, r: Reader) -> None:
             ci.secrets_key_arn,
             "not a KMS key ARN",
             "arn:aws:kms:<region>:<account>:key/<id>",
+        )
+    if ci.state_bucket is not None and not _BUCKET.fullmatch(ci.state_bucket):
+        r.problem(
+            f"{k}.stateBucket",
+            ci.state_bucket,
+            "not an S3 bucket name",
+            "the bucket of `pulumi login s3://<bucket>` (3-63 lowercase letters, digits, '.', '-')",
         )
