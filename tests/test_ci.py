@@ -247,7 +247,6 @@ def test_the_preview_role_reads_no_data_outside_the_stacks_state():
     assert allowed("s3:GetObject", f"{state}/stacks/trainstack/dev.json")
     assert allowed("s3:GetObject", f"{state}/meta.yaml")
     assert not allowed("s3:GetObject", f"{state}/stacks/trainstack/prod.json")  # another stack's state
-    assert not allowed("s3:GetObject", f"{state}/stacks/trainstack/prod.json")
     assert not allowed("s3:PutObject", f"{state}/stacks/trainstack/dev.json")
     bucket = f"arn:aws:s3:::{run.outputs['bucketName']}"
     for action, resource in [
