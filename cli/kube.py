@@ -20,8 +20,8 @@ from cli.errors import EXIT_FAILED, CliError
 from conventions import JOB_LABEL
 
 
-def current_context(kubeconfig: dict, source: str) -> dict:
-    """The current context's cluster and user entries, or a CliError naming what is missing."""
+def current_user(kubeconfig: dict, source: str) -> dict:
+    """The current context's user entry, or a CliError naming what is missing."""
     name = kubeconfig.get("current-context")
     contexts = {
         c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or [] if isinstance(c, dict)
@@ -34,13 +34,12 @@ def current_context(kubeconfig: dict, source: str) -> dict:
         )
     context = contexts[name]
     users = {u.get("name"): u.get("user") or {} for u in kubeconfig.get("users") or [] if isinstance(u, dict)}
-    return {"context": name, "cluster": context.get("cluster"), "user": users.get(context.get("user"), {})}
+    return users.get(context.get("user"), {})
 
 
 class Cluster:
     def __init__(self, kubeconfig: dict, namespace: str, timeout: float, source: str):
-        current = current_context(kubeconfig, source)
-        command = (current["user"].get("exec") or {}).get("command")
+        command = (current_user(kubeconfig, source).get("exec") or {}).get("command")
         if command and shutil.which(command) is None:
             raise CliError(
                 f"{source} gets its credentials from `{command}`, which is not on PATH: install it "

@@ -70,7 +70,7 @@ SHOW_OUTPUTS = "pulumi stack output --json --show-secrets > outputs.json"
 
 def stack_outputs(args: argparse.Namespace) -> dict:
     if args.kubeconfig:  # a wrong --kubeconfig is the first thing to say, before asking pulumi
-        args.kubeconfig_data = kubeconfig_file(Path(args.kubeconfig))
+        kubeconfig_file(Path(args.kubeconfig))
     if args.outputs:
         return read_outputs_file(Path(args.outputs))
     cmd = ["pulumi", "stack", "output", "--json", "--show-secrets"] + (

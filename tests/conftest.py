@@ -69,6 +69,15 @@ def crd_errors(manifest: dict) -> list[str]:
     ]
 
 
+def unused_port() -> int:
+    """A loopback port nothing listens on right now (closed again before it is returned)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def stack_values(stack: str, **overrides) -> dict[str, str]:
     """The stack file's config, with `trainstack:<key>` overrides given as Python values."""
     values, _ = read_stack_file(ROOT / f"Pulumi.{stack}.yaml")

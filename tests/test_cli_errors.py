@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from conftest import unused_port
 from kube_server import FakeCluster, KubeServer
 from test_cli import OUTPUTS, healthy
 
@@ -121,15 +122,9 @@ def kubeconfig_for(server: str, user: dict | None = None, cluster: dict | None =
     }
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again: nothing listens there
-
-
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_cluster_that_refuses_the_connection(tmp_path, capsys, command):
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{unused_port()}"
     outputs = write(tmp_path, {**OUTPUTS, "kubeconfig": kubeconfig_for(url)})
     code, err = one_line_error(capsys, [*COMMANDS[command], "--outputs", outputs])
     assert code == 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ import boto3
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, unused_port
 
 WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
@@ -29,12 +28,6 @@ from trainer.train import PEAK_BF16_FLOPS, parse_args  # noqa: E402
 
 def records(output: str) -> list[dict]:
     return [json.loads(line.split("metrics ", 1)[1]) for line in output.splitlines() if "metrics {" in line]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node(
@@ -55,7 +48,7 @@ def node(
 
 
 def two_nodes(tmp: Path, ckpts: tuple[Path, Path], *args: str, env: dict | None = None) -> list[dict]:
-    port = free_port()
+    port = unused_port()
     procs = [node(tmp, r, port, ckpts[r], *args, env=env) for r in (0, 1)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
@@ -66,7 +59,7 @@ def two_nodes(tmp: Path, ckpts: tuple[Path, Path], *args: str, env: dict | None 
 @pytest.mark.slow
 def test_sigterm_on_one_node_makes_every_rank_save_the_same_step(tmp_path):
     """An evicted node gets SIGTERM, the others do not: all must save together and stop cleanly."""
-    port, shared = free_port(), tmp_path / "ckpt"
+    port, shared = unused_port(), tmp_path / "ckpt"
     args = ("--steps", "100000", "--checkpoint-every", "0")
     procs = [node(tmp_path, r, port, shared, *args) for r in (0, 1)]
     # Wait for node 0 to log a training step (not a fixed sleep, which a loaded machine outlasts).
