@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from components.names import IAM_ROLE_NAME_MAX, fit
+
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 AUDIENCE = "sts.amazonaws.com"
 ADMIN_POLICY = "arn:aws:iam::aws:policy/AdministratorAccess"
@@ -165,7 +167,7 @@ def preview_policy(args: GitHubCiAccessArgs) -> dict:
 
 def role_name(args: GitHubCiAccessArgs, use: str) -> str:
     """Fixed, so the program can tell when the deploy role itself runs `pulumi up`."""
-    return f"{args.role_prefix}-github-{use}"
+    return fit(f"{args.role_prefix}-github-{use}", IAM_ROLE_NAME_MAX)
 
 
 def contexts(args: GitHubCiAccessArgs) -> tuple[str, str]:

@@ -11,6 +11,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from components.iam import service_trust
+from components.names import EKS_NODE_GROUP_NAME_MAX, fit
 from components.network import Network
 from components.principals import role_of_principal, same_principal
 from conventions import SYSTEM_NODE_LABEL
@@ -43,6 +44,7 @@ class ClusterArgs:
     system_max_size: int
     system_disk_size_gib: int
     deletion_protection: bool
+    aws_profile: str | None = None  # aws:profile: the kubeconfig's `aws eks get-token` needs it too
     # GitHub Actions roles: deploy administers the cluster, preview only reads it (Secrets excluded).
     ci_deploy_role_arn: pulumi.Input[str] | None = None
     ci_preview_role_arn: pulumi.Input[str] | None = None
@@ -117,6 +119,9 @@ class Cluster(pulumi.ComponentResource):
             authentication_mode=eks.AuthenticationMode.API,
             access_entries=access_entries(admins, args.ci_deploy_role_arn, args.ci_preview_role_arn),
             encryption_config_key_arn=self.secrets_key.arn,
+            provider_credential_opts=eks.KubeconfigOptionsArgs(profile_name=args.aws_profile)
+            if args.aws_profile
+            else None,
             enabled_cluster_log_types=list(args.control_plane_logs),
             skip_default_node_group=True,
             # Managed node groups use the security group EKS creates; pulumi-eks's own cluster and
@@ -140,7 +145,7 @@ class Cluster(pulumi.ComponentResource):
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks,
-            node_group_name=f"{args.cluster_name}-system",
+            node_group_name=fit(f"{args.cluster_name}-system", EKS_NODE_GROUP_NAME_MAX),
             node_role=self.node_role,
             ami_type="AL2023_x86_64_STANDARD",
             instance_types=[args.system_instance_type],
@@ -168,7 +173,13 @@ class Cluster(pulumi.ComponentResource):
             for addon in ("coredns", "eks-pod-identity-agent")
         )
 
-        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+        # pulumi-eks's `kubeconfig` output never names a profile: with only aws:profile set, its
+        # `aws eks get-token` would run as the default credentials. This one carries the profile.
+        self.kubeconfig = pulumi.Output.secret(
+            self.eks.get_kubeconfig(profile_name=args.aws_profile)
+            if args.aws_profile
+            else self.eks.kubeconfig_json
+        )
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,

@@ -15,6 +15,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.cluster import Cluster
+from components.names import EKS_NODE_GROUP_NAME_MAX, fit
 from conventions import (
     ACCELERATOR_LABEL,
     EFA_LABEL,
@@ -87,7 +88,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self.memory_gib = facts.memory_size // 1024
         gpu_model = facts.gpuses[0].name
         self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
-        node_group_name = f"{args.cluster.cluster_name}-{args.group_name}"
+        node_group_name = fit(f"{args.cluster.cluster_name}-{args.group_name}", EKS_NODE_GROUP_NAME_MAX)
 
         template: dict = {
             "name_prefix": f"{node_group_name}-",

@@ -34,18 +34,6 @@ def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
     return private, public
 
 
-def available_zones(opts: pulumi.InvokeOptions) -> list[str]:
-    return aws.get_availability_zones(state="available", opts=opts).names
-
-
-def existing_subnet_zones(subnet_ids: tuple[str, ...], opts: pulumi.InvokeOptions) -> dict[str, str]:
-    """AZ -> first of the given subnets in it (a live run asks EC2 for each subnet)."""
-    zones: dict[str, str] = {}
-    for subnet_id in subnet_ids:
-        zones.setdefault(aws.ec2.get_subnet(id=subnet_id, opts=opts).availability_zone, subnet_id)
-    return zones
-
-
 def zone_for_instance_type(
     instance_type: str,
     wanted: str | None,

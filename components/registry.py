@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from components.names import ECR_REPOSITORY_MAX, fit
+
 
 @dataclass(frozen=True)
 class ImageRegistryArgs:
@@ -28,7 +30,7 @@ class ImageRegistry(pulumi.ComponentResource):
         )
         self.repository = aws.ecr.Repository(
             name,
-            name=f"{pulumi.get_project()}/{pulumi.get_stack()}/{name}",
+            name=fit(f"{pulumi.get_project()}/{pulumi.get_stack()}/{name}", ECR_REPOSITORY_MAX),
             # Jobs run images pinned by digest; immutable tags keep a tag meaning one build.
             image_tag_mutability="IMMUTABLE",
             image_scanning_configuration={"scan_on_push": True},

@@ -1,8 +1,9 @@
 """Run the unchanged Pulumi program under Pulumi's mock engine and record what it registers.
 
 `OfflineMocks` answers resource registrations and the provider invokes the program makes
-(availability zones, caller identity, partition, region, instance types and their AZ offerings,
-subnets, SSM parameters) from fixed values and the instance catalog. Where a real provider does
+(caller identity, partition, region, instance types, subnets, SSM parameters) from fixed values
+and the instance catalog, and what the account holds (AZs and their IDs, offerings, quotas,
+reservations) from an `OfflineAccount`. Where a real provider does
 more than echo its inputs, it does the same: `eks.Cluster` creates pulumi-eks's children (the EKS
 cluster, referenced by `eksCluster`, security groups unless skipped, add-ons unless disabled,
 access entries) and refuses a second access entry for the cluster creator, as EKS does.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import runpy
 import sys
 from collections.abc import Callable
@@ -26,10 +28,12 @@ from typing import Any
 import pulumi
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import mocks, rpc, settings
+from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.principals import role_of_principal, same_principal
+from offline.account import OfflineAccount
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import PROJECT, PROJECT_ROOT
 
@@ -39,9 +43,6 @@ OFFLINE_CALLER_ARN = f"arn:aws:iam::{ACCOUNT_ID}:user/offline"
 # one pulumi-eks adds unless skipDefaultSecurityGroups is set: two different groups.
 EKS_CLUSTER_SECURITY_GROUP = "sg-0e4c5a1b2c3d4e5f6"
 PULUMI_EKS_CLUSTER_SECURITY_GROUP = "sg-0c1a2b3c4d5e6f708"
-# Offline stand-in for EC2's instance type offerings: large GPU types are offered in some AZs
-# only, as in every real region (which ones differs per account: AZ names are shuffled).
-SCARCE_TYPE_ZONES = "cdf"
 SECRET_MASK = "[secret]"
 UNKNOWN_MASK = "[unknown]"
 
@@ -62,6 +63,8 @@ class Registration:
     transforms: list[Callable[..., Any]] = field(default_factory=list)
     # Resource options the engine acts on: protect, replaceOnChanges, deleteBeforeReplace, timeouts.
     options: dict[str, Any] = field(default_factory=dict)
+    # The inputs with secrets shown, for tests only: never written to the plan.
+    revealed: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class PlanRun:
     stack: str
     resources: list[Registration]
     outputs: dict[str, Any] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)  # what the program logged (pulumi.log)
 
     def by_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -108,24 +112,24 @@ class PlanRun:
         return down
 
 
-def _clean(value: Any) -> Any:
-    """Turn the wire form of inputs into plain JSON, masking secrets and unknowns."""
+def _clean(value: Any, reveal: bool = False) -> Any:
+    """Turn the wire form of inputs into plain JSON, masking secrets (unless `reveal`) and unknowns."""
     if isinstance(value, dict):
         sig = value.get(rpc._special_sig_key)
         if sig == rpc._special_secret_sig:
-            return SECRET_MASK
+            return _clean(value.get("value"), reveal) if reveal else SECRET_MASK
         if sig == rpc._special_resource_sig:
             return value.get("urn")
         if sig == rpc._special_output_value_sig:
-            return SECRET_MASK if value.get("secret") else _clean(value.get("value"))
+            return SECRET_MASK if value.get("secret") and not reveal else _clean(value.get("value"), reveal)
         if sig in (rpc._special_asset_sig, rpc._special_archive_sig):
             kept = {k: v for k, v in value.items() if k != rpc._special_sig_key}
-            return {"asset" if sig == rpc._special_asset_sig else "archive": _clean(kept)}
+            return {"asset" if sig == rpc._special_asset_sig else "archive": _clean(kept, reveal)}
         if "__provider" in value:  # a dynamic provider travels pickled: not worth showing
             value = {**value, "__provider": "[serialized dynamic provider]"}
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: _clean(v, reveal) for k, v in value.items()}
     if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return [_clean(v, reveal) for v in value]
     if value == rpc.UNKNOWN:
         return UNKNOWN_MASK
     if isinstance(value, float) and value.is_integer():
@@ -208,10 +212,19 @@ class RecordingMonitor(mocks.MockMonitor):
                     },
                     transforms=mocks._resolve_callbacks(request.transforms),
                     options=_options(request),
+                    revealed=_clean(raw, reveal=True),
                 )
             )
             self._record_remote_children(request.type, request.name, response.urn)
         return response
+
+    def Call(self, request):
+        """A method call on a remote component (pulumi-eks's Cluster.getKubeconfig): Pulumi's
+        MockMonitor answers invokes only. `__self__` arrives as the component's URN."""
+        args = _clean(_refs_to_urns(json_format.MessageToDict(request.args)), reveal=True)
+        returned = self.mocks.call(mocks.MockCallArgs(token=request.tok, args=args, provider=request.provider))
+        proto = _sync_await(rpc.serialize_properties(returned, {}))
+        return provider_pb2.CallResponse(**{"return": proto})
 
     def _record_remote_children(self, type_: str, name: str, parent_urn: str) -> None:
         """Children a remote component (pulumi-eks) creates inside its provider: registered so that
@@ -263,11 +276,15 @@ def fake_digest(*parts: str) -> str:
 class OfflineMocks(mocks.Mocks):
     """Answers registrations and invokes the way AWS and the providers would, offline."""
 
-    def __init__(self, region: str, caller_arn: str = OFFLINE_CALLER_ARN):
+    def __init__(
+        self, region: str, caller_arn: str = OFFLINE_CALLER_ARN, account: OfflineAccount | None = None
+    ):
         self.region = region
         self.caller_arn = caller_arn
+        self.account = account or OfflineAccount(region)
         # Registrations run on several threads: children are kept per (type, name) of their parent.
         self._children: dict[tuple[str, str], list[RemoteChild]] = {}
+        self._kubeconfig_parts: dict[str, tuple[str, str]] = {}
 
     def take_children(self, type_: str, name: str) -> list[RemoteChild]:
         return self._children.pop((type_, name), [])
@@ -321,27 +338,9 @@ class OfflineMocks(mocks.Mocks):
         name = state.get("name", "cluster")
         eks_cluster = self._eks_cluster_children(resource_name, name, state)
         endpoint = f"https://{hashlib.sha1(name.encode()).hexdigest()[:32].upper()}.gr7.{self.region}.eks.amazonaws.com"
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": name, "cluster": {"server": endpoint, "certificate-authority-data": "LS0t"}}
-            ],
-            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-            "current-context": name,
-            "users": [
-                {
-                    "name": name,
-                    "user": {
-                        "exec": {
-                            "apiVersion": "client.authentication.k8s.io/v1beta1",
-                            "command": "aws",
-                            "args": ["eks", "get-token", "--cluster-name", name, "--region", self.region],
-                        }
-                    },
-                }
-            ],
-        }
+        # The `kubeconfig` output never names a profile (kubeconfigWithoutProfile in pulumi-eks).
+        kubeconfig = eks_kubeconfig(name, endpoint, self.region)
+        self._kubeconfig_parts[resource_name] = (name, endpoint)
         # pulumi-eks (nodejs/eks/cluster/cluster.ts): clusterSecurityGroupId is its own group when
         # it creates one, else the EKS-created group (`core.clusterSecurityGroup?.id ?? ...`).
         skip_sgs = bool(state.get("skipDefaultSecurityGroups"))
@@ -436,7 +435,7 @@ class OfflineMocks(mocks.Mocks):
             (t, zone)
             for t in (wanted or INSTANCE_TYPES)
             if t in INSTANCE_TYPES
-            for zone in _offered_zones(self.region, t)
+            for zone in self.account.offered_zones(t)
         ]
         return {
             "id": self.region,
@@ -448,12 +447,15 @@ class OfflineMocks(mocks.Mocks):
     def call(self, args: mocks.MockCallArgs):
         t, a = args.token, args.args
         if t == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            letters = "abcdef"
-            return {
-                "names": [f"{self.region}{c}" for c in letters],
-                "zoneIds": [f"use1-az{i + 1}" for i in range(len(letters))],
-                "id": self.region,
-            }
+            return self.account.availability_zones(a)
+        if t == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            return self.account.service_quota(a)
+        if t == "eks:index:Cluster/getKubeconfig":
+            # pulumi-eks's Cluster.getKubeconfig: the same kubeconfig, with --profile / --role.
+            resource_name = str(a["__self__"]).rsplit("::", 1)[-1]
+            name, endpoint = self._kubeconfig_parts[resource_name]
+            config = eks_kubeconfig(name, endpoint, self.region, a.get("profileName"), a.get("roleArn"))
+            return {"result": json.dumps(config)}
         if t == "aws:index/getCallerIdentity:getCallerIdentity":
             return {
                 "accountId": self.caller_arn.split(":")[4],
@@ -465,8 +467,13 @@ class OfflineMocks(mocks.Mocks):
             return self._offerings(a)
         if t == "aws:ec2/getSubnet:getSubnet":
             # Existing subnets: even last hex digit in AZ a, odd in AZ b (stable and easy to pick).
-            zone = "ab"[int(a["id"][-1], 16) % 2]
-            return {"id": a["id"], "availabilityZone": f"{self.region}{zone}", "vpcId": "vpc-existing"}
+            zone = f"{self.region}{'ab'[int(a['id'][-1], 16) % 2]}"
+            return {
+                "id": a["id"],
+                "availabilityZone": zone,
+                "availabilityZoneId": self.account.zone_id(zone),
+                "vpcId": "vpc-existing",
+            }
         if t == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if t == "aws:index/getRegion:getRegion":
@@ -493,9 +500,42 @@ class OfflineMocks(mocks.Mocks):
         )
 
 
-def _offered_zones(region: str, instance_type: str) -> list[str]:
-    letters = SCARCE_TYPE_ZONES if instance_type.startswith(("p4", "p5")) else "abcdef"
-    return [f"{region}{c}" for c in letters]
+def eks_kubeconfig(
+    cluster: str, endpoint: str, region: str, profile: str | None = None, role_arn: str | None = None
+) -> dict[str, Any]:
+    """The kubeconfig pulumi-eks generates (nodejs/eks/cluster/cluster.ts, generateKubeconfig)."""
+    args = ["--region", region, "eks", "get-token", "--cluster-name", cluster, "--output", "json"]
+    if role_arn:
+        args += ["--role", role_arn]
+    if profile:  # --profile, not AWS_PROFILE: ambient credentials would override the variable
+        args += ["--profile", profile]
+    return {
+        "apiVersion": "v1",
+        "clusters": [
+            {"cluster": {"server": endpoint, "certificate-authority-data": "LS0t"}, "name": "kubernetes"}
+        ],
+        "contexts": [{"context": {"cluster": "kubernetes", "user": "aws"}, "name": "aws"}],
+        "current-context": "aws",
+        "kind": "Config",
+        "users": [
+            {
+                "name": "aws",
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": args,
+                        "env": [
+                            {
+                                "name": "KUBERNETES_EXEC_INFO",
+                                "value": '{"apiVersion": "client.authentication.k8s.io/v1beta1"}',
+                            }
+                        ],
+                    }
+                },
+            }
+        ],
+    }
 
 
 def instance_type_facts(name: str) -> dict[str, Any]:
@@ -531,15 +571,31 @@ def run_program(
     secret_keys: list[str] | None = None,
     program: Path = PROJECT_ROOT / "__main__.py",
     caller_arn: str = OFFLINE_CALLER_ARN,
+    facts: dict[str, Any] | None = None,
+    registered: list[Registration] | None = None,
 ) -> PlanRun:
-    """Run `program` as `pulumi up` would, against the mock engine, and return what it registered."""
+    """Run `program` as `pulumi up` would, against the mock engine, and return what it registered.
+    `facts` change what the offline account answers (see offline/account.py); `registered`, when
+    given, receives each registration as it happens (so a failed run shows how far it got)."""
     from pulumi.runtime import config as runtime_config
 
     _fresh_event_loop()
     runtime_config.set_all_config(dict(config), list(secret_keys or []))
     settings.ROOT.set(None)
-    monitor = RecordingMonitor(OfflineMocks(config.get("aws:region", "us-east-1"), caller_arn))
-    mocks.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    region = config.get("aws:region", "us-east-1")
+    account = OfflineAccount(region, facts)
+    monitor = RecordingMonitor(OfflineMocks(region, caller_arn, account))
+    if registered is not None:
+        monitor.registrations = registered
+    messages: list[str] = []
+    mocks.set_mocks(
+        monitor.mocks,
+        project=PROJECT,
+        stack=stack,
+        preview=False,
+        logger=_recording_logger(messages),
+        monitor=monitor,
+    )
     root = str(PROJECT_ROOT)
     if root not in sys.path:
         sys.path.insert(0, root)
@@ -547,12 +603,30 @@ def run_program(
     def program_main():
         runpy.run_path(str(program), run_name="__main__")
 
-    _sync_await(run_pulumi_func(program_main))
+    with account.botocore_answers():
+        _sync_await(run_pulumi_func(program_main))
     outputs = {}
     for key, value in settings.get_root_resource().outputs.items():
         out = pulumi.Output.from_input(value)
         outputs[key] = SECRET_MASK if _sync_await(out.is_secret()) else _sync_await(out.future())
-    return PlanRun(stack, monitor.registrations, outputs)
+    return PlanRun(stack, monitor.registrations, outputs, messages)
+
+
+class _Recorder(logging.Handler):
+    def __init__(self, messages: list[str]):
+        super().__init__(logging.DEBUG)
+        self.messages = messages
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _recording_logger(messages: list[str]) -> logging.Logger:
+    logger = logging.getLogger(f"{__name__}.program")
+    logger.handlers[:] = [_Recorder(messages)]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return logger
 
 
 # Event loops the mock engine's worker threads run on (pulumi's monitor calls go through the main

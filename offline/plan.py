@@ -1,10 +1,13 @@
 """The offline plan: run the stack's unchanged program under Pulumi's mock engine.
 
-    python -m offline.plan [--stack dev] [--out build/plan]
+    python -m offline.plan [--stack dev] [--out build/plan] [--account-fact KEY=VALUE ...]
+                           [--account-facts FILE]
 
 Reads `Pulumi.<stack>.yaml`, needs no credentials, network or Pulumi CLI, and writes
-`<out>/<stack>/resources.json` and `<out>/<stack>/manifests/`. Exit 0 on success; 2 when the
-config is invalid (the message names each bad key); 1 when the stack file is missing.
+`<out>/<stack>/resources.json` and `<out>/<stack>/manifests/`. The account it plans against
+passes every check; account facts change its answers (offline/account.py lists them). Exit 0 on
+success; 2 when the config is invalid or an account check fails (the message names each problem
+and its fix); 1 when the stack file is missing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import pulumi
 import yaml
 
+from offline.account import FactError, parse_facts, read_facts_file
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
 from offline.timeline import critical_path, describe, until_training
 from stacks.config import PROJECT, PROJECT_ROOT, parse_config, template_values
@@ -247,6 +251,9 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     lines += ["", "Resources by type:"]
     for type_, n in sorted(Counter(r.type for r in run.resources).items()):
         lines.append(f"  {n:4d}  {type_}")
+    checks = [m for m in run.messages if m.startswith("Account checks")]
+    if checks:
+        lines += ["", *checks]
     lines += ["", *describe(critical_path(run.resources, until_training(run.resources)))]
     cost = hourly_cost(cfg)
     lines += ["", "Estimated cost while the stack runs (us-east-1 on-demand):"]
@@ -285,7 +292,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "build" / "plan")
     parser.add_argument("--stack-file", type=Path, help="config to plan with (default: Pulumi.<stack>.yaml)")
+    parser.add_argument(
+        "--account-fact",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="what the offline account answers instead, e.g. quota:L-DB2E81BA=0 (repeatable)",
+    )
+    parser.add_argument("--account-facts", type=Path, metavar="FILE", help="a YAML map of account facts")
     args = parser.parse_args(argv)
+    try:
+        facts = read_facts_file(args.account_facts) if args.account_facts else {}
+        facts |= parse_facts(args.account_fact)
+    except FactError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
     stack_file = args.stack_file or PROJECT_ROOT / f"Pulumi.{args.stack}.yaml"
     if not stack_file.is_file():
@@ -301,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         cfg = parse_config(args.stack, values, frozenset(secret_keys))
-        run = run_program(args.stack, values, secret_keys)
+        run = run_program(args.stack, values, secret_keys, facts=facts)
     except pulumi.RunError as err:  # ConfigError, or a fact of the account (an AZ, say)
         print(f"error: {err}", file=sys.stderr)
         return 2

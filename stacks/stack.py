@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
@@ -22,23 +23,18 @@ from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs import GroupPreflight, JobSpec, Placement, PreflightArgs, TrainingJob, TrainingJobArgs
-from components.network import (
-    Network,
-    NetworkArgs,
-    available_zones,
-    existing_subnet_zones,
-    zone_for_instance_type,
-)
+from components.names import EKS_CLUSTER_NAME_MAX, fit
+from components.network import Network, NetworkArgs
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
 from components.principals import same_principal
 from components.registry import ImageRegistry, ImageRegistryArgs
 from conventions import NODE_GROUP_LABEL, SYSTEM_GROUP, SYSTEM_NODE_LABEL
+from stacks.account import AccountFacts, check_account
 from stacks.catalog import INSTANCE_TYPES
-from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig
+from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
 
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
-MAX_VPC_ZONES = 7  # private subnets take an eighth of the VPC each; the last eighth holds the public ones
 
 
 @dataclass(frozen=True)
@@ -74,9 +70,10 @@ class ComputePlane:
 
 def build_stack(cfg: StackConfig) -> dict[str, Any]:
     account = aws_account(cfg)
+    facts = account_checks(cfg, account)
     ci = ci_access(cfg, account)
     build = build_plane(cfg, account)
-    compute = compute_plane(cfg, account, build.bucket, ci)
+    compute = compute_plane(cfg, account, facts, build.bucket, ci)
     operators = operators_plane(cfg, compute.cluster)
     jobs = jobs_plane(cfg, build, compute, operators)
     return outputs(cfg, build, compute, operators, jobs) | ci_outputs(ci)
@@ -93,6 +90,18 @@ def aws_account(cfg: StackConfig) -> Account:
     )
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
     return Account(provider, caller.account_id, caller.arn)
+
+
+def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:
+    """Quotas, AZs, reservations, the CodeBuild credential and the aws CLI, read before any resource
+    that AWS creates is registered; stops with every problem found."""
+    return check_account(
+        cfg,
+        account.account_id,
+        account.invoke_opts,
+        session=lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region),
+        live=not under_mock_engine(),
+    )
 
 
 def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
@@ -176,42 +185,21 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
 
 
 def compute_plane(
-    cfg: StackConfig, account: Account, bucket: ArtifactBucket, ci: GitHubCiAccess | None
+    cfg: StackConfig, account: Account, facts: AccountFacts, bucket: ArtifactBucket, ci: GitHubCiAccess | None
 ) -> ComputePlane:
-    cluster_name = f"{PROJECT}-{cfg.stack}"
+    cluster_name = fit(f"{PROJECT}-{cfg.stack}", EKS_CLUSTER_NAME_MAX)
     net = cfg.network
-    existing_subnets = existing_subnet_zones(net.existing_private_subnet_ids, account.invoke_opts)
-    candidates = list(existing_subnets) or available_zones(account.invoke_opts)[: net.availability_zones]
-    # Each GPU group goes to one AZ that offers its instance type; a created VPC spans those too.
-    group_zones = {
-        g.name: zone_for_instance_type(
-            g.instance_type,
-            g.availability_zone,
-            candidates,
-            f"{PROJECT}:gpuNodeGroups[{i}]",
-            account.invoke_opts,
-            fixed_zones=bool(net.existing_vpc_id),
-        )
-        for i, g in enumerate(cfg.gpu_node_groups)
-    }
-    vpc_zones = () if net.existing_vpc_id else tuple(dict.fromkeys([*candidates, *group_zones.values()]))
-    if len(vpc_zones) > MAX_VPC_ZONES:
-        raise pulumi.RunError(
-            f"{PROJECT}:network.availabilityZones = {net.availability_zones}: with the GPU groups' AZs the VPC "
-            f"would span {len(vpc_zones)} AZs ({', '.join(vpc_zones)}); allowed: at most {MAX_VPC_ZONES} "
-            "(fewer availabilityZones, or put GPU groups in the VPC's AZs with availabilityZone)"
-        )
     network = Network(
         "vpc",
         NetworkArgs(
             cluster_name=cluster_name,
             vpc_cidr=net.vpc_cidr,
-            zones=vpc_zones,
+            zones=facts.vpc_zones,
             nat_per_az=net.nat_gateways == "onePerAz",
             region=cfg.region,
             existing_vpc_id=net.existing_vpc_id,
             existing_private_subnet_ids=net.existing_private_subnet_ids,
-            existing_private_subnet_zones=existing_subnets,
+            existing_private_subnet_zones=facts.existing_subnet_zones,
             existing_public_subnet_ids=net.existing_public_subnet_ids,
         ),
         account.opts,
@@ -237,6 +225,7 @@ def compute_plane(
             system_max_size=system.max_size,
             system_disk_size_gib=system.disk_size_gib,
             deletion_protection=cfg.storage.protect,
+            aws_profile=cfg.aws_profile,
             ci_deploy_role_arn=ci_deploy_entry(ci, account),
             ci_preview_role_arn=ci.preview_role.arn if ci else None,
         ),
@@ -256,7 +245,7 @@ def compute_plane(
                 disk_size_gib=g.disk_size_gib,
                 cluster=cluster,
                 kubernetes_version=cc.kubernetes_version,
-                subnet_id=network.private_subnet_by_zone[group_zones[g.name]],
+                subnet_id=network.private_subnet_by_zone[facts.group_zones[g.name]],
                 vpc_id=network.vpc_id,
             ),
             account.opts,

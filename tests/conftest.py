@@ -87,8 +87,9 @@ def stack_values(stack: str, **overrides) -> dict[str, str]:
     return values
 
 
-def plan(stack: str = "dev", **overrides) -> PlanRun:
-    return run_program(stack, stack_values(stack, **overrides))
+def plan(stack: str = "dev", facts: dict | None = None, **overrides) -> PlanRun:
+    """The offline plan of `stack` with config overrides; `facts` change what the account answers."""
+    return run_program(stack, stack_values(stack, **overrides), facts=facts)
 
 
 def policy_of(run: PlanRun, name: str) -> dict:

@@ -251,12 +251,30 @@ def test_placement_group_is_cluster_strategy_and_optional(prod_plan):
     assert "placement" not in run.one(LT).inputs
 
 
+CAPACITY_BLOCK = {
+    "reservation:cr-0123456789abcdef0": {
+        "type": "capacity-block",
+        "instanceType": "p5.48xlarge",
+        "availabilityZone": "us-east-1d",
+        "total": 2,
+        "endDate": "2099-01-01T00:00:00Z",
+    }
+}
+
+
 def test_capacity_block_wiring():
-    run = efa_plan(
-        "p5.48xlarge",
-        capacityType="CAPACITY_BLOCK",
-        capacityReservationId="cr-0123456789abcdef0",
-        availabilityZone="us-east-1d",
+    run = plan(
+        "dev",
+        facts=CAPACITY_BLOCK,
+        jobs=[],
+        gpuNodeGroups=[
+            efa_group(
+                "p5.48xlarge",
+                capacityType="CAPACITY_BLOCK",
+                capacityReservationId="cr-0123456789abcdef0",
+                availabilityZone="us-east-1d",
+            )
+        ],
     )
     lt = run.one(LT).inputs
     assert lt["instanceType"] == "p5.48xlarge"
@@ -432,7 +450,7 @@ def test_a_live_run_refuses_template_values(monkeypatch):
     from stacks.schema import ConfigError
 
     runtime_config.set_all_config(stack_values("prod"), [])
-    monkeypatch.setattr(config, "_under_mock_engine", lambda: False)
+    monkeypatch.setattr(config, "under_mock_engine", lambda: False)
     with pytest.raises(ConfigError) as err:
         config.load_config("prod")
     assert [p.key for p in err.value.problems] == [
@@ -443,14 +461,15 @@ def test_a_live_run_refuses_template_values(monkeypatch):
     assert config.load_config("dev").stack == "dev"
 
 
-def test_a_vpc_cannot_span_more_azs_than_its_address_plan_holds():
+def test_five_azs_leave_out_the_one_eks_refuses_and_subnets_do_not_overlap():
     groups = [
         {"name": "p5", "instanceType": "p5.48xlarge", "availabilityZone": "us-east-1f"},
         {"name": "l4", "instanceType": "g6.xlarge"},
     ]
     run = plan("dev", jobs=[], network={"availabilityZones": 5}, gpuNodeGroups=groups)
     zones = sorted(s.inputs["availabilityZone"] for s in run.by_type(SUBNET) if "private" in s.name)
-    assert zones == [f"us-east-1{c}" for c in "abcdef"]  # a-e, and f for the p5 group
+    # us-east-1e is use1-az3 in the offline account: EKS places no cluster subnet there.
+    assert zones == [f"us-east-1{c}" for c in "abcdf"]
     cidrs = [s.inputs["cidrBlock"] for s in run.by_type(SUBNET)]
     assert len(set(cidrs)) == len(cidrs)
 

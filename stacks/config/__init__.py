@@ -22,7 +22,7 @@ from stacks.config.checks import check
 from stacks.config.ci import CiConfig
 from stacks.config.cluster import EKS_ADDON_VERSIONS, ClusterConfig, cluster_template_values
 from stacks.config.jobs import JobConfig
-from stacks.config.names import PROFILE_KEY, PROJECT, PROJECT_ROOT, REGION_KEY
+from stacks.config.names import PROFILE_KEY, PROJECT, PROJECT_ROOT, REGION_KEY, STACK_NAME, STACK_NAME_RULE
 from stacks.config.network import NetworkConfig
 from stacks.config.node_groups import GpuNodeGroupConfig, default_gpu_node_groups
 from stacks.config.operators import OperatorsConfig
@@ -102,14 +102,14 @@ def load_config(stack: str | None = None) -> StackConfig:
     keys = set(rc.CONFIG.get()) | set(rc.get_config_env())
     values = {k: rc.get_config(k) for k in keys}
     config = parse_config(stack, values, frozenset(k for k in keys if rc.is_config_secret(k)))
-    if not _under_mock_engine():
+    if not under_mock_engine():
         placeholders = template_values(config)
         if placeholders:
             raise ConfigError(stack, placeholders)
     return config
 
 
-def _under_mock_engine() -> bool:
+def under_mock_engine() -> bool:
     from pulumi.runtime import mocks, settings
 
     return isinstance(settings.get_monitor(), mocks.MockMonitor)
@@ -160,6 +160,13 @@ def parse_config(
                 "aws:profile naming a profile (role_arn/source_profile there for an assumed role), "
                 "or AWS_* environment variables",
             )
+    if not STACK_NAME.fullmatch(stack):
+        reader.problem(
+            "stack name",
+            stack,
+            "the stack's ECR repository and EKS cluster names are built from it",
+            f"{STACK_NAME_RULE} (pulumi stack init <name>, or pulumi stack rename)",
+        )
     region = values.get(REGION_KEY)
     if region is None:
         reader.problem(

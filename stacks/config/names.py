@@ -15,3 +15,8 @@ PROFILE_KEY = "aws:profile"
 # trailing newline, and `\d`/`\w` non-ASCII digits and letters.
 LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 NAME_RULE = "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
+
+# Pulumi allows more in a stack name; AWS names built from it allow less: ECR repositories and
+# pull-through prefixes are lowercase, EKS cluster names take no '.'.
+STACK_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+STACK_NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit"

@@ -1,0 +1,213 @@
+"""The AWS account the offline plan deploys into: what its reads answer, as AWS would.
+
+AZ names and their IDs (shuffled per account, one of them an ID EKS refuses for cluster subnets),
+instance type offerings per AZ, EC2 vCPU quotas, capacity reservations and CodeBuild source
+credentials. The default account passes every check a shipped stack makes; facts change its
+answers, so a test or a user can see each failure:
+
+    quota:L-DB2E81BA: 0                        # vCPUs of an EC2 quota (default 1024)
+    offering:m6i.large: us-east-1a,us-east-1b  # AZs that offer a type
+    reservation:cr-0123456789abcdef0: {instanceType: p5.48xlarge, availabilityZone: us-east-1d,
+        type: capacity-block, state: active, total: 2, available: 2, endDate: 2026-12-31T00:00:00Z}
+    source-credential:github: absent           # or present (the default)
+
+Reservations and source credentials are read with boto3 (Pulumi has no data source for them):
+`botocore_answers` answers those calls inside the program, before any request is signed or sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from botocore import handlers
+
+from stacks.catalog import INSTANCE_TYPES
+
+DEFAULT_QUOTA_VCPUS = 1024
+LETTERS = "abcdef"
+# us-east-1 as one account sees it: names map to shuffled IDs; use1-az3 (EKS refuses it, and it
+# lacks current instance families) is us-east-1e here.
+ZONE_IDS = {"us-east-1": ("use1-az6", "use1-az1", "use1-az2", "use1-az4", "use1-az3", "use1-az5")}
+# Large GPU types are offered in a few AZs of a region only, as in every real region.
+SCARCE_TYPE_ZONES = "cdf"
+# What an AZ without current Nitro families offers from the catalog.
+OLD_ZONE_TYPES = ("m5.large", "g5.xlarge")
+LIMITED_ZONE_IDS = ("use1-az3", "usw1-az2", "cac1-az3")
+_DIRECTIONS = {"northeast": "ne", "southeast": "se", "northwest": "nw", "southwest": "sw"}
+FACT_KINDS = ("quota:L-...", "offering:<instance type>", "reservation:cr-...", "source-credential:github")
+
+
+class FactError(ValueError):
+    """A fact the offline account cannot take; the message is one line."""
+
+
+def zone_id_prefix(region: str) -> str:
+    """us-east-1 -> use1, ap-southeast-2 -> apse2, as AWS names AZ IDs."""
+    area, *middle, number = region.split("-")
+    return area + "".join(_DIRECTIONS.get(w, w[0]) for w in middle) + number
+
+
+@dataclass(frozen=True)
+class _Response:
+    status_code: int
+
+
+def parse_facts(items: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` facts (the value is YAML) into a map, checked."""
+    facts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise FactError(f"account fact {item!r}: expected KEY=VALUE, such as quota:L-DB2E81BA=0")
+        try:
+            facts[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise FactError(
+                f"account fact {key}: the value is not YAML ({str(err).splitlines()[0]})"
+            ) from None
+    return check_facts(facts)
+
+
+def read_facts_file(path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise FactError(f"account facts {path}: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise FactError(f"account facts {path}: expected a map of facts such as quota:L-DB2E81BA: 0")
+    return check_facts(data)
+
+
+def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    for key, value in facts.items():
+        kind, _, what = str(key).partition(":")
+        if kind == "quota" and re.fullmatch(r"L-[0-9A-F]{8}", what):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise FactError(f"account fact {key} = {value!r}: a quota is a number of vCPUs (0 or more)")
+        elif kind == "offering" and what in INSTANCE_TYPES:
+            if not isinstance(value, str):
+                raise FactError(f"account fact {key} = {value!r}: AZ names separated by commas")
+        elif kind == "reservation" and re.fullmatch(r"cr-[0-9a-f]{17}", what):
+            if not isinstance(value, dict) or not {"instanceType", "availabilityZone", "total"} <= set(value):
+                raise FactError(
+                    f"account fact {key}: a map with instanceType, availabilityZone, total "
+                    "(and type, state, available, endDate)"
+                )
+        elif key == "source-credential:github":
+            if value not in ("present", "absent"):
+                raise FactError(f"account fact {key} = {value!r}: present or absent")
+        else:
+            raise FactError(f"unknown account fact {key!r}; known: {', '.join(FACT_KINDS)}")
+    return facts
+
+
+_PARAMS = "offline_account_params"
+
+
+def _keep_params(params: dict[str, Any], context: dict[str, Any], **_) -> None:
+    context[_PARAMS] = dict(params)
+
+
+class OfflineAccount:
+    def __init__(self, region: str, facts: dict[str, Any] | None = None):
+        self.region = region
+        self.facts = check_facts(dict(facts or {}))
+        prefix = zone_id_prefix(region)
+        ids = ZONE_IDS.get(region, tuple(f"{prefix}-az{i + 1}" for i in range(len(LETTERS))))
+        self.zones = [(f"{region}{c}", zone_id) for c, zone_id in zip(LETTERS, ids, strict=True)]
+
+    def zone_id(self, name: str) -> str:
+        return dict(self.zones)[name]
+
+    def availability_zones(self, args: dict[str, Any]) -> dict[str, Any]:
+        """aws.get_availability_zones, honouring exclude_names and exclude_zone_ids."""
+        skip_names, skip_ids = set(args.get("excludeNames") or ()), set(args.get("excludeZoneIds") or ())
+        kept = [(n, i) for n, i in self.zones if n not in skip_names and i not in skip_ids]
+        return {"names": [n for n, _ in kept], "zoneIds": [i for _, i in kept], "id": self.region}
+
+    def offered_zones(self, instance_type: str) -> list[str]:
+        fact = self.facts.get(f"offering:{instance_type}")
+        if fact is not None:
+            return [z.strip() for z in fact.split(",") if z.strip()]
+        letters = SCARCE_TYPE_ZONES if instance_type.startswith(("p4", "p5")) else LETTERS
+        return [
+            name
+            for name, zone_id in self.zones
+            if name[-1] in letters and (zone_id not in LIMITED_ZONE_IDS or instance_type in OLD_ZONE_TYPES)
+        ]
+
+    def service_quota(self, args: dict[str, Any]) -> dict[str, Any]:
+        code = args["quotaCode"]
+        value = self.facts.get(f"quota:{code}", DEFAULT_QUOTA_VCPUS)
+        return {
+            "id": f"{args['serviceCode']}/{code}",
+            "serviceCode": args["serviceCode"],
+            "quotaCode": code,
+            "value": float(value),
+            "defaultValue": 0.0,
+            "adjustable": True,
+            "globalQuota": False,
+        }
+
+    def _describe_capacity_reservations(self, context: dict[str, Any], **_) -> tuple[_Response, dict]:
+        found = []
+        for cr in context[_PARAMS].get("CapacityReservationIds", []):
+            fact = self.facts.get(f"reservation:{cr}")
+            if fact is None:
+                code = (
+                    "InvalidCapacityReservationId.NotFound"
+                    if cr.startswith("cr-")
+                    else "InvalidCapacityReservationId.Malformed"
+                )
+                return _Response(400), {
+                    "Error": {"Code": code, "Message": f"The capacity reservation ID '{cr}' does not exist"}
+                }
+            end = fact.get("endDate")
+            if isinstance(end, str):
+                end = datetime.datetime.fromisoformat(end.replace("Z", "+00:00"))
+            elif isinstance(end, datetime.date) and not isinstance(end, datetime.datetime):
+                end = datetime.datetime.combine(end, datetime.time(), datetime.UTC)
+            row = {
+                "CapacityReservationId": cr,
+                "InstanceType": fact["instanceType"],
+                "AvailabilityZone": fact["availabilityZone"],
+                "AvailabilityZoneId": dict(self.zones).get(fact["availabilityZone"]),
+                "ReservationType": fact.get("type", "default"),
+                "State": fact.get("state", "active"),
+                "TotalInstanceCount": fact["total"],
+                "AvailableInstanceCount": fact.get("available", fact["total"]),
+            }
+            if end is not None:
+                row["EndDate"] = end if end.tzinfo else end.replace(tzinfo=datetime.UTC)
+            found.append(row)
+        return _Response(200), {"CapacityReservations": found}
+
+    def _list_source_credentials(self, **_) -> tuple[_Response, dict]:
+        present = self.facts.get("source-credential:github", "present") == "present"
+        arn = f"arn:aws:codebuild:{self.region}:123456789012:token/github"
+        infos = [{"arn": arn, "serverType": "GITHUB", "authType": "PERSONAL_ACCESS_TOKEN"}] if present else []
+        return _Response(200), {"sourceCredentialsInfos": infos}
+
+    @contextlib.contextmanager
+    def botocore_answers(self) -> Iterator[None]:
+        """Answer the boto3 reads of sessions made inside the block, as botocore's `before-call`
+        handlers do (moto works the same way): no credentials, no network."""
+        added = [
+            # before-call sees the serialized request; the call's own parameters come from here.
+            ("before-parameter-build", _keep_params),
+            ("before-call.ec2.DescribeCapacityReservations", self._describe_capacity_reservations),
+            ("before-call.codebuild.ListSourceCredentials", self._list_source_credentials),
+        ]
+        handlers.BUILTIN_HANDLERS.extend(added)
+        try:
+            yield
+        finally:
+            for entry in added:
+                handlers.BUILTIN_HANDLERS.remove(entry)

@@ -1,0 +1,391 @@
+"""Account checks: what the stack needs from the AWS account and from the machine running Pulumi,
+read before any resource is registered (only the AWS provider, which creates nothing, comes first).
+
+A first `pulumi up` short of a GPU quota, with a subnet in an AZ EKS refuses, pointed at a
+reservation that does not fit, or without the `aws` CLI fails after minutes of provisioning with
+an AWS error. Here every check records what the stack needs and what the account answered:
+`pulumi preview` (and the offline plan) prints the report, and any failed check stops the program
+with each problem and its fix. Reads go through the stack's AWS provider where Pulumi has a data
+source; capacity reservations and CodeBuild source credentials have none, so boto3 reads them with
+the same region and profile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from components.network import zone_for_instance_type
+from stacks.catalog import INSTANCE_TYPES
+from stacks.config import PROJECT, StackConfig
+
+# EKS cannot place control-plane subnets in these AZ IDs (CreateCluster answers
+# UnsupportedAvailabilityZoneException). AZ names map to different IDs in every account.
+EKS_UNSUPPORTED_ZONE_IDS = ("use1-az3", "usw1-az2", "cac1-az3")
+# pulumi-eks's kubeconfig runs `aws eks get-token`; it refuses older CLIs (nodejs/eks/dependencies.ts).
+MIN_AWS_CLI = {1: (1, 24, 0), 2: (2, 7, 0)}
+AWS_CLI_NEEDS = "`aws` on PATH where Pulumi runs (the kubeconfig runs aws eks get-token), v2.7+"
+AWS_CLI_INSTALL = "https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html"
+
+
+@dataclass(frozen=True)
+class Quota:
+    code: str
+    name: str
+
+
+# EC2 vCPU quotas (service code ec2) by instance family and how the nodes are bought.
+ON_DEMAND_QUOTAS = {
+    "standard": Quota("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    "g": Quota("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "p": Quota("L-417A185B", "Running On-Demand P instances"),
+}
+SPOT_QUOTAS = {
+    "standard": Quota("L-34B43A08", "All Standard Spot Instance Requests"),
+    "g": Quota("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    "p": Quota("L-7212CCBC", "All P Spot Instance Requests"),
+}
+
+
+def quota_family(instance_type: str) -> str:
+    family = re.match(r"[a-z]+", instance_type).group()
+    if family.startswith("p"):
+        return "p"
+    if family.startswith(("g", "vt")):
+        return "g"
+    return "standard"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    needs: str
+    answer: str
+    problem: str | None = None  # the sentence that stops the program, with its fix
+
+
+@dataclass(frozen=True)
+class AccountFacts:
+    """What the checks found that the compute plane builds on."""
+
+    vpc_zones: tuple[str, ...]  # AZs of a created VPC; empty when the VPC exists
+    existing_subnet_zones: dict[str, str]  # AZ -> first listed private subnet in it
+    group_zones: dict[str, str]  # GPU group name -> its AZ
+    checks: tuple[Check, ...] = field(default=())
+
+
+class AccountCheckError(pulumi.RunError):
+    def __init__(self, stack: str, problems: list[str]):
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"stack '{stack}': the AWS account or this machine is not ready; nothing was created:\n{lines}"
+        )
+
+
+def report(cfg: StackConfig, account_id: str, checks: tuple[Check, ...]) -> str:
+    lines = [f"Account checks ({cfg.region}, account {account_id}):"]
+    for c in checks:
+        lines.append(f"  {'FAIL' if c.problem else 'ok':4s}  {c.name}: needs {c.needs}; found {c.answer}")
+    return "\n".join(lines)
+
+
+def check_account(
+    cfg: StackConfig,
+    account_id: str,
+    opts: pulumi.InvokeOptions,
+    session: Callable[[], Any],
+    live: bool,
+) -> AccountFacts:
+    """Run every check; log the report; raise AccountCheckError listing every failed one.
+    `session` makes the boto3 session (made only when a check needs it); `live` is false under
+    the offline plan, where a missing `aws` CLI on this machine is reported but does not stop it."""
+    checks: list[Check] = []
+    facts = _zones(cfg, opts, checks)
+    checks += _quotas(cfg, opts)
+    checks += _reservations(cfg, session)
+    if cfg.image.source_repository:
+        checks.append(_source_credential(cfg, session))
+    if live:
+        checks.append(_aws_cli(shutil.which, _cli_version))
+    else:  # the offline plan: this machine may never run `pulumi up`; report, do not stop
+        where = shutil.which("aws")
+        checks.append(Check("aws CLI", AWS_CLI_NEEDS, f"{where or 'not on PATH'} (not run offline)"))
+    done = tuple(checks)
+    pulumi.log.info(report(cfg, account_id, done))
+    problems = [c.problem for c in done if c.problem]
+    if problems:
+        raise AccountCheckError(cfg.stack, problems)
+    return AccountFacts(facts.vpc_zones, facts.existing_subnet_zones, facts.group_zones, done)
+
+
+def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) -> AccountFacts:
+    """AZs by ID: EKS accepts them for cluster subnets and EC2 offers the system node type there;
+    each GPU group in one AZ that offers its type."""
+    net, system_type = cfg.network, cfg.cluster.system_node_group.instance_type
+    key = f"{PROJECT}:network"
+    existing = {}
+    if net.existing_private_subnet_ids:
+        subnets = [aws.ec2.get_subnet(id=s, opts=opts) for s in net.existing_private_subnet_ids]
+        refused = [
+            f"{s.id} ({s.availability_zone_id})"
+            for s in subnets
+            if s.availability_zone_id in EKS_UNSUPPORTED_ZONE_IDS
+        ]
+        for s in subnets:
+            existing.setdefault(s.availability_zone, s.id)
+        checks.append(
+            Check(
+                "subnet AZs",
+                "private subnets in AZs where EKS can place the cluster",
+                ", ".join(f"{s.id} in {s.availability_zone} ({s.availability_zone_id})" for s in subnets),
+                f"{key}.existingPrivateSubnetIds: {', '.join(refused)} are in AZs where EKS cannot place "
+                "cluster subnets (UnsupportedAvailabilityZoneException); list subnets in other AZs"
+                if refused
+                else None,
+            )
+        )
+        candidates = list(existing)
+    else:
+        found = aws.get_availability_zones(
+            state="available", exclude_zone_ids=list(EKS_UNSUPPORTED_ZONE_IDS), opts=opts
+        )
+        offered = set(_offered_zones(system_type, opts))
+        usable = [(n, i) for n, i in zip(found.names, found.zone_ids, strict=True) if n in offered]
+        wanted = net.availability_zones
+        chosen = usable[:wanted]
+        checks.append(
+            Check(
+                "availability zones",
+                f"{wanted} AZs where EKS can place the cluster and EC2 offers {system_type}",
+                ", ".join(f"{n} ({i})" for n, i in usable) or "none",
+                None
+                if len(chosen) == wanted
+                else f"{key}.availabilityZones = {wanted}: {cfg.region} has {len(usable)} AZs where EKS "
+                f"can place cluster subnets and EC2 offers {system_type} ({', '.join(n for n, _ in usable)}); "
+                f"allowed: at most {len(usable)}",
+            )
+        )
+        candidates = [n for n, _ in chosen]
+    group_zones, zone_problems = {}, []
+    for i, g in enumerate(cfg.gpu_node_groups):
+        try:
+            group_zones[g.name] = zone_for_instance_type(
+                g.instance_type,
+                g.availability_zone,
+                candidates,
+                f"{PROJECT}:gpuNodeGroups[{i}]",
+                opts,
+                fixed_zones=bool(net.existing_vpc_id),
+            )
+        except pulumi.RunError as err:
+            zone_problems.append(str(err))
+    vpc_zones = () if net.existing_vpc_id else tuple(dict.fromkeys([*candidates, *group_zones.values()]))
+    checks.append(
+        Check(
+            "GPU node group AZs",
+            "one AZ per group that offers its instance type",
+            ", ".join(f"{g} in {z}" for g, z in group_zones.items()) or "none placed",
+            "; ".join(zone_problems) or None,
+        )
+    )
+    return AccountFacts(vpc_zones, existing, group_zones)
+
+
+def _offered_zones(instance_type: str, opts: pulumi.InvokeOptions) -> list[str]:
+    return aws.ec2.get_instance_type_offerings(
+        location_type="availability-zone",
+        filters=[{"name": "instance-type", "values": [instance_type]}],
+        opts=opts,
+    ).locations
+
+
+def _quotas(cfg: StackConfig, opts: pulumi.InvokeOptions) -> list[Check]:
+    """vCPUs each EC2 quota must allow: every group at its largest. Capacity Blocks and capacity
+    reservations are not counted against them."""
+    system = cfg.cluster.system_node_group
+    groups = [("system", system.instance_type, system.max_size, "ON_DEMAND")]
+    groups += [
+        (g.name, g.instance_type, g.node_count, g.capacity_type)
+        for g in cfg.gpu_node_groups
+        if g.capacity_type != "CAPACITY_BLOCK" and not g.capacity_reservation_id
+    ]
+    needed: dict[Quota, list[tuple[str, str, int]]] = {}
+    for name, instance_type, nodes, capacity in groups:
+        table = SPOT_QUOTAS if capacity == "SPOT" else ON_DEMAND_QUOTAS
+        needed.setdefault(table[quota_family(instance_type)], []).append((name, instance_type, nodes))
+    checks = []
+    for quota, users in needed.items():
+        vcpus = sum(INSTANCE_TYPES[t].vcpus * n for _, t, n in users)
+        found = aws.servicequotas.get_service_quota(service_code="ec2", quota_code=quota.code, opts=opts)
+        value = int(found.value)
+        who = ", ".join(f"{name}: {n} x {t} at {INSTANCE_TYPES[t].vcpus} vCPUs" for name, t, n in users)
+        problem = None
+        if value < vcpus:
+            problem = (
+                f"EC2 quota {quota.code} ({quota.name}) in {cfg.region} is {value} vCPUs; the stack needs "
+                f"{vcpus} ({who}). Ask for more (P and G requests can take days): aws service-quotas "
+                f"request-service-quota-increase --service-code ec2 --quota-code {quota.code} "
+                f"--desired-value {vcpus} --region {cfg.region}"
+            )
+        checks.append(
+            Check(f"quota {quota.code} ({quota.name})", f"{vcpus} vCPUs ({who})", f"{value} vCPUs", problem)
+        )
+    return checks
+
+
+def _reservations(cfg: StackConfig, session: Callable[[], Any]) -> list[Check]:
+    checks = []
+    for i, g in enumerate(cfg.gpu_node_groups):
+        if not g.capacity_reservation_id:
+            continue
+        key = f"{PROJECT}:gpuNodeGroups[{i}].capacityReservationId = {g.capacity_reservation_id}"
+        block = g.capacity_type == "CAPACITY_BLOCK"
+        needs = (
+            f"{'a Capacity Block' if block else 'an On-Demand Capacity Reservation'} of "
+            f"{g.node_count} x {g.instance_type} in {g.availability_zone}, active"
+        )
+        try:
+            found = (
+                session()
+                .client("ec2")
+                .describe_capacity_reservations(CapacityReservationIds=[g.capacity_reservation_id])[
+                    "CapacityReservations"
+                ][0]
+            )
+        except Exception as err:  # botocore's ClientError, NoCredentialsError, EndpointConnectionError...
+            checks.append(
+                Check(
+                    f"reservation {g.capacity_reservation_id}",
+                    needs,
+                    "not readable",
+                    f"{key}: EC2 could not read it ({_aws_error(err)}); check the id and the region "
+                    f"(aws ec2 describe-capacity-reservations --capacity-reservation-ids "
+                    f"{g.capacity_reservation_id} --region {cfg.region})",
+                )
+            )
+            continue
+        checks.append(_reservation_check(g, key, needs, found, block))
+    return checks
+
+
+def _reservation_check(g, key: str, needs: str, r: dict[str, Any], block: bool) -> Check:
+    kind = r.get("ReservationType", "default")
+    end = r.get("EndDate")
+    answer = (
+        f"{kind} {r.get('State')}, {r.get('TotalInstanceCount')} x {r.get('InstanceType')} in "
+        f"{r.get('AvailabilityZone')} ({r.get('AvailableInstanceCount')} unused)"
+        + (f", ends {end:%Y-%m-%d %H:%M} UTC" if end else "")
+    )
+    wrong = []
+    if (kind == "capacity-block") != block:
+        wrong.append(
+            f"it is {'a Capacity Block' if kind == 'capacity-block' else 'an On-Demand Capacity Reservation'}"
+            f"; capacityType {g.capacity_type} needs {'a Capacity Block' if block else 'an On-Demand one'}"
+        )
+    if r.get("InstanceType") != g.instance_type:
+        wrong.append(f"it holds {r.get('InstanceType')}, the group runs {g.instance_type}")
+    if r.get("AvailabilityZone") != g.availability_zone:
+        wrong.append(
+            f"it is in {r.get('AvailabilityZone')}, the group's availabilityZone is {g.availability_zone}"
+        )
+    # Counted by size, not by what is unused: the group's own nodes use it on every later run.
+    if (r.get("TotalInstanceCount") or 0) < g.node_count:
+        wrong.append(f"it holds {r.get('TotalInstanceCount')} instances, the group needs {g.node_count}")
+    usable = ("active", "scheduled") if block else ("active",)
+    now = datetime.datetime.now(datetime.UTC)
+    if r.get("State") not in usable:
+        wrong.append(f"its state is {r.get('State')} (needs {' or '.join(usable)})")
+    elif end and end <= now:
+        wrong.append(f"it ended {end:%Y-%m-%d %H:%M} UTC")
+    problem = f"{key}: {'; '.join(wrong)}" if wrong else None
+    return Check(f"reservation {g.capacity_reservation_id}", needs, answer, problem)
+
+
+def _source_credential(cfg: StackConfig, session: Callable[[], Any]) -> Check:
+    """CodeBuild webhooks on a GitHub repository need the account's GitHub credential for CodeBuild
+    in the region; it is account-wide, so the stack checks for it rather than owning it."""
+    fix = (
+        "import a GitHub token once per account and region: aws codebuild import-source-credentials "
+        f"--server-type GITHUB --auth-type PERSONAL_ACCESS_TOKEN --token <token> --region {cfg.region}"
+    )
+    name, needs = (
+        "CodeBuild GitHub credential",
+        f"a GitHub source credential (webhooks of {cfg.image.source_repository})",
+    )
+    try:
+        infos = session().client("codebuild").list_source_credentials()["sourceCredentialsInfos"]
+    except Exception as err:
+        return Check(
+            name,
+            needs,
+            "not readable",
+            f"{PROJECT}:image.sourceRepository: could not list CodeBuild source credentials ({_aws_error(err)}); {fix}",
+        )
+    github = [i for i in infos if i.get("serverType") == "GITHUB"]
+    if github:
+        return Check(name, needs, ", ".join(i.get("authType", "?") for i in github))
+    return Check(
+        name,
+        needs,
+        "none",
+        f"{PROJECT}:image.sourceRepository = {cfg.image.source_repository}: CodeBuild has no GitHub "
+        f"credential in {cfg.region}, so creating the webhook fails (ResourceNotFoundException: "
+        f"Could not find access token); {fix}",
+    )
+
+
+def _aws_cli(which: Callable[[str], str | None], version: Callable[[str], str]) -> Check:
+    """The kubeconfig pulumi-eks writes runs `aws eks get-token`: without the CLI every Kubernetes
+    resource fails after the cluster is up."""
+    name, needs = "aws CLI", AWS_CLI_NEEDS
+    path = which("aws")
+    if path is None:
+        return Check(
+            name,
+            needs,
+            "not on PATH",
+            f"the aws CLI is not on this machine's PATH; the cluster's kubeconfig runs `aws eks get-token`. "
+            f"Install AWS CLI v2 ({AWS_CLI_INSTALL}) and run again",
+        )
+    text = version(path)
+    found = re.match(r"aws-cli/(\d+)\.(\d+)\.(\d+)", text)
+    if found is None:
+        return Check(
+            name,
+            needs,
+            f"{path}: `aws --version` said {text!r}",
+            f"{path} does not answer `aws --version` as the AWS CLI; install AWS CLI v2 ({AWS_CLI_INSTALL})",
+        )
+    got = tuple(int(n) for n in found.groups())
+    least = MIN_AWS_CLI.get(got[0], MIN_AWS_CLI[2])
+    problem = None
+    if got < least:
+        problem = (
+            f"the aws CLI at {path} is {'.'.join(map(str, got))}; `aws eks get-token` needs "
+            f"{'.'.join(map(str, least))} or later. Install AWS CLI v2 ({AWS_CLI_INSTALL})"
+        )
+    return Check(name, needs, f"{path} {'.'.join(map(str, got))}", problem)
+
+
+def _cli_version(path: str) -> str:
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    return (done.stdout or done.stderr).strip()
+
+
+def _aws_error(err: Exception) -> str:
+    response = getattr(err, "response", None)
+    if isinstance(response, dict) and "Error" in response:
+        e = response["Error"]
+        return f"{e.get('Code')}: {e.get('Message')}"
+    return f"{type(err).__name__}: {err}"
