@@ -1,7 +1,6 @@
 """The VPC the cluster runs in: private subnets for nodes, public subnets for NAT and load balancers.
 
-Also where GPU nodes go: `zone_for_instance_type` picks an AZ that EC2 offers the instance type in,
-and an S3 gateway endpoint keeps checkpoint and image-layer traffic off the NAT gateways.
+An S3 gateway endpoint keeps checkpoint and image-layer traffic off the NAT gateways.
 """
 
 from __future__ import annotations
@@ -32,46 +31,6 @@ def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
     private = [str(n) for n in eighths[:zones]]
     public = [str(n) for n in list(eighths[-1].subnets(prefixlen_diff=3))[:zones]]
     return private, public
-
-
-def zone_for_instance_type(
-    instance_type: str,
-    wanted: str | None,
-    candidates: list[str],
-    key: str,
-    opts: pulumi.InvokeOptions,
-    fixed_zones: bool = False,
-) -> str:
-    """The AZ for a node group: `wanted` if EC2 offers the type there, else the first candidate
-    that offers it, else (when the VPC is ours to shape) the first AZ that offers it. p4d/p5 types
-    exist in a few AZs of a region only; a node group placed elsewhere never gets a node."""
-    offered = aws.ec2.get_instance_type_offerings(
-        location_type="availability-zone",
-        filters=[{"name": "instance-type", "values": [instance_type]}],
-        opts=opts,
-    ).locations
-    if wanted is not None:
-        if wanted not in offered:
-            raise pulumi.RunError(
-                f"{key}.availabilityZone = {wanted}: EC2 does not offer {instance_type} there; "
-                f"allowed: {', '.join(sorted(offered)) or '(no AZ of this region)'}"
-            )
-        if fixed_zones and wanted not in candidates:
-            raise pulumi.RunError(
-                f"{key}.availabilityZone = {wanted}: none of network.existingPrivateSubnetIds is in "
-                f"that AZ; allowed: {', '.join(candidates)}, or add a private subnet in {wanted}"
-            )
-        return wanted
-    for zone in candidates:
-        if zone in offered:
-            return zone
-    if offered and not fixed_zones:
-        return sorted(offered)[0]
-    raise pulumi.RunError(
-        f"{key}.instanceType = {instance_type}: not offered in any AZ the network can use "
-        f"({', '.join(candidates)}); allowed: set {key}.availabilityZone to one of "
-        f"{', '.join(sorted(offered)) or '(none in this region)'}"
-    )
 
 
 class Network(pulumi.ComponentResource):

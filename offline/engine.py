@@ -222,7 +222,9 @@ class RecordingMonitor(mocks.MockMonitor):
         """A method call on a remote component (pulumi-eks's Cluster.getKubeconfig): Pulumi's
         MockMonitor answers invokes only. `__self__` arrives as the component's URN."""
         args = _clean(_refs_to_urns(json_format.MessageToDict(request.args)), reveal=True)
-        returned = self.mocks.call(mocks.MockCallArgs(token=request.tok, args=args, provider=request.provider))
+        returned = self.mocks.call(
+            mocks.MockCallArgs(token=request.tok, args=args, provider=request.provider)
+        )
         proto = _sync_await(rpc.serialize_properties(returned, {}))
         return provider_pb2.CallResponse(**{"return": proto})
 

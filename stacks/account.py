@@ -23,7 +23,6 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.network import zone_for_instance_type
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import PROJECT, StackConfig
 
@@ -131,7 +130,7 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
     each GPU group in one AZ that offers its type."""
     net, system_type = cfg.network, cfg.cluster.system_node_group.instance_type
     key = f"{PROJECT}:network"
-    existing = {}
+    existing, refused = {}, {}
     if net.existing_private_subnet_ids:
         subnets = [aws.ec2.get_subnet(id=s, opts=opts) for s in net.existing_private_subnet_ids]
         refused = [
@@ -154,11 +153,11 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
         )
         candidates = list(existing)
     else:
-        found = aws.get_availability_zones(
-            state="available", exclude_zone_ids=list(EKS_UNSUPPORTED_ZONE_IDS), opts=opts
-        )
+        found = aws.get_availability_zones(state="available", opts=opts)
+        named = list(zip(found.names, found.zone_ids, strict=True))
+        refused = {n: i for n, i in named if i in EKS_UNSUPPORTED_ZONE_IDS}
         offered = set(_offered_zones(system_type, opts))
-        usable = [(n, i) for n, i in zip(found.names, found.zone_ids, strict=True) if n in offered]
+        usable = [(n, i) for n, i in named if n in offered and n not in refused]
         wanted = net.availability_zones
         chosen = usable[:wanted]
         checks.append(
@@ -184,6 +183,7 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
                 f"{PROJECT}:gpuNodeGroups[{i}]",
                 opts,
                 fixed_zones=bool(net.existing_vpc_id),
+                refused=refused,
             )
         except pulumi.RunError as err:
             zone_problems.append(str(err))
@@ -197,6 +197,50 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
         )
     )
     return AccountFacts(vpc_zones, existing, group_zones)
+
+
+def zone_for_instance_type(
+    instance_type: str,
+    wanted: str | None,
+    candidates: list[str],
+    key: str,
+    opts: pulumi.InvokeOptions,
+    fixed_zones: bool = False,
+    refused: dict[str, str] | None = None,
+) -> str:
+    """The AZ for a node group: `wanted` if EC2 offers the type there, else the first candidate
+    that offers it, else (when the VPC is ours to shape) the first AZ that offers it. p4d/p5 types
+    exist in a few AZs of a region only; a node group placed elsewhere never gets a node. AZs in
+    `refused` (name -> ID) never join a VPC: EKS places no cluster subnet there."""
+    refused = refused or {}
+    if wanted in refused:
+        raise pulumi.RunError(
+            f"{key}.availabilityZone = {wanted}: it is {refused[wanted]} in this account, where EKS cannot "
+            "place cluster subnets; allowed: another AZ that offers the type"
+        )
+    offered = [z for z in _offered_zones(instance_type, opts) if z not in refused]
+    if wanted is not None:
+        if wanted not in offered:
+            raise pulumi.RunError(
+                f"{key}.availabilityZone = {wanted}: EC2 does not offer {instance_type} there; "
+                f"allowed: {', '.join(sorted(offered)) or '(no AZ of this region)'}"
+            )
+        if fixed_zones and wanted not in candidates:
+            raise pulumi.RunError(
+                f"{key}.availabilityZone = {wanted}: none of network.existingPrivateSubnetIds is in "
+                f"that AZ; allowed: {', '.join(candidates)}, or add a private subnet in {wanted}"
+            )
+        return wanted
+    for zone in candidates:
+        if zone in offered:
+            return zone
+    if offered and not fixed_zones:
+        return sorted(offered)[0]
+    raise pulumi.RunError(
+        f"{key}.instanceType = {instance_type}: not offered in any AZ the network can use "
+        f"({', '.join(candidates)}); allowed: set {key}.availabilityZone to one of "
+        f"{', '.join(sorted(offered)) or '(none in this region)'}"
+    )
 
 
 def _offered_zones(instance_type: str, opts: pulumi.InvokeOptions) -> list[str]:

@@ -1,6 +1,7 @@
 """Compose a stack from its config, plane by plane, as in the README's architecture diagram:
 
-    build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM)
+    account checks (quotas, AZs, reservations; nothing registered if one fails)
+      ->  build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM)
       ->  operators plane (device plugins, training operator, KubeRay)
       ->  jobs plane (preflight per EFA group, PyTorchJob / RayJob / RayCluster)
 

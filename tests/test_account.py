@@ -136,6 +136,16 @@ def test_six_azs_in_us_east_1_are_refused_because_eks_refuses_use1_az3(tmp_path,
     ) in err
 
 
+def test_a_gpu_group_never_brings_an_az_eks_refuses_into_the_vpc():
+    group = {"name": "a10", "instanceType": "g5.xlarge", "availabilityZone": "us-east-1e"}
+    with pytest.raises(AccountCheckError) as err:
+        plan("dev", jobs=[], gpuNodeGroups=[group])
+    assert (
+        "trainstack:gpuNodeGroups[0].availabilityZone = us-east-1e: it is use1-az3 in this account, where "
+        "EKS cannot place cluster subnets"
+    ) in str(err.value)
+
+
 def test_azs_that_lack_the_system_node_type_are_skipped():
     facts = {"offering:m6i.large": "us-east-1a,us-east-1c,us-east-1d"}
     run = plan("dev", facts=facts)
