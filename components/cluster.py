@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import pulumi
@@ -13,7 +14,7 @@ import pulumi_kubernetes as k8s
 from components.iam import service_trust
 from components.names import EKS_NODE_GROUP_NAME_MAX, fit
 from components.network import Network
-from components.principals import role_of_principal, same_principal
+from components.principals import same_principal
 from conventions import SYSTEM_NODE_LABEL
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -36,7 +37,10 @@ class ClusterArgs:
     endpoint_private_access: bool
     public_access_cidrs: tuple[str, ...]
     admin_principals: tuple[str, ...]
-    deployer_arn: str  # who runs `pulumi up`: EKS makes the creator an admin by itself
+    # Who created the cluster (recorded at the first run, never the current caller): EKS made
+    # that principal cluster admin itself, and a second entry for it fails.
+    creator_arn: str
+    creator_parameter: str  # the SSM parameter that records it
     control_plane_logs: tuple[str, ...]
     system_instance_type: str
     system_min_size: int
@@ -50,6 +54,13 @@ class ClusterArgs:
     ci_preview_role_arn: pulumi.Input[str] | None = None
 
 
+def entry_key(principal: str) -> str:
+    """An access entry's key from its principal, not its place in a list: removing one admin
+    touches only that entry (a shifted index would replace the others, create-before-delete)."""
+    kind_and_name = principal.split(":", 5)[-1]
+    return re.sub(r"[^A-Za-z0-9-]+", "-", kind_and_name).strip("-")
+
+
 def access_entries(
     admins: list[str], ci_deploy: pulumi.Input[str] | None, ci_preview: pulumi.Input[str] | None
 ) -> dict[str, eks.AccessEntryArgs]:
@@ -61,9 +72,7 @@ def access_entries(
             },
         )
 
-    entries = {
-        f"admin-{i}": entry(arn, "cluster-admin", CLUSTER_ADMIN_POLICY) for i, arn in enumerate(admins)
-    }
+    entries = {entry_key(arn): entry(arn, "cluster-admin", CLUSTER_ADMIN_POLICY) for arn in admins}
     if ci_deploy is not None:
         entries["ci-deploy"] = entry(ci_deploy, "cluster-admin", CLUSTER_ADMIN_POLICY)
     if ci_preview is not None:
@@ -97,13 +106,21 @@ class Cluster(pulumi.ComponentResource):
         ]
 
         versions = args.addon_versions
-        admins = [arn for arn in args.admin_principals if not same_principal(arn, args.deployer_arn)]
+        self.creator = aws.ssm.Parameter(
+            f"{name}-creator",
+            name=args.creator_parameter,
+            type="String",
+            insecure_value=args.creator_arn,  # an ARN, not a secret: previews show it
+            description=f"Created {args.cluster_name}: EKS made it cluster admin (no access entry of ours)",
+            opts=child,
+        )
+        admins = [arn for arn in args.admin_principals if not same_principal(arn, args.creator_arn)]
         if len(admins) < len(args.admin_principals):
             # pulumi-eks keeps bootstrapClusterCreatorAdminPermissions: a second entry for the
             # creator fails with ResourceInUseException (pulumi/pulumi-eks#2373).
             pulumi.log.info(
-                f"{role_of_principal(args.deployer_arn)} runs this deployment and is made cluster admin "
-                "as the cluster's creator; its adminPrincipals entry is not created again.",
+                f"{args.creator_arn} created the cluster and is its admin through EKS's own entry; "
+                "its adminPrincipals entry is not created again.",
                 resource=self,
             )
         self.eks = eks.Cluster(

@@ -10,6 +10,8 @@ answers, so a test or a user can see each failure:
     reservation:cr-0123456789abcdef0: {instanceType: p5.48xlarge, availabilityZone: us-east-1d,
         type: capacity-block, state: active, total: 2, available: 2, endDate: 2026-12-31T00:00:00Z}
     source-credential:github: absent           # or present (the default)
+    parameter:/trainstack/dev/eks-cluster-creator: arn:aws:iam::123456789012:user/alice  # SSM
+    cluster-creator: arn:aws:iam::123456789012:user/alice  # EKS made it admin (default: the caller)
 
 Reservations and source credentials are read with boto3 (Pulumi has no data source for them):
 `botocore_answers` answers those calls inside the program, before any request is signed or sent.
@@ -41,7 +43,14 @@ SCARCE_TYPE_ZONES = "cdf"
 OLD_ZONE_TYPES = ("m5.large", "g5.xlarge")
 LIMITED_ZONE_IDS = ("use1-az3", "usw1-az2", "cac1-az3")
 _DIRECTIONS = {"northeast": "ne", "southeast": "se", "northwest": "nw", "southwest": "sw"}
-FACT_KINDS = ("quota:L-...", "offering:<instance type>", "reservation:cr-...", "source-credential:github")
+FACT_KINDS = (
+    "quota:L-...",
+    "offering:<instance type>",
+    "reservation:cr-...",
+    "source-credential:github",
+    "parameter:/<name>",
+    "cluster-creator",
+)
 
 
 class FactError(ValueError):
@@ -103,6 +112,9 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         elif key == "source-credential:github":
             if value not in ("present", "absent"):
                 raise FactError(f"account fact {key} = {value!r}: present or absent")
+        elif (kind == "parameter" and what.startswith("/")) or key == "cluster-creator":
+            if not isinstance(value, str):
+                raise FactError(f"account fact {key} = {value!r}: a string")
         else:
             raise FactError(f"unknown account fact {key!r}; known: {', '.join(FACT_KINDS)}")
     return facts
@@ -142,6 +154,24 @@ class OfflineAccount:
             for name, zone_id in self.zones
             if name[-1] in letters and (zone_id not in LIMITED_ZONE_IDS or instance_type in OLD_ZONE_TYPES)
         ]
+
+    def parameters_by_path(self, args: dict[str, Any]) -> dict[str, Any]:
+        """SSM GetParametersByPath (not recursive): the parameters directly under the path."""
+        path = args["path"].rstrip("/") + "/"
+        found = {
+            key.partition(":")[2]: value
+            for key, value in self.facts.items()
+            if key.startswith("parameter:") and key.partition(":")[2].rpartition("/")[0] + "/" == path
+        }
+        return {
+            "id": args["path"],
+            "path": args["path"],
+            "names": list(found),
+            "values": list(found.values()),
+            "types": ["String"] * len(found),
+            "arns": [f"arn:aws:ssm:{self.region}:123456789012:parameter{n}" for n in found],
+            "withDecryption": True,
+        }
 
     def service_quota(self, args: dict[str, Any]) -> dict[str, Any]:
         code = args["quotaCode"]

@@ -407,7 +407,8 @@ class OfflineMocks(mocks.Mocks):
                     on_cluster,
                 )
             )
-        creator = role_of_principal(self.caller_arn)
+        # EKS's own entry is for whoever created the cluster, at the first run.
+        creator = role_of_principal(self.account.facts.get("cluster-creator", self.caller_arn))
         for key, entry in (state.get("accessEntries") or {}).items():
             principal = entry.get("principalArn", "")
             # bootstrapClusterCreatorAdminPermissions: EKS already made the creator's entry.
@@ -450,6 +451,8 @@ class OfflineMocks(mocks.Mocks):
         t, a = args.token, args.args
         if t == "aws:index/getAvailabilityZones:getAvailabilityZones":
             return self.account.availability_zones(a)
+        if t == "aws:ssm/getParametersByPath:getParametersByPath":
+            return self.account.parameters_by_path(a)
         if t == "aws:servicequotas/getServiceQuota:getServiceQuota":
             return self.account.service_quota(a)
         if t == "eks:index:Cluster/getKubeconfig":

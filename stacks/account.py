@@ -23,6 +23,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.principals import role_of_principal
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import PROJECT, StackConfig
 
@@ -72,12 +73,19 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Creator:
+    arn: str  # the IAM role or user EKS made cluster admin when it created the cluster
+    parameter: str  # the SSM parameter the first run records it in
+
+
+@dataclass(frozen=True)
 class AccountFacts:
     """What the checks found that the compute plane builds on."""
 
     vpc_zones: tuple[str, ...]  # AZs of a created VPC; empty when the VPC exists
     existing_subnet_zones: dict[str, str]  # AZ -> first listed private subnet in it
     group_zones: dict[str, str]  # GPU group name -> its AZ
+    creator: Creator | None = None
     checks: tuple[Check, ...] = field(default=())
 
 
@@ -99,6 +107,7 @@ def report(cfg: StackConfig, account_id: str, checks: tuple[Check, ...]) -> str:
 def check_account(
     cfg: StackConfig,
     account_id: str,
+    caller_arn: str,
     opts: pulumi.InvokeOptions,
     session: Callable[[], Any],
     live: bool,
@@ -108,6 +117,7 @@ def check_account(
     the offline plan, where a missing `aws` CLI on this machine is reported but does not stop it."""
     checks: list[Check] = []
     facts = _zones(cfg, opts, checks)
+    creator = _creator(cfg, caller_arn, opts, checks)
     checks += _quotas(cfg, opts)
     checks += _reservations(cfg, session)
     if cfg.image.source_repository:
@@ -122,7 +132,7 @@ def check_account(
     problems = [c.problem for c in done if c.problem]
     if problems:
         raise AccountCheckError(cfg.stack, problems)
-    return AccountFacts(facts.vpc_zones, facts.existing_subnet_zones, facts.group_zones, done)
+    return AccountFacts(facts.vpc_zones, facts.existing_subnet_zones, facts.group_zones, creator, done)
 
 
 def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) -> AccountFacts:
@@ -241,6 +251,28 @@ def zone_for_instance_type(
         f"({', '.join(candidates)}); allowed: set {key}.availabilityZone to one of "
         f"{', '.join(sorted(offered)) or '(none in this region)'}"
     )
+
+
+def creator_parameter(stack: str) -> str:
+    return f"/{PROJECT}/{stack}/eks-cluster-creator"
+
+
+def _creator(cfg: StackConfig, caller_arn: str, opts: pulumi.InvokeOptions, checks: list[Check]) -> Creator:
+    """Who created the cluster, as the first run recorded it; on the first run, the caller (EKS
+    records an assumed-role session as its role). Later runs by CI, teammates or other admins
+    compare with this, so the access entries never follow whoever runs `pulumi up`."""
+    name = creator_parameter(cfg.stack)
+    found = aws.ssm.get_parameters_by_path(path=name.rsplit("/", 1)[0], opts=opts)
+    recorded = dict(zip(found.names, found.values, strict=True)).get(name)
+    arn = recorded or role_of_principal(caller_arn)
+    checks.append(
+        Check(
+            "cluster creator",
+            "who EKS made cluster admin at creation (no access entry of ours for it)",
+            f"{arn} ({f'recorded in {name}' if recorded else 'this run, recorded in ' + name})",
+        )
+    )
+    return Creator(arn, name)
 
 
 def _offered_zones(instance_type: str, opts: pulumi.InvokeOptions) -> list[str]:

@@ -99,6 +99,7 @@ def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:
     return check_account(
         cfg,
         account.account_id,
+        account.caller_arn,
         account.invoke_opts,
         session=lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region),
         live=not under_mock_engine(),
@@ -128,14 +129,15 @@ def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
     )
 
 
-def ci_deploy_entry(ci: GitHubCiAccess | None, account: Account) -> pulumi.Output[str] | None:
-    """The deploy role's cluster-admin entry, unless the deploy role runs this `pulumi up`: EKS
-    makes the creator an admin itself, and a second entry for it fails."""
+def ci_deploy_entry(ci: GitHubCiAccess | None, account: Account, creator: str) -> pulumi.Output[str] | None:
+    """The deploy role's cluster-admin entry, unless the deploy role created the cluster: EKS
+    made the creator an admin itself, and a second entry for it fails. Whoever runs this
+    `pulumi up` does not matter: the entries stay the same for every caller."""
     if ci is None:
         return None
     deploy_arn = f"arn:aws:iam::{account.account_id}:role/{ci.deploy_role_name}"
-    if same_principal(account.caller_arn, deploy_arn):
-        pulumi.log.info(f"{deploy_arn} runs this deployment; EKS makes it cluster admin as the creator.")
+    if same_principal(creator, deploy_arn):
+        pulumi.log.info(f"{deploy_arn} created the cluster; EKS made it cluster admin as the creator.")
         return None
     return ci.deploy_role.arn
 
@@ -218,7 +220,8 @@ def compute_plane(
             endpoint_private_access=cc.endpoint_private_access,
             public_access_cidrs=cc.public_access_cidrs,
             admin_principals=cc.admin_principals,
-            deployer_arn=account.caller_arn,
+            creator_arn=facts.creator.arn,
+            creator_parameter=facts.creator.parameter,
             control_plane_logs=cc.control_plane_logs,
             system_instance_type=system.instance_type,
             system_min_size=system.min_size,
@@ -227,7 +230,7 @@ def compute_plane(
             system_disk_size_gib=system.disk_size_gib,
             deletion_protection=cfg.storage.protect,
             aws_profile=cfg.aws_profile,
-            ci_deploy_role_arn=ci_deploy_entry(ci, account),
+            ci_deploy_role_arn=ci_deploy_entry(ci, account, facts.creator.arn),
             ci_preview_role_arn=ci.preview_role.arn if ci else None,
         ),
         account.opts,
