@@ -49,7 +49,7 @@ RELEASES = {
         "nvidia-device-plugin",
         "nvidia-device-plugin",
         "https://nvidia.github.io/k8s-device-plugin",
-        "0.18.2",
+        "0.20.0",
         "kube-system",
     ),
     "efaDevicePlugin": HelmChart(

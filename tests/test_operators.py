@@ -58,7 +58,7 @@ def test_every_operator_can_be_turned_off():
 
 def test_releases_are_pinned_real_helm_releases(prod_plan):
     expected = {
-        "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.18.2", "kube-system"),
+        "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.20.0", "kube-system"),
         "aws-efa-k8s-device-plugin": ("https://aws.github.io/eks-charts", "v0.5.30", "kube-system"),
         "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.7.0", "kuberay-system"),
     }
