@@ -76,6 +76,7 @@ PREVIEW_ACTIONS = sorted(
         "autoscaling:Describe*",
         "codebuild:BatchGetProjects",
         "codebuild:ListProjects",
+        "codebuild:ListSourceCredentials",  # the account checks: a GitHub credential for webhooks
         "ec2:Describe*",
         "ecr:DescribeImages",
         "ecr:DescribePullThroughCacheRules",
@@ -114,6 +115,9 @@ PREVIEW_ACTIONS = sorted(
         "scheduler:GetSchedule",
         "scheduler:ListSchedules",
         "secretsmanager:DescribeSecret",
+        "servicequotas:GetAWSDefaultServiceQuota",  # the account checks read the EC2 vCPU quotas
+        "servicequotas:GetServiceQuota",
+        "ssm:DescribeParameters",
         "sts:GetCallerIdentity",
     ]
 )
@@ -129,6 +133,16 @@ def preview_policy(args: GitHubCiAccessArgs) -> dict:
             "Effect": "Allow",
             "Action": ["ssm:GetParameter"],
             "Resource": PUBLIC_SSM_PARAMETERS,
+        },
+        {
+            # The stack's own records (who created the cluster), read by every run.
+            "Sid": "StackParameters",
+            "Effect": "Allow",
+            "Action": ["ssm:GetParameter", "ssm:GetParametersByPath", "ssm:ListTagsForResource"],
+            "Resource": [
+                f"arn:aws:ssm:*:*:parameter/{args.project}/{args.stack}",
+                f"arn:aws:ssm:*:*:parameter/{args.project}/{args.stack}/*",
+            ],
         },
     ]
     if args.state_bucket:

@@ -267,8 +267,17 @@ def test_the_preview_role_reads_no_data_outside_the_stacks_state():
         "eks:DescribeCluster",
         "iam:GetRole",
         "s3:GetBucketPolicy",
+        # the account checks
+        "servicequotas:GetServiceQuota",
+        "ec2:DescribeCapacityReservations",
+        "ec2:DescribeInstanceTypeOfferings",
+        "codebuild:ListSourceCredentials",
     ):
         assert allowed(action), action
+    assert allowed("ssm:GetParametersByPath", "arn:aws:ssm:us-east-1:123456789012:parameter/trainstack/dev")
+    assert not allowed(
+        "ssm:GetParametersByPath", "arn:aws:ssm:us-east-1:123456789012:parameter/trainstack/prod"
+    )
     assert allowed("ssm:GetParameter", "arn:aws:ssm:us-east-1::parameter/aws/service/eks/optimized-ami/1.33")
 
 
