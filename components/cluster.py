@@ -31,6 +31,7 @@ NODE_MANAGED_POLICIES = (
 class ClusterArgs:
     cluster_name: str
     kubernetes_version: str
+    support_type: str  # the cluster's upgradePolicy: STANDARD or EXTENDED
     addon_versions: dict[str, str]
     network: Network
     endpoint_public_access: bool
@@ -127,6 +128,9 @@ class Cluster(pulumi.ComponentResource):
             name,
             name=args.cluster_name,
             version=args.kubernetes_version,
+            # Set, not left to EKS's default: what happens at the end of standard support is a
+            # cost (extended, 6x) or an upgrade outside Pulumi (standard).
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=args.support_type),
             vpc_id=args.network.vpc_id,
             private_subnet_ids=args.network.private_subnet_ids,
             public_subnet_ids=args.network.public_subnet_ids,

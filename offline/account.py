@@ -12,6 +12,7 @@ answers, so a test or a user can see each failure:
     source-credential:github: absent           # or present (the default)
     parameter:/trainstack/dev/eks-cluster-creator: arn:aws:iam::123456789012:user/alice  # SSM
     cluster-creator: arn:aws:iam::123456789012:user/alice  # EKS made it admin (default: the caller)
+    eks-cluster:trainstack-dev: "1.35"         # a cluster that exists, and its version
 
 Reservations and source credentials are read with boto3 (Pulumi has no data source for them):
 `botocore_answers` answers those calls inside the program, before any request is signed or sent.
@@ -50,6 +51,7 @@ FACT_KINDS = (
     "source-credential:github",
     "parameter:/<name>",
     "cluster-creator",
+    "eks-cluster:<name>",
 )
 
 
@@ -112,7 +114,11 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         elif key == "source-credential:github":
             if value not in ("present", "absent"):
                 raise FactError(f"account fact {key} = {value!r}: present or absent")
-        elif (kind == "parameter" and what.startswith("/")) or key == "cluster-creator":
+        elif (
+            (kind == "parameter" and what.startswith("/"))
+            or key == "cluster-creator"
+            or kind == "eks-cluster"
+        ):
             if not isinstance(value, str):
                 raise FactError(f"account fact {key} = {value!r}: a string")
         else:
@@ -172,6 +178,16 @@ class OfflineAccount:
             "arns": [f"arn:aws:ssm:{self.region}:123456789012:parameter{n}" for n in found],
             "withDecryption": True,
         }
+
+    def clusters(self) -> dict[str, Any]:
+        names = [key.partition(":")[2] for key in self.facts if key.startswith("eks-cluster:")]
+        return {"id": self.region, "names": names}
+
+    def cluster(self, args: dict[str, Any]) -> dict[str, Any]:
+        version = self.facts.get(f"eks-cluster:{args['name']}")
+        if version is None:
+            raise LookupError(f"ResourceNotFoundException: No cluster found for name: {args['name']}.")
+        return {"id": args["name"], "name": args["name"], "version": str(version), "status": "ACTIVE"}
 
     def service_quota(self, args: dict[str, Any]) -> dict[str, Any]:
         code = args["quotaCode"]

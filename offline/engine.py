@@ -451,6 +451,10 @@ class OfflineMocks(mocks.Mocks):
         t, a = args.token, args.args
         if t == "aws:index/getAvailabilityZones:getAvailabilityZones":
             return self.account.availability_zones(a)
+        if t == "aws:eks/getClusters:getClusters":
+            return self.account.clusters()
+        if t == "aws:eks/getCluster:getCluster":
+            return self.account.cluster(a)
         if t == "aws:ssm/getParametersByPath:getParametersByPath":
             return self.account.parameters_by_path(a)
         if t == "aws:servicequotas/getServiceQuota:getServiceQuota":

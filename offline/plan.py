@@ -13,6 +13,7 @@ and its fix); 1 when the stack file is missing.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import shutil
 import sys
@@ -255,7 +256,7 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     if checks:
         lines += ["", *checks]
     lines += ["", *describe(critical_path(run.resources, until_training(run.resources)))]
-    cost = hourly_cost(cfg)
+    cost = hourly_cost(cfg, datetime.date.today())
     lines += ["", "Estimated cost while the stack runs (us-east-1 on-demand):"]
     for c in cost:
         unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"

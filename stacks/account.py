@@ -23,9 +23,11 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.names import EKS_CLUSTER_NAME_MAX, fit
 from components.principals import role_of_principal
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import PROJECT, StackConfig
+from stacks.config.cluster import support_status
 
 # EKS cannot place control-plane subnets in these AZ IDs (CreateCluster answers
 # UnsupportedAvailabilityZoneException). AZ names map to different IDs in every account.
@@ -118,6 +120,7 @@ def check_account(
     checks: list[Check] = []
     facts = _zones(cfg, opts, checks)
     creator = _creator(cfg, caller_arn, opts, checks)
+    checks.append(_kubernetes_version(cfg, opts))
     checks += _quotas(cfg, opts)
     checks += _reservations(cfg, session)
     if cfg.image.source_repository:
@@ -251,6 +254,33 @@ def zone_for_instance_type(
         f"({', '.join(candidates)}); allowed: set {key}.availabilityZone to one of "
         f"{', '.join(sorted(offered)) or '(none in this region)'}"
     )
+
+
+def eks_cluster_name(cfg: StackConfig) -> str:
+    return fit(f"{PROJECT}-{cfg.stack}", EKS_CLUSTER_NAME_MAX)
+
+
+def _kubernetes_version(cfg: StackConfig, opts: pulumi.InvokeOptions) -> Check:
+    """EKS upgrades a control plane one minor version at a time and never downgrades: a config
+    that jumps further would fail after the build plane is up."""
+    wanted, name = cfg.cluster.kubernetes_version, eks_cluster_name(cfg)
+    key = f"{PROJECT}:cluster.kubernetesVersion"
+    status, price = support_status(wanted, datetime.date.today())
+    needs = f"{wanted} ({status}, ${price:.2f}/h), at most one minor version above the running cluster"
+    if name not in aws.eks.get_clusters(opts=opts).names:
+        return Check("Kubernetes version", needs, f"no cluster {name} yet")
+    running = aws.eks.get_cluster(name=name, opts=opts).version
+    minor = (int(running.split(".")[1]), int(wanted.split(".")[1]))
+    problem = None
+    if minor[1] < minor[0]:
+        problem = f"{key} = {wanted}: cluster {name} runs {running}; EKS cannot downgrade; allowed: {running}"
+    elif minor[1] > minor[0] + 1:
+        step = f"1.{minor[0] + 1}"
+        problem = (
+            f"{key} = {wanted}: cluster {name} runs {running}; EKS upgrades one minor version at a time; "
+            f"allowed: {running} or {step} (set {step}, pulumi up, then the next)"
+        )
+    return Check("Kubernetes version", needs, f"cluster {name} runs {running}", problem)
 
 
 def creator_parameter(stack: str) -> str:

@@ -71,7 +71,6 @@ GPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.has_nvidia_
 CPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.gpus == 0)
 
 # Hourly costs of the managed pieces a stack keeps running (same reference file).
-EKS_CONTROL_PLANE_HOURLY_USD = 0.10
 NAT_GATEWAY_HOURLY_USD = 0.045
 
 # Commercial regions with EKS and NVIDIA GPU instances that trainstack is planned for. GPU types

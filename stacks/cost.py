@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
-from stacks.catalog import EKS_CONTROL_PLANE_HOURLY_USD, INSTANCE_TYPES, NAT_GATEWAY_HOURLY_USD
+from stacks.catalog import INSTANCE_TYPES, NAT_GATEWAY_HOURLY_USD
 from stacks.config import StackConfig
+from stacks.config.cluster import support_status
 
 
 @dataclass(frozen=True)
@@ -25,10 +27,13 @@ def nat_gateway_count(cfg: StackConfig) -> int:
     return cfg.network.availability_zones if cfg.network.nat_gateways == "onePerAz" else 1
 
 
-def hourly_cost(cfg: StackConfig) -> list[CostLine]:
+def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
+    """What the stack costs per hour on `today`: the control plane's price follows its version's
+    support (extended support is six times standard)."""
     system = cfg.cluster.system_node_group
+    status, control_plane = support_status(cfg.cluster.kubernetes_version, today)
     lines = [
-        CostLine("EKS control plane", 1, EKS_CONTROL_PLANE_HOURLY_USD),
+        CostLine(f"EKS control plane {cfg.cluster.kubernetes_version}, {status}", 1, control_plane),
         CostLine("NAT gateway", nat_gateway_count(cfg), NAT_GATEWAY_HOURLY_USD),
         CostLine(
             f"{system.instance_type} (system nodes)",

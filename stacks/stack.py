@@ -24,14 +24,13 @@ from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs import GroupPreflight, JobSpec, Placement, PreflightArgs, TrainingJob, TrainingJobArgs
-from components.names import EKS_CLUSTER_NAME_MAX, fit
 from components.network import Network, NetworkArgs
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
 from components.principals import same_principal
 from components.registry import ImageRegistry, ImageRegistryArgs
 from conventions import NODE_GROUP_LABEL, SYSTEM_GROUP, SYSTEM_NODE_LABEL
-from stacks.account import AccountFacts, check_account
+from stacks.account import AccountFacts, check_account, eks_cluster_name
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
 
@@ -190,7 +189,7 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
 def compute_plane(
     cfg: StackConfig, account: Account, facts: AccountFacts, bucket: ArtifactBucket, ci: GitHubCiAccess | None
 ) -> ComputePlane:
-    cluster_name = fit(f"{PROJECT}-{cfg.stack}", EKS_CLUSTER_NAME_MAX)
+    cluster_name = eks_cluster_name(cfg)
     net = cfg.network
     network = Network(
         "vpc",
@@ -214,6 +213,7 @@ def compute_plane(
         ClusterArgs(
             cluster_name=cluster_name,
             kubernetes_version=cc.kubernetes_version,
+            support_type=cc.support_type,
             addon_versions=EKS_ADDON_VERSIONS[cc.kubernetes_version],
             network=network,
             endpoint_public_access=cc.endpoint_public_access,

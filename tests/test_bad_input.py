@@ -209,7 +209,7 @@ def test_an_unquoted_kubernetes_version_is_read_as_meant(tmp_path):
     assert cluster["inputs"]["version"] == "1.34"
     err = config_error(tmp_path, {"trainstack:cluster": {"kubernetesVersion": 1.3}})
     assert (
-        'trainstack:cluster.kubernetesVersion = 1.3: a number, not one of the names; allowed: 1.33 | 1.34 (quoted, e.g. "1.33")'
+        'trainstack:cluster.kubernetesVersion = 1.3: a number, not one of the names; allowed: 1.33 | 1.34 | 1.35 | 1.36 (quoted, e.g. "1.33")'
         in err
     )
 

@@ -70,7 +70,8 @@ def test_existing_vpc_creates_no_network():
 def test_cluster_properties(prod_plan):
     c = prod_plan.one("eks:index:Cluster").inputs
     assert c["name"] == "trainstack-prod"
-    assert c["version"] == "1.33"
+    assert c["version"] == "1.36"
+    assert c["upgradePolicy"] == {"supportType": "EXTENDED"}
     assert c["authenticationMode"] == "API"
     assert c["skipDefaultNodeGroup"] is True
     assert c["deletionProtection"] is True
@@ -93,7 +94,7 @@ def test_dev_cluster_is_deletable(dev_plan):
 
 
 def test_addons_are_pinned(prod_plan):
-    versions = EKS_ADDON_VERSIONS["1.33"]
+    versions = EKS_ADDON_VERSIONS["1.36"]
     c = prod_plan.one("eks:index:Cluster").inputs
     assert c["vpcCniOptions"]["addonVersion"] == versions["vpc-cni"]
     assert c["kubeProxyAddonOptions"]["version"] == versions["kube-proxy"]

@@ -256,7 +256,10 @@ def test_cluster_rules():
             "systemNodeGroup": {"instanceType": "p5.48xlarge", "minSize": 3, "desiredSize": 2},
         }
     )
-    assert 'trainstack:cluster.kubernetesVersion = "1.29": not a known value; allowed: 1.33 | 1.34' in msgs
+    assert (
+        'trainstack:cluster.kubernetesVersion = "1.29": not a known value; allowed: 1.33 | 1.34 | 1.35 | 1.36'
+        in msgs
+    )
 
 
 def test_cluster_value_rules():

@@ -58,3 +58,58 @@ def test_the_ci_deploy_role_that_created_the_cluster_gets_no_second_entry():
     facts = {f"parameter:{creator_parameter('dev')}": deploy_role, "cluster-creator": deploy_role}
     assert entries(run(ALICE, admins=(), facts=facts)) == entries(first)
     assert "ci-deploy" not in first.one("eks:index:Cluster").inputs["accessEntries"]
+
+
+def versions_plan(version: str, running: str | None):
+    facts = {"eks-cluster:trainstack-dev": running} if running else None
+    return run_program("dev", stack_values("dev", cluster={"kubernetesVersion": version}), facts=facts)
+
+
+def test_an_upgrade_moves_one_minor_version_and_changes_versions_in_place():
+    import pytest
+
+    from stacks.account import AccountCheckError
+    from stacks.config.cluster import EKS_ADDON_VERSIONS
+
+    with pytest.raises(AccountCheckError) as err:
+        versions_plan("1.36", "1.33")
+    assert (
+        "trainstack:cluster.kubernetesVersion = 1.36: cluster trainstack-dev runs 1.33; EKS upgrades one "
+        "minor version at a time; allowed: 1.33 or 1.34 (set 1.34, pulumi up, then the next)"
+    ) in str(err.value)
+    with pytest.raises(AccountCheckError, match=r"EKS cannot downgrade; allowed: 1\.36"):
+        versions_plan("1.35", "1.36")
+    before, after = versions_plan("1.35", "1.35"), versions_plan("1.36", "1.35")
+    # The same resources, the versions changed on them: an update, not a replacement.
+    assert sorted(r.urn for r in before.resources) == sorted(r.urn for r in after.resources)
+    cluster = after.one("eks:index:Cluster")
+    assert cluster.inputs["version"] == "1.36"
+    assert cluster.inputs["kubeProxyAddonOptions"]["version"] == EKS_ADDON_VERSIONS["1.36"]["kube-proxy"]
+    for addon in after.by_type("aws:eks/addon:Addon"):
+        if addon.parent == cluster.urn:
+            continue
+        assert addon.inputs["addonVersion"] == EKS_ADDON_VERSIONS["1.36"][addon.inputs["addonName"]]
+        assert cluster.urn in addon.dependencies  # after the control plane
+    for group in after.by_type("eks:index:ManagedNodeGroup"):
+        assert cluster.urn in group.dependencies
+
+
+def test_the_plan_prices_the_control_plane_by_its_support():
+    import datetime
+
+    from stacks.config import parse_config
+    from stacks.cost import hourly_cost
+
+    today = datetime.date(2026, 11, 23)
+    old = parse_config("dev", stack_values("dev", cluster={"kubernetesVersion": "1.33"}))
+    new = parse_config("dev", stack_values("dev"))
+    (old_line,) = [c for c in hourly_cost(old, today) if c.item.startswith("EKS control plane")]
+    (new_line,) = [c for c in hourly_cost(new, today) if c.item.startswith("EKS control plane")]
+    assert (old_line.item, old_line.unit_usd) == (
+        "EKS control plane 1.33, extended support until 2027-07-29 (standard ended 2026-07-29)",
+        0.60,
+    )
+    assert (new_line.item, new_line.unit_usd) == (
+        "EKS control plane 1.36, standard support until 2027-08-02",
+        0.10,
+    )

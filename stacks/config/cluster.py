@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import re
 from collections import Counter
@@ -12,8 +13,9 @@ from stacks.catalog import CPU_INSTANCE_TYPES
 from stacks.config.names import PROJECT
 from stacks.schema import Problem, Reader, setting
 
-# Add-on versions are pinned per Kubernetes version: the latest EKS add-on builds in the EKS user
-# guide's version tables (vpc-cni, coredns, kube-proxy; the agent from public pins). Check a pin with
+# Add-on versions are pinned per Kubernetes version, so a later run never drifts: 1.33/1.34 from the
+# EKS user guide's version tables, 1.35/1.36 from builds public EKS clusters of those versions run
+# (the EKS guide stored here predates them). Check a pin with
 # `aws eks describe-addon-versions --kubernetes-version <v> --addon-name <name>`.
 EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "1.33": {
@@ -28,9 +30,45 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
         "kube-proxy": "v1.34.1-eksbuild.2",
         "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
     },
+    "1.35": {
+        "vpc-cni": "v1.21.1-eksbuild.3",
+        "coredns": "v1.13.2-eksbuild.1",
+        "kube-proxy": "v1.35.0-eksbuild.2",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
+    },
+    "1.36": {
+        "vpc-cni": "v1.22.4-eksbuild.3",
+        "coredns": "v1.14.3-eksbuild.16",
+        "kube-proxy": "v1.36.0-eksbuild.21",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.3",
+    },
 }
 
-KubernetesVersion = Literal["1.33", "1.34"]
+# EKS's calendar (../shared/reference/eks-versions.md): end of standard, then of extended support.
+# 1.33 and 1.34 stay allowed so a stack on them can upgrade one minor version at a time.
+SUPPORT_ENDS: dict[str, tuple[datetime.date, datetime.date]] = {
+    "1.33": (datetime.date(2026, 7, 29), datetime.date(2027, 7, 29)),
+    "1.34": (datetime.date(2026, 12, 2), datetime.date(2027, 12, 2)),
+    "1.35": (datetime.date(2027, 3, 27), datetime.date(2028, 3, 27)),
+    "1.36": (datetime.date(2027, 8, 2), datetime.date(2028, 8, 2)),
+}
+STANDARD_SUPPORT_HOURLY_USD = 0.10
+EXTENDED_SUPPORT_HOURLY_USD = 0.60
+
+KubernetesVersion = Literal["1.33", "1.34", "1.35", "1.36"]
+SupportType = Literal["STANDARD", "EXTENDED"]
+
+
+def support_status(version: str, today: datetime.date) -> tuple[str, float]:
+    """(what EKS says of the version on `today`, the control plane's price per hour then)."""
+    standard, extended = SUPPORT_ENDS[version]
+    if today <= standard:
+        return f"standard support until {standard}", STANDARD_SUPPORT_HOURLY_USD
+    if today <= extended:
+        return f"extended support until {extended} (standard ended {standard})", EXTENDED_SUPPORT_HOURLY_USD
+    return f"out of support since {extended}", EXTENDED_SUPPORT_HOURLY_USD
+
+
 ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
 
 _PRINCIPAL = re.compile(r"arn:aws[-a-z]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+")
@@ -48,7 +86,15 @@ class SystemNodeGroupConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     kubernetes_version: KubernetesVersion = setting(
-        "kubernetesVersion", "EKS Kubernetes version; add-ons are pinned per version.", "1.33"
+        "kubernetesVersion",
+        "EKS Kubernetes version; add-ons are pinned per version. Upgrade one minor version per run.",
+        "1.36",
+    )
+    support_type: SupportType = setting(
+        "supportType",
+        "At the end of standard support: EXTENDED keeps the version (at $0.60/h), STANDARD lets EKS "
+        "upgrade the control plane itself (then set kubernetesVersion to match).",
+        "EXTENDED",
     )
     endpoint_public_access: bool = setting("endpointPublicAccess", "Expose the API endpoint publicly.", True)
     endpoint_private_access: bool = setting(
