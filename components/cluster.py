@@ -43,6 +43,7 @@ class ClusterArgs:
     creator_arn: str
     creator_parameter: str  # the SSM parameter that records it
     control_plane_logs: tuple[str, ...]
+    control_plane_log_retention_days: int
     system_instance_type: str
     system_min_size: int
     system_desired_size: int
@@ -53,6 +54,10 @@ class ClusterArgs:
     # GitHub Actions roles: deploy administers the cluster, preview only reads it (Secrets excluded).
     ci_deploy_role_arn: pulumi.Input[str] | None = None
     ci_preview_role_arn: pulumi.Input[str] | None = None
+
+
+def control_plane_log_group(cluster_name: str) -> str:
+    return f"/aws/eks/{cluster_name}/cluster"
 
 
 def entry_key(principal: str) -> str:
@@ -106,6 +111,18 @@ class Cluster(pulumi.ComponentResource):
             for arn in NODE_MANAGED_POLICIES
         ]
 
+        # EKS would create /aws/eks/<cluster>/cluster itself, with no retention, kept after destroy.
+        # Created first, it is the stack's: retention set, removed with the stack.
+        self.control_plane_logs = (
+            aws.cloudwatch.LogGroup(
+                f"{name}-control-plane-logs",
+                name=control_plane_log_group(args.cluster_name),
+                retention_in_days=args.control_plane_log_retention_days,
+                opts=child,
+            )
+            if args.control_plane_logs
+            else None
+        )
         versions = args.addon_versions
         self.creator = aws.ssm.Parameter(
             f"{name}-creator",
@@ -155,7 +172,9 @@ class Cluster(pulumi.ComponentResource):
             # start yet and time out DEGRADED (pulumi/pulumi-eks#1819).
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(version=versions["kube-proxy"]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=node_policies),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*node_policies, *filter(None, [self.control_plane_logs])]
+            ),
         )
         # The group EKS creates for the cluster: managed nodes without a launch template get it
         # automatically; nodes whose template names security groups must list it to join.

@@ -13,6 +13,7 @@ answers, so a test or a user can see each failure:
     parameter:/trainstack/dev/eks-cluster-creator: arn:aws:iam::123456789012:user/alice  # SSM
     cluster-creator: arn:aws:iam::123456789012:user/alice  # EKS made it admin (default: the caller)
     eks-cluster:trainstack-dev: "1.35"         # a cluster that exists, and its version
+    log-group:/aws/eks/trainstack-dev/cluster: {}  # a log group that exists, and its tags
 
 Reservations and source credentials are read with boto3 (Pulumi has no data source for them):
 `botocore_answers` answers those calls inside the program, before any request is signed or sent.
@@ -52,6 +53,7 @@ FACT_KINDS = (
     "parameter:/<name>",
     "cluster-creator",
     "eks-cluster:<name>",
+    "log-group:/<name>",
 )
 
 
@@ -121,6 +123,9 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         ):
             if not isinstance(value, str):
                 raise FactError(f"account fact {key} = {value!r}: a string")
+        elif kind == "log-group" and what.startswith("/"):
+            if not isinstance(value, dict):
+                raise FactError(f"account fact {key} = {value!r}: a map of its tags ({{}} for none)")
         else:
             raise FactError(f"unknown account fact {key!r}; known: {', '.join(FACT_KINDS)}")
     return facts
@@ -188,6 +193,24 @@ class OfflineAccount:
         if version is None:
             raise LookupError(f"ResourceNotFoundException: No cluster found for name: {args['name']}.")
         return {"id": args["name"], "name": args["name"], "version": str(version), "status": "ACTIVE"}
+
+    def log_groups(self, args: dict[str, Any]) -> dict[str, Any]:
+        prefix = args.get("logGroupNamePrefix", "")
+        names = [k.partition(":")[2] for k in self.facts if k.startswith("log-group:")]
+        found = [n for n in names if n.startswith(prefix)]
+        return {
+            "id": prefix,
+            "logGroupNames": found,
+            "arns": [f"arn:aws:logs:{self.region}:123456789012:log-group:{n}" for n in found],
+        }
+
+    def log_group(self, args: dict[str, Any]) -> dict[str, Any]:
+        tags = self.facts.get(f"log-group:{args['name']}")
+        if tags is None:
+            raise LookupError(
+                f"ResourceNotFoundException: The specified log group does not exist: {args['name']}"
+            )
+        return {"id": args["name"], "name": args["name"], "tags": tags, "retentionInDays": 0}
 
     def service_quota(self, args: dict[str, Any]) -> dict[str, Any]:
         code = args["quotaCode"]

@@ -451,6 +451,10 @@ class OfflineMocks(mocks.Mocks):
         t, a = args.token, args.args
         if t == "aws:index/getAvailabilityZones:getAvailabilityZones":
             return self.account.availability_zones(a)
+        if t == "aws:cloudwatch/getLogGroups:getLogGroups":
+            return self.account.log_groups(a)
+        if t == "aws:cloudwatch/getLogGroup:getLogGroup":
+            return self.account.log_group(a)
         if t == "aws:eks/getClusters:getClusters":
             return self.account.clusters()
         if t == "aws:eks/getCluster:getCluster":

@@ -23,6 +23,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.cluster import control_plane_log_group
 from components.names import EKS_CLUSTER_NAME_MAX, fit
 from components.principals import role_of_principal
 from stacks.catalog import INSTANCE_TYPES
@@ -32,6 +33,7 @@ from stacks.config.cluster import support_status
 # EKS cannot place control-plane subnets in these AZ IDs (CreateCluster answers
 # UnsupportedAvailabilityZoneException). AZ names map to different IDs in every account.
 EKS_UNSUPPORTED_ZONE_IDS = ("use1-az3", "usw1-az2", "cac1-az3")
+STACK_TAG = "trainstack:stack"  # on every AWS resource of the stack (the provider's default tags)
 # pulumi-eks's kubeconfig runs `aws eks get-token`; it refuses older CLIs (nodejs/eks/dependencies.ts).
 MIN_AWS_CLI = {1: (1, 24, 0), 2: (2, 7, 0)}
 AWS_CLI_NEEDS = "`aws` on PATH where Pulumi runs (the kubeconfig runs aws eks get-token), v2.7+"
@@ -121,6 +123,8 @@ def check_account(
     facts = _zones(cfg, opts, checks)
     creator = _creator(cfg, caller_arn, opts, checks)
     checks.append(_kubernetes_version(cfg, opts))
+    if cfg.cluster.control_plane_logs:
+        checks.append(_control_plane_log_group(cfg, opts))
     checks += _quotas(cfg, opts)
     checks += _reservations(cfg, session)
     if cfg.image.source_repository:
@@ -281,6 +285,26 @@ def _kubernetes_version(cfg: StackConfig, opts: pulumi.InvokeOptions) -> Check:
             f"allowed: {running} or {step} (set {step}, pulumi up, then the next)"
         )
     return Check("Kubernetes version", needs, f"cluster {name} runs {running}", problem)
+
+
+def _control_plane_log_group(cfg: StackConfig, opts: pulumi.InvokeOptions) -> Check:
+    """A cluster made before trainstack owned its log group has one EKS created: creating it
+    again fails (ResourceAlreadyExistsException), so it must be imported once."""
+    name = control_plane_log_group(eks_cluster_name(cfg))
+    needs = f"{name} with {cfg.cluster.control_plane_log_retention_days}-day retention, the stack's"
+    if name not in aws.cloudwatch.get_log_groups(log_group_name_prefix=name, opts=opts).log_group_names:
+        return Check("control-plane log group", needs, "none yet")
+    tags = aws.cloudwatch.get_log_group(name=name, opts=opts).tags or {}
+    if tags.get(STACK_TAG) == cfg.stack:
+        return Check("control-plane log group", needs, "the stack's")
+    urn = f"urn:pulumi:{cfg.stack}::{PROJECT}::trainstack:compute:Cluster::eks"
+    return Check(
+        "control-plane log group",
+        needs,
+        "created by EKS",
+        f"{name} exists, created by EKS before the stack owned it; adopt it once: pulumi import "
+        f"aws:cloudwatch/logGroup:LogGroup eks-control-plane-logs {name} --parent eks={urn}",
+    )
 
 
 def creator_parameter(stack: str) -> str:

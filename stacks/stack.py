@@ -30,7 +30,7 @@ from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
 from components.principals import same_principal
 from components.registry import ImageRegistry, ImageRegistryArgs
 from conventions import NODE_GROUP_LABEL, SYSTEM_GROUP, SYSTEM_NODE_LABEL
-from stacks.account import AccountFacts, check_account, eks_cluster_name
+from stacks.account import STACK_TAG, AccountFacts, check_account, eks_cluster_name
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
 
@@ -86,7 +86,7 @@ def aws_account(cfg: StackConfig) -> Account:
         "aws",
         region=cfg.region,
         profile=cfg.aws_profile,
-        default_tags={"tags": {"trainstack:stack": cfg.stack, "managed-by": "pulumi", **cfg.tags}},
+        default_tags={"tags": {STACK_TAG: cfg.stack, "managed-by": "pulumi", **cfg.tags}},
     )
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
     return Account(provider, caller.account_id, caller.arn)
@@ -223,6 +223,7 @@ def compute_plane(
             creator_arn=facts.creator.arn,
             creator_parameter=facts.creator.parameter,
             control_plane_logs=cc.control_plane_logs,
+            control_plane_log_retention_days=cc.control_plane_log_retention_days,
             system_instance_type=system.instance_type,
             system_min_size=system.min_size,
             system_desired_size=system.desired_size,

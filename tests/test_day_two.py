@@ -113,3 +113,31 @@ def test_the_plan_prices_the_control_plane_by_its_support():
         "EKS control plane 1.36, standard support until 2027-08-02",
         0.10,
     )
+
+
+def test_the_stack_owns_the_control_plane_log_group_with_retention():
+    import pytest
+
+    from stacks.account import AccountCheckError
+
+    run = run_program("dev", stack_values("dev", cluster={"controlPlaneLogRetentionDays": 90}))
+    logs = run.one("aws:cloudwatch/logGroup:LogGroup", "eks-control-plane-logs")
+    assert logs.inputs["name"] == "/aws/eks/trainstack-dev/cluster"
+    assert logs.inputs["retentionInDays"] == 90
+    assert logs.urn in run.one("eks:index:Cluster").dependencies  # before EKS would create it
+    # A later run finds its own group; a cluster from before finds the one EKS made, and is told
+    # how to adopt it instead of failing with ResourceAlreadyExistsException.
+    ours = {"log-group:/aws/eks/trainstack-dev/cluster": {"trainstack:stack": "dev"}}
+    assert run_program("dev", stack_values("dev"), facts=ours).one(
+        "aws:cloudwatch/logGroup:LogGroup", logs.name
+    )
+    eks_made = {"log-group:/aws/eks/trainstack-dev/cluster": {}}
+    with pytest.raises(AccountCheckError) as err:
+        run_program("dev", stack_values("dev"), facts=eks_made)
+    assert (
+        "/aws/eks/trainstack-dev/cluster exists, created by EKS before the stack owned it; adopt it once: "
+        "pulumi import aws:cloudwatch/logGroup:LogGroup eks-control-plane-logs /aws/eks/trainstack-dev/cluster "
+        "--parent eks=urn:pulumi:dev::trainstack::trainstack:compute:Cluster::eks"
+    ) in str(err.value)
+    no_logs = run_program("dev", stack_values("dev", cluster={"controlPlaneLogs": []}))
+    assert not [r for r in no_logs.by_type("aws:cloudwatch/logGroup:LogGroup") if r.name == logs.name]

@@ -55,6 +55,32 @@ SUPPORT_ENDS: dict[str, tuple[datetime.date, datetime.date]] = {
 STANDARD_SUPPORT_HOURLY_USD = 0.10
 EXTENDED_SUPPORT_HOURLY_USD = 0.60
 
+# CloudWatch Logs' PutRetentionPolicy accepts these only.
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
+
 KubernetesVersion = Literal["1.33", "1.34", "1.35", "1.36"]
 SupportType = Literal["STANDARD", "EXTENDED"]
 
@@ -111,6 +137,11 @@ class ClusterConfig:
         "Control-plane log types sent to CloudWatch.",
         factory=lambda: ("api", "audit", "authenticator"),
     )
+    control_plane_log_retention_days: int = setting(
+        "controlPlaneLogRetentionDays",
+        "Days CloudWatch keeps control-plane logs (the stack owns the log group; 1-3653).",
+        30,
+    )
     system_node_group: SystemNodeGroupConfig = setting(
         "systemNodeGroup", "CPU node group for cluster operators.", factory=SystemNodeGroupConfig
     )
@@ -143,6 +174,13 @@ def check_cluster(c: ClusterConfig, r: Reader) -> None:
     for arn, n in Counter(c.admin_principals).items():
         if n > 1:  # EKS allows one access entry per principal
             r.problem(f"{k}.adminPrincipals", arn, f"listed {n} times", "each principal once")
+    if c.control_plane_log_retention_days not in LOG_RETENTION_DAYS:
+        r.problem(
+            f"{k}.controlPlaneLogRetentionDays",
+            c.control_plane_log_retention_days,
+            "not a retention CloudWatch offers",
+            ", ".join(map(str, LOG_RETENTION_DAYS)),
+        )
     _check_system_node_group(c.system_node_group, f"{k}.systemNodeGroup", r)
 
 
