@@ -75,6 +75,10 @@ def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     return labels
 
 
+def gpu_node_group_name(cluster_name: str, group: str) -> str:
+    return fit(f"{cluster_name}-{group}", EKS_NODE_GROUP_NAME_MAX)
+
+
 class GpuNodeGroup(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:compute:GpuNodeGroup", name, None, opts)
@@ -88,7 +92,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self.memory_gib = facts.memory_size // 1024
         gpu_model = facts.gpuses[0].name
         self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
-        node_group_name = fit(f"{args.cluster.cluster_name}-{args.group_name}", EKS_NODE_GROUP_NAME_MAX)
+        node_group_name = gpu_node_group_name(args.cluster.cluster_name, args.group_name)
 
         template: dict = {
             "name_prefix": f"{node_group_name}-",

@@ -12,7 +12,9 @@ answers, so a test or a user can see each failure:
     source-credential:github: absent           # or present (the default)
     parameter:/trainstack/dev/eks-cluster-creator: arn:aws:iam::123456789012:user/alice  # SSM
     cluster-creator: arn:aws:iam::123456789012:user/alice  # EKS made it admin (default: the caller)
-    eks-cluster:trainstack-dev: "1.35"         # a cluster that exists, and its version
+    eks-cluster:trainstack-dev: {version: "1.36", zones: [us-east-1a, us-east-1b],
+        nodeGroups: {trainstack-dev-gpu: us-east-1a}}  # a running cluster: its subnets' AZs,
+                                                       # its node groups' AZs
     log-group:/aws/eks/trainstack-dev/cluster: {}  # a log group that exists, and its tags
 
 Reservations and source credentials are read with boto3 (Pulumi has no data source for them):
@@ -116,11 +118,10 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         elif key == "source-credential:github":
             if value not in ("present", "absent"):
                 raise FactError(f"account fact {key} = {value!r}: present or absent")
-        elif (
-            (kind == "parameter" and what.startswith("/"))
-            or key == "cluster-creator"
-            or kind == "eks-cluster"
-        ):
+        elif kind == "eks-cluster":
+            if not isinstance(value, dict) or not {"version", "zones"} <= set(value):
+                raise FactError(f"account fact {key} = {value!r}: a map with version, zones (and nodeGroups)")
+        elif (kind == "parameter" and what.startswith("/")) or key == "cluster-creator":
             if not isinstance(value, str):
                 raise FactError(f"account fact {key} = {value!r}: a string")
         elif kind == "log-group" and what.startswith("/"):
@@ -145,6 +146,7 @@ class OfflineAccount:
         prefix = zone_id_prefix(region)
         ids = ZONE_IDS.get(region, tuple(f"{prefix}-az{i + 1}" for i in range(len(LETTERS))))
         self.zones = [(f"{region}{c}", zone_id) for c, zone_id in zip(LETTERS, ids, strict=True)]
+        self.subnets: dict[str, str] = {}  # subnet id -> AZ, of what a running cluster holds
 
     def zone_id(self, name: str) -> str:
         return dict(self.zones)[name]
@@ -188,11 +190,59 @@ class OfflineAccount:
         names = [key.partition(":")[2] for key in self.facts if key.startswith("eks-cluster:")]
         return {"id": self.region, "names": names}
 
+    def _cluster_fact(self, name: str) -> dict[str, Any]:
+        fact = self.facts.get(f"eks-cluster:{name}")
+        if fact is None:
+            raise LookupError(f"ResourceNotFoundException: No cluster found for name: {name}.")
+        return fact
+
+    def cluster_subnet(self, zone: str) -> str:
+        """The id of the running cluster's private subnet in `zone` (one per AZ, as trainstack makes)."""
+        subnet_id = f"subnet-0c{[n for n, _ in self.zones].index(zone):015x}"
+        self.subnets[subnet_id] = zone
+        return subnet_id
+
     def cluster(self, args: dict[str, Any]) -> dict[str, Any]:
-        version = self.facts.get(f"eks-cluster:{args['name']}")
-        if version is None:
-            raise LookupError(f"ResourceNotFoundException: No cluster found for name: {args['name']}.")
-        return {"id": args["name"], "name": args["name"], "version": str(version), "status": "ACTIVE"}
+        fact = self._cluster_fact(args["name"])
+        subnets = [self.cluster_subnet(z) for z in fact.get("zones", [])]
+        return {
+            "id": args["name"],
+            "name": args["name"],
+            "version": str(fact["version"]),
+            "status": "ACTIVE",
+            "vpcConfig": {"subnetIds": subnets, "vpcId": "vpc-0c0000000000000000"},
+        }
+
+    def node_groups(self, args: dict[str, Any]) -> dict[str, Any]:
+        fact = self._cluster_fact(args["clusterName"])
+        return {
+            "id": args["clusterName"],
+            "clusterName": args["clusterName"],
+            "names": list(fact.get("nodeGroups", {})),
+        }
+
+    def node_group(self, args: dict[str, Any]) -> dict[str, Any]:
+        zone = self._cluster_fact(args["clusterName"]).get("nodeGroups", {})[args["nodeGroupName"]]
+        return {
+            "id": f"{args['clusterName']}:{args['nodeGroupName']}",
+            "clusterName": args["clusterName"],
+            "nodeGroupName": args["nodeGroupName"],
+            "subnetIds": [self.cluster_subnet(zone)],
+            "status": "ACTIVE",
+        }
+
+    def subnet(self, subnet_id: str, region: str) -> dict[str, Any]:
+        """A subnet of the running cluster, or (existing subnets in config) one by its last digit:
+        even in AZ a, odd in AZ b."""
+        zone = self.subnets.get(subnet_id) or f"{region}{'ab'[int(subnet_id[-1], 16) % 2]}"
+        index = [n for n, _ in self.zones].index(zone)
+        return {
+            "id": subnet_id,
+            "availabilityZone": zone,
+            "availabilityZoneId": self.zone_id(zone),
+            "cidrBlock": f"10.{index}.0.0/19",
+            "vpcId": "vpc-existing",
+        }
 
     def log_groups(self, args: dict[str, Any]) -> dict[str, Any]:
         prefix = args.get("logGroupNamePrefix", "")

@@ -455,6 +455,10 @@ class OfflineMocks(mocks.Mocks):
             return self.account.log_groups(a)
         if t == "aws:cloudwatch/getLogGroup:getLogGroup":
             return self.account.log_group(a)
+        if t == "aws:eks/getNodeGroups:getNodeGroups":
+            return self.account.node_groups(a)
+        if t == "aws:eks/getNodeGroup:getNodeGroup":
+            return self.account.node_group(a)
         if t == "aws:eks/getClusters:getClusters":
             return self.account.clusters()
         if t == "aws:eks/getCluster:getCluster":
@@ -479,14 +483,7 @@ class OfflineMocks(mocks.Mocks):
         if t == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             return self._offerings(a)
         if t == "aws:ec2/getSubnet:getSubnet":
-            # Existing subnets: even last hex digit in AZ a, odd in AZ b (stable and easy to pick).
-            zone = f"{self.region}{'ab'[int(a['id'][-1], 16) % 2]}"
-            return {
-                "id": a["id"],
-                "availabilityZone": zone,
-                "availabilityZoneId": self.account.zone_id(zone),
-                "vpcId": "vpc-existing",
-            }
+            return self.account.subnet(a["id"], self.region)
         if t == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if t == "aws:index/getRegion:getRegion":

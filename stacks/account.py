@@ -13,6 +13,7 @@ the same region and profile.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import re
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.cluster import control_plane_log_group
+from components.gpu_node_group import gpu_node_group_name
 from components.names import EKS_CLUSTER_NAME_MAX, fit
 from components.principals import role_of_principal
 from stacks.catalog import INSTANCE_TYPES
@@ -122,7 +124,7 @@ def check_account(
     checks: list[Check] = []
     facts = _zones(cfg, opts, checks)
     creator = _creator(cfg, caller_arn, opts, checks)
-    checks.append(_kubernetes_version(cfg, opts))
+    checks.append(_kubernetes_version(cfg, _running_cluster(cfg, opts)))
     if cfg.cluster.control_plane_logs:
         checks.append(_control_plane_log_group(cfg, opts))
     checks += _quotas(cfg, opts)
@@ -148,9 +150,10 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
     net, system_type = cfg.network, cfg.cluster.system_node_group.instance_type
     key = f"{PROJECT}:network"
     existing, refused = {}, {}
+    running = _running_cluster(cfg, opts)
     if net.existing_private_subnet_ids:
         subnets = [aws.ec2.get_subnet(id=s, opts=opts) for s in net.existing_private_subnet_ids]
-        refused = [
+        refused_subnets = [
             f"{s.id} ({s.availability_zone_id})"
             for s in subnets
             if s.availability_zone_id in EKS_UNSUPPORTED_ZONE_IDS
@@ -162,13 +165,23 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
                 "subnet AZs",
                 "private subnets in AZs where EKS can place the cluster",
                 ", ".join(f"{s.id} in {s.availability_zone} ({s.availability_zone_id})" for s in subnets),
-                f"{key}.existingPrivateSubnetIds: {', '.join(refused)} are in AZs where EKS cannot place "
-                "cluster subnets (UnsupportedAvailabilityZoneException); list subnets in other AZs"
-                if refused
+                f"{key}.existingPrivateSubnetIds: {', '.join(refused_subnets)} are in AZs where EKS cannot "
+                "place cluster subnets (UnsupportedAvailabilityZoneException); list subnets in other AZs"
+                if refused_subnets
                 else None,
             )
         )
         candidates = list(existing)
+    elif running is not None:
+        # EKS keeps a cluster's subnets: its AZs stay, in their address order, whatever EC2 offers now.
+        candidates = list(running.zones)
+        checks.append(
+            Check(
+                "availability zones",
+                f"the AZs of the running cluster {running.name}",
+                ", ".join(candidates),
+            )
+        )
     else:
         found = aws.get_availability_zones(state="available", opts=opts)
         named = list(zip(found.names, found.zone_ids, strict=True))
@@ -192,6 +205,11 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
         candidates = [n for n, _ in chosen]
     group_zones, zone_problems = {}, []
     for i, g in enumerate(cfg.gpu_node_groups):
+        kept = running.group_zones.get(g.name) if running else None
+        if kept is not None and g.availability_zone in (None, kept):
+            # Once placed, a group stays: a new AZ would replace its nodes and stop their jobs.
+            group_zones[g.name] = kept
+            continue
         try:
             group_zones[g.name] = zone_for_instance_type(
                 g.instance_type,
@@ -205,6 +223,15 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
         except pulumi.RunError as err:
             zone_problems.append(str(err))
     vpc_zones = () if net.existing_vpc_id else tuple(dict.fromkeys([*candidates, *group_zones.values()]))
+    if running is not None and not net.existing_vpc_id:
+        for i, g in enumerate(cfg.gpu_node_groups):
+            if group_zones.get(g.name) not in (None, *running.zones):
+                zone_problems.append(
+                    f"{PROJECT}:gpuNodeGroups[{i}] ({g.name}) would add {group_zones[g.name]} to the VPC of "
+                    f"the running cluster {running.name}, and EKS keeps a cluster's subnets; allowed: "
+                    f"availabilityZone one of {', '.join(running.zones)} that offers {g.instance_type}"
+                )
+
     checks.append(
         Check(
             "GPU node group AZs",
@@ -264,16 +291,44 @@ def eks_cluster_name(cfg: StackConfig) -> str:
     return fit(f"{PROJECT}-{cfg.stack}", EKS_CLUSTER_NAME_MAX)
 
 
-def _kubernetes_version(cfg: StackConfig, opts: pulumi.InvokeOptions) -> Check:
+@dataclass(frozen=True)
+class RunningCluster:
+    """The stack's cluster as EKS has it, when a run before this one created it."""
+
+    name: str
+    version: str
+    zones: tuple[str, ...]  # AZs of its subnets, in the order of their addresses
+    group_zones: dict[str, str]  # GPU group -> the AZ of its node group's subnet
+
+
+def _running_cluster(cfg: StackConfig, opts: pulumi.InvokeOptions) -> RunningCluster | None:
+    name = eks_cluster_name(cfg)
+    if name not in aws.eks.get_clusters(opts=opts).names:
+        return None
+    cluster = aws.eks.get_cluster(name=name, opts=opts)
+    subnets = [aws.ec2.get_subnet(id=s, opts=opts) for s in cluster.vpc_config.subnet_ids]
+    subnets.sort(key=lambda s: ipaddress.ip_network(s.cidr_block))
+    groups = {}
+    node_groups = set(aws.eks.get_node_groups(cluster_name=name, opts=opts).names)
+    for g in cfg.gpu_node_groups:
+        node_group = gpu_node_group_name(name, g.name)
+        if node_group in node_groups:
+            found = aws.eks.get_node_group(cluster_name=name, node_group_name=node_group, opts=opts)
+            groups[g.name] = aws.ec2.get_subnet(id=found.subnet_ids[0], opts=opts).availability_zone
+    zones = tuple(dict.fromkeys(s.availability_zone for s in subnets))
+    return RunningCluster(name, cluster.version, zones, groups)
+
+
+def _kubernetes_version(cfg: StackConfig, running: RunningCluster | None) -> Check:
     """EKS upgrades a control plane one minor version at a time and never downgrades: a config
     that jumps further would fail after the build plane is up."""
     wanted, name = cfg.cluster.kubernetes_version, eks_cluster_name(cfg)
     key = f"{PROJECT}:cluster.kubernetesVersion"
     status, price = support_status(wanted, datetime.date.today())
     needs = f"{wanted} ({status}, ${price:.2f}/h), at most one minor version above the running cluster"
-    if name not in aws.eks.get_clusters(opts=opts).names:
+    if running is None:
         return Check("Kubernetes version", needs, f"no cluster {name} yet")
-    running = aws.eks.get_cluster(name=name, opts=opts).version
+    running = running.version
     minor = (int(running.split(".")[1]), int(wanted.split(".")[1]))
     problem = None
     if minor[1] < minor[0]:

@@ -61,7 +61,12 @@ def test_the_ci_deploy_role_that_created_the_cluster_gets_no_second_entry():
 
 
 def versions_plan(version: str, running: str | None):
-    facts = {"eks-cluster:trainstack-dev": running} if running else None
+    cluster = {
+        "version": running,
+        "zones": ["us-east-1a", "us-east-1b"],
+        "nodeGroups": {"trainstack-dev-gpu": "us-east-1a"},
+    }
+    facts = {"eks-cluster:trainstack-dev": cluster} if running else None
     return run_program("dev", stack_values("dev", cluster={"kubernetesVersion": version}), facts=facts)
 
 
@@ -141,3 +146,47 @@ def test_the_stack_owns_the_control_plane_log_group_with_retention():
     ) in str(err.value)
     no_logs = run_program("dev", stack_values("dev", cluster={"controlPlaneLogs": []}))
     assert not [r for r in no_logs.by_type("aws:cloudwatch/logGroup:LogGroup") if r.name == logs.name]
+
+
+def test_azs_stay_when_ec2_offerings_change_between_runs():
+    import pytest
+
+    from stacks.account import AccountCheckError
+
+    first = run_program("dev", stack_values("dev"))
+
+    def layout(plan):
+        subnets = {
+            r.name: (r.inputs["availabilityZone"], r.inputs["cidrBlock"])
+            for r in plan.by_type("aws:ec2/subnet:Subnet")
+        }
+        group = plan.one("eks:index:ManagedNodeGroup", "gpu-gpu").inputs["subnetIds"]
+        return subnets, group
+
+    assert {z for z, _ in layout(first)[0].values()} == {"us-east-1a", "us-east-1b"}
+    running = {
+        "eks-cluster:trainstack-dev": {
+            "version": "1.36",
+            "zones": ["us-east-1a", "us-east-1b"],
+            "nodeGroups": {"trainstack-dev-gpu": "us-east-1a"},
+        },
+        # Since the first run EC2 stopped offering both types in us-east-1a.
+        "offering:g6.xlarge": "us-east-1b,us-east-1c",
+        "offering:m6i.large": "us-east-1b,us-east-1c,us-east-1d",
+    }
+    assert layout(run_program("dev", stack_values("dev"), facts=running)) == layout(first)
+    # A new group whose type only other AZs offer would add an AZ to the cluster: refused.
+    groups = [{"name": "gpu", "instanceType": "g6.xlarge"}, {"name": "p5", "instanceType": "p5.48xlarge"}]
+    with pytest.raises(AccountCheckError) as err:
+        run_program("dev", stack_values("dev", gpuNodeGroups=groups, jobs=[]), facts=running)
+    assert (
+        "trainstack:gpuNodeGroups[1] (p5) would add us-east-1c to the VPC of the running cluster trainstack-dev, "
+        "and EKS keeps a cluster's subnets; allowed: availabilityZone one of us-east-1a, us-east-1b that "
+        "offers p5.48xlarge"
+    ) in str(err.value)
+    # Moving a group is deliberate: set its availabilityZone (its nodes are replaced).
+    moved = stack_values(
+        "dev", gpuNodeGroups=[{"name": "gpu", "instanceType": "g6.xlarge", "availabilityZone": "us-east-1b"}]
+    )
+    subnets, group = layout(run_program("dev", moved, facts=running))
+    assert subnets == layout(first)[0] and group != layout(first)[1]
