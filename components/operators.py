@@ -67,6 +67,28 @@ RELEASES = {
         "kuberay-system",
     ),
 }
+# KubeRay's CRDs, as its chart's crds/ holds them (1.7.x): Helm installs crds/ once and never
+# upgrades them, so the stack applies them itself, from the same tag as the chart.
+KUBERAY_CRDS = ("rayclusters", "raycronjobs", "rayjobs", "rayservices")
+KUBERAY_CRD_URL = "https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/kuberay-operator/crds/ray.io_{name}.yaml"
+
+
+def kuberay_crd_urls(version: str) -> list[str]:
+    return [KUBERAY_CRD_URL.format(version=version.removeprefix("v"), name=n) for n in KUBERAY_CRDS]
+
+
+def force_crd_apply(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """Resource transform: a cluster whose CRDs Helm installed (the stack before it applied them)
+    holds their fields under Helm's manager; server-side apply takes them over instead of
+    failing on the conflict."""
+    if args.type_ != "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition":
+        return None
+    props = copy.deepcopy(args.props)
+    meta = props.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), "pulumi.com/patchForce": "true"}
+    return pulumi.ResourceTransformResult(props=props, opts=args.opts)
+
+
 TRAINING_OPERATOR = KustomizeSource(
     "https://github.com/kubeflow/trainer.git",
     "manifests/overlays/standalone",
@@ -159,7 +181,16 @@ class ClusterOperators(pulumi.ComponentResource):
         self._helm("nvidiaDevicePlugin", args.nvidia_device_plugin, nvidia_device_plugin_values())
         if args.any_efa:
             self._helm("efaDevicePlugin", args.efa_device_plugin, efa_device_plugin_values())
-        self._helm("kuberay", args.kuberay, kuberay_values())
+        self.kuberay_crds = None
+        if args.kuberay.enabled:
+            self.kuberay_crds = k8s.yaml.v2.ConfigGroup(
+                f"{name}-kuberay-crds",
+                files=kuberay_crd_urls(args.kuberay.version or RELEASES["kuberay"].version),
+                opts=pulumi.ResourceOptions(
+                    parent=self, provider=args.provider, transforms=[force_crd_apply]
+                ),
+            )
+        self._helm("kuberay", args.kuberay, kuberay_values(), crds=self.kuberay_crds)
 
         self.installed_charts = {key: RELEASES[key] for key in self.releases}
         self.device_plugins = [r for k, r in self.releases.items() if k.endswith("DevicePlugin")]
@@ -184,7 +215,13 @@ class ClusterOperators(pulumi.ComponentResource):
             {"helmReleases": list(self.installed_charts), "trainingOperator": self.training_operator_url}
         )
 
-    def _helm(self, key: str, operator: HelmOperator, values: dict[str, Any]) -> None:
+    def _helm(
+        self,
+        key: str,
+        operator: HelmOperator,
+        values: dict[str, Any],
+        crds: pulumi.Resource | None = None,
+    ) -> None:
         if not operator.enabled:
             return
         chart = RELEASES[key]
@@ -200,7 +237,10 @@ class ClusterOperators(pulumi.ComponentResource):
             atomic=True,
             cleanup_on_fail=True,
             timeout=HELM_TIMEOUT_SECONDS,
+            skip_crds=crds is not None,  # applied by the stack, so they follow the version
             opts=pulumi.ResourceOptions(
-                parent=self, provider=self._args.provider, depends_on=[self._args.system_nodes]
+                parent=self,
+                provider=self._args.provider,
+                depends_on=[self._args.system_nodes, *filter(None, [crds])],
             ),
         )

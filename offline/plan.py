@@ -32,6 +32,7 @@ from stacks.cost import hourly_cost, total
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_DIRECTORY = "kubernetes:kustomize/v2:Directory"
+CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
 
 
 class StackFileError(Exception):
@@ -199,6 +200,9 @@ def manifest_of(reg: Registration) -> tuple[str, dict[str, Any]] | None:
             "path": path,
             "commit": ref,
         }
+    if reg.type == CONFIG_GROUP:
+        # Fetched and applied by the provider at `pulumi up`: the plan shows the pinned files.
+        return f"configgroup-{reg.name}.yaml", {"configGroup": reg.name, "files": reg.inputs.get("files", [])}
     if not reg.custom or not reg.type.startswith("kubernetes:"):
         return None
     if reg.type == HELM_RELEASE:

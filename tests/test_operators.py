@@ -97,12 +97,12 @@ def test_versions_and_values_can_be_overridden():
     run = plan(
         "dev",
         operators={
-            "kuberay": {"version": "1.6.1", "values": {"resources": {"limits": {"memory": "1Gi"}}}},
+            "kuberay": {"version": "1.7.1", "values": {"resources": {"limits": {"memory": "1Gi"}}}},
             "trainingOperator": {"ref": ref},
         },
     )
     kuberay = releases(run)["kuberay-operator"].inputs
-    assert kuberay["version"] == "1.6.1"
+    assert kuberay["version"] == "1.7.1"
     # Merged over trainstack's own values, not in place of them.
     assert kuberay["values"] == {
         "nodeSelector": {"trainstack.dev/role": "system"},
@@ -250,3 +250,57 @@ def test_operators_wait_for_system_nodes_and_never_for_gpu_nodes(prod_plan):
     for op in [*prod_plan.by_type(RELEASE), *prod_plan.by_type(DIRECTORY)]:
         assert system in op.dependencies and provider in op.dependencies, op.name
         assert not gpu_groups & set(op.dependencies), op.name
+
+
+CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
+
+
+def test_kuberay_crds_follow_the_chart_version(dev_plan):
+    """Helm never upgrades a chart's crds/: the stack applies them, from the chart's tag."""
+    from components.operators import KUBERAY_CRDS
+
+    crds = dev_plan.one(CONFIG_GROUP, "operators-kuberay-crds")
+    release = releases(dev_plan)["kuberay-operator"]
+    assert release.inputs["skipCrds"] is True
+    assert crds.urn in release.dependencies
+    files = crds.inputs["files"]
+    assert files == [
+        f"https://raw.githubusercontent.com/ray-project/kuberay/v1.7.0/helm-chart/kuberay-operator/crds/ray.io_{n}.yaml"
+        for n in KUBERAY_CRDS
+    ]
+    # The same files the pinned chart ships in crds/.
+    assert sorted(f.rsplit("/", 1)[1] for f in files) == sorted(
+        p.name for p in (chart_dir("kuberay-operator") / "crds").iterdir()
+    )
+    newer = plan("dev", operators={"kuberay": {"version": "1.7.1"}})
+    assert [f.replace("v1.7.1", "v1.7.0") for f in newer.one(CONFIG_GROUP).inputs["files"]] == files
+    assert newer.one(CONFIG_GROUP).inputs["files"] != files
+    assert not plan("dev", operators={"kuberay": {"enabled": False}}).by_type(CONFIG_GROUP)
+
+
+def test_kuberay_older_than_its_crds_is_refused():
+    from conftest import stack_values
+
+    from stacks.config import parse_config
+    from stacks.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r'trainstack:operators\.kuberay\.version = "1\.6\.0"'):
+        parse_config("dev", stack_values("dev", operators={"kuberay": {"version": "1.6.0"}}))
+
+
+def test_crds_are_applied_over_helms_field_manager():
+    from components.operators import force_crd_apply
+
+    crd = pulumi.ResourceTransformArgs(
+        custom=True,
+        type_="kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+        name="rayjobs",
+        props={"metadata": {"name": "rayjobs.ray.io"}},
+        opts=pulumi.ResourceOptions(),
+    )
+    done = force_crd_apply(crd)
+    assert done.props["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
+    other = pulumi.ResourceTransformArgs(
+        custom=True, type_="kubernetes:core/v1:ConfigMap", name="x", props={}, opts=pulumi.ResourceOptions()
+    )
+    assert force_crd_apply(other) is None

@@ -38,6 +38,7 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert (out / "outputs.json").is_file()
     prod = stack == "prod"
     expected = [
+        "configgroup-operators-kuberay-crds.yaml",
         *(["helm-aws-efa-k8s-device-plugin.yaml"] if prod else []),
         "helm-kuberay-operator.yaml",
         "helm-nvidia-device-plugin.yaml",

@@ -72,3 +72,13 @@ def check_operators(o: OperatorsConfig, r: Reader) -> None:
             r.problem(
                 f"{k}.{key}.version", op.version, "not a chart version", "an exact version such as 1.7.0"
             )
+    version = o.kuberay.version
+    if version is not None and _CHART_VERSION.fullmatch(version):
+        major, minor = (int(n) for n in version.removeprefix("v").split(".")[:2])
+        if (major, minor) < (1, 7):
+            r.problem(
+                f"{k}.kuberay.version",
+                version,
+                "the stack applies the CRDs of KubeRay 1.7 (RayCronJob among them); older charts lack them",
+                "1.7.0 or later",
+            )
