@@ -184,11 +184,17 @@ def role_name(args: GitHubCiAccessArgs, use: str) -> str:
     return fit(f"{args.role_prefix}-github-{use}", IAM_ROLE_NAME_MAX)
 
 
+def preview_environment(environment: str) -> str:
+    """Previews of a stack with an environment run in their own one: a token of `<env>` (for
+    `up`, restricted to the deploy branch) is never one a pull request's job can get."""
+    return f"{environment}-preview"
+
+
 def contexts(args: GitHubCiAccessArgs) -> tuple[str, str]:
-    """(preview context, deploy context)."""
+    """(preview context, deploy context): never the same subject, so a preview job can never
+    assume the deploy role."""
     if args.environment:
-        env = f"environment:{args.environment}"
-        return env, env
+        return f"environment:{preview_environment(args.environment)}", f"environment:{args.environment}"
     return "pull_request", f"ref:refs/heads/{args.branch}"
 
 

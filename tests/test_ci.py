@@ -99,7 +99,7 @@ def test_preview_matrix_comments_and_cancels_superseded_runs():
     assert job["needs"] == "test"
     assert [(m["stack"], m["environment"]) for m in job["strategy"]["matrix"]["include"]] == [
         ("dev", ""),
-        ("prod", "prod"),  # prod is previewed only inside its environment
+        ("prod", "prod-preview"),  # prod is previewed only inside its preview environment
     ]
     assert job["environment"] == "${{ matrix.environment }}"
     (pulumi,) = steps(job, "pulumi/actions@")
@@ -189,7 +189,9 @@ def test_dev_roles_trust_pull_requests_and_pushes_to_main():
     assert run.outputs["ciDeployRoleArn"] == "arn:aws:iam::123456789012:role/trainstack-dev-github-deploy"
 
 
-def test_prod_roles_trust_only_the_prod_environment_in_both_subject_formats():
+def test_prod_roles_trust_only_their_own_environment_in_both_subject_formats():
+    """An approved pull-request preview job runs in prod-preview: its token can never assume the
+    deploy role, which trusts only `prod` (restricted to main)."""
     run = ci_plan(
         "prod",
         environment="prod",
@@ -198,11 +200,17 @@ def test_prod_roles_trust_only_the_prod_environment_in_both_subject_formats():
         oidcProviderArn="arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com",
     )
     assert run.by_type(PROVIDER) == []  # the dev stack created the account's provider
-    for trust in roles(run).values():
-        assert condition(trust)["token.actions.githubusercontent.com:sub"] == [
-            "repo:acme/train:environment:prod",
-            "repo:acme@1234/train@5678:environment:prod",
-        ]
+    subs = {
+        use: condition(trust)["token.actions.githubusercontent.com:sub"] for use, trust in roles(run).items()
+    }
+    assert subs == {
+        "preview": [
+            "repo:acme/train:environment:prod-preview",
+            "repo:acme@1234/train@5678:environment:prod-preview",
+        ],
+        "deploy": ["repo:acme/train:environment:prod", "repo:acme@1234/train@5678:environment:prod"],
+    }
+    assert not set(subs["preview"]) & set(subs["deploy"])
 
 
 def test_the_preview_role_can_change_nothing():

@@ -32,7 +32,8 @@ class CiConfig:
     )
     environment: str | None = setting(
         "environment",
-        "GitHub environment that previews and deploys this stack (prod); unset: PRs preview, `branch` deploys.",
+        "GitHub environment that deploys this stack (prod); previews run in `<environment>-preview`. "
+        "Unset: PRs preview, `branch` deploys.",
         None,
     )
     branch: str = setting(
