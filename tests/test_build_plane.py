@@ -160,7 +160,7 @@ def test_codebuild_project(dev_plan):
     assert (
         project.inputs["logsConfig"]["cloudwatchLogs"]["groupName"] == "/aws/codebuild/trainstack-dev-image"
     )
-    logs = dev_plan.one("aws:cloudwatch/logGroup:LogGroup")
+    logs = dev_plan.one("aws:cloudwatch/logGroup:LogGroup", "image-logs")
     assert logs.inputs["retentionInDays"] == 30
 
 
