@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -91,8 +91,7 @@ class AccountFacts:
     vpc_zones: tuple[str, ...]  # AZs of a created VPC; empty when the VPC exists
     existing_subnet_zones: dict[str, str]  # AZ -> first listed private subnet in it
     group_zones: dict[str, str]  # GPU group name -> its AZ
-    creator: Creator | None = None
-    checks: tuple[Check, ...] = field(default=())
+    creator: Creator
 
 
 class AccountCheckError(pulumi.RunError):
@@ -122,9 +121,10 @@ def check_account(
     `session` makes the boto3 session (made only when a check needs it); `live` is false under
     the offline plan, where a missing `aws` CLI on this machine is reported but does not stop it."""
     checks: list[Check] = []
-    facts = _zones(cfg, opts, checks)
+    running = _running_cluster(cfg, opts)
+    vpc_zones, existing_subnet_zones, group_zones = _zones(cfg, running, opts, checks)
     creator = _creator(cfg, caller_arn, opts, checks)
-    checks.append(_kubernetes_version(cfg, _running_cluster(cfg, opts)))
+    checks.append(_kubernetes_version(cfg, running))
     if cfg.cluster.control_plane_logs:
         checks.append(_control_plane_log_group(cfg, opts))
     checks += _quotas(cfg, opts)
@@ -141,16 +141,18 @@ def check_account(
     problems = [c.problem for c in done if c.problem]
     if problems:
         raise AccountCheckError(cfg.stack, problems)
-    return AccountFacts(facts.vpc_zones, facts.existing_subnet_zones, facts.group_zones, creator, done)
+    return AccountFacts(vpc_zones, existing_subnet_zones, group_zones, creator)
 
 
-def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) -> AccountFacts:
-    """AZs by ID: EKS accepts them for cluster subnets and EC2 offers the system node type there;
-    each GPU group in one AZ that offers its type."""
+def _zones(
+    cfg: StackConfig, running: RunningCluster | None, opts: pulumi.InvokeOptions, checks: list[Check]
+) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
+    """(AZs of a created VPC, AZ -> existing private subnet, GPU group -> AZ). AZs by ID: EKS
+    accepts them for cluster subnets and EC2 offers the system node type there; each GPU group in
+    one AZ that offers its type, and where a cluster runs, the AZs it already has."""
     net, system_type = cfg.network, cfg.cluster.system_node_group.instance_type
     key = f"{PROJECT}:network"
     existing, refused = {}, {}
-    running = _running_cluster(cfg, opts)
     if net.existing_private_subnet_ids:
         subnets = [aws.ec2.get_subnet(id=s, opts=opts) for s in net.existing_private_subnet_ids]
         refused_subnets = [
@@ -240,7 +242,7 @@ def _zones(cfg: StackConfig, opts: pulumi.InvokeOptions, checks: list[Check]) ->
             "; ".join(zone_problems) or None,
         )
     )
-    return AccountFacts(vpc_zones, existing, group_zones)
+    return vpc_zones, existing, group_zones
 
 
 def zone_for_instance_type(
