@@ -180,7 +180,8 @@ def _zones(
         checks.append(
             Check(
                 "availability zones",
-                f"the AZs of the running cluster {running.name}",
+                f"the AZs of the running cluster {running.name} (network.availabilityZones counts only "
+                "when the cluster is created)",
                 ", ".join(candidates),
             )
         )
