@@ -319,3 +319,25 @@ def test_ray_trainer_uses_rays_fault_tolerance():
     assert run.failure_config.max_failures == 3
     assert run.storage_path == "s3://bucket/checkpoints/job/ray"  # storage every node reaches
     assert build_trainer(["--max-failures", "5"]).run_config.failure_config.max_failures == 5
+
+
+def test_a_metrics_line_is_one_write(monkeypatch):
+    """Ranks share one pipe: a line written in two parts (print's text, then its newline, as
+    Python does unbuffered) can have another process's warning spliced into it."""
+    from trainer import train
+
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    class RankZero:
+        rank = 0
+
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    train.log(RankZero(), {"event": "checkpoint", "step": 30})
+    assert writes == ['metrics {"event": "checkpoint", "step": 30}\n']

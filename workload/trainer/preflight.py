@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         "problems": problems,
     }
     if ctx.rank == 0:
-        print(f"preflight {json.dumps(report)}", flush=True)
+        # One write, newline included: other ranks' output shares the pipe (see train.log).
+        sys.stdout.write(f"preflight {json.dumps(report)}\n")
+        sys.stdout.flush()
         if problems and TERMINATION_LOG.parent.is_dir() and os.access(TERMINATION_LOG.parent, os.W_OK):
             TERMINATION_LOG.write_text("; ".join(problems)[:4000])
     dist.destroy_process_group()

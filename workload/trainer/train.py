@@ -400,7 +400,11 @@ class Window:
 
 def log(ctx: DistContext, record: dict) -> None:
     if ctx.rank == 0:
-        print("metrics " + json.dumps(record), flush=True)
+        # One write, newline included: print() writes the text and the newline apart when Python
+        # runs unbuffered (PYTHONUNBUFFERED), and another process's warning on the same pipe can
+        # land between them, splicing itself into the metrics line.
+        sys.stdout.write(f"metrics {json.dumps(record)}\n")
+        sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
