@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,7 +186,21 @@ class OfflineAccount:
             "withDecryption": True,
         }
 
-    def clusters(self) -> dict[str, Any]:
+    def invokes(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        """The provider invokes this account answers, by token."""
+        return {
+            "aws:index/getAvailabilityZones:getAvailabilityZones": self.availability_zones,
+            "aws:cloudwatch/getLogGroups:getLogGroups": self.log_groups,
+            "aws:cloudwatch/getLogGroup:getLogGroup": self.log_group,
+            "aws:eks/getClusters:getClusters": self.clusters,
+            "aws:eks/getCluster:getCluster": self.cluster,
+            "aws:eks/getNodeGroups:getNodeGroups": self.node_groups,
+            "aws:eks/getNodeGroup:getNodeGroup": self.node_group,
+            "aws:ssm/getParametersByPath:getParametersByPath": self.parameters_by_path,
+            "aws:servicequotas/getServiceQuota:getServiceQuota": self.service_quota,
+        }
+
+    def clusters(self, _args: dict[str, Any]) -> dict[str, Any]:
         names = [key.partition(":")[2] for key in self.facts if key.startswith("eks-cluster:")]
         return {"id": self.region, "names": names}
 

@@ -284,6 +284,7 @@ class OfflineMocks(mocks.Mocks):
         self.region = region
         self.caller_arn = caller_arn
         self.account = account or OfflineAccount(region)
+        self.account_invokes = self.account.invokes()
         # Registrations run on several threads: children are kept per (type, name) of their parent.
         self._children: dict[tuple[str, str], list[RemoteChild]] = {}
         self._kubeconfig_parts: dict[str, tuple[str, str]] = {}
@@ -449,24 +450,9 @@ class OfflineMocks(mocks.Mocks):
 
     def call(self, args: mocks.MockCallArgs):
         t, a = args.token, args.args
-        if t == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            return self.account.availability_zones(a)
-        if t == "aws:cloudwatch/getLogGroups:getLogGroups":
-            return self.account.log_groups(a)
-        if t == "aws:cloudwatch/getLogGroup:getLogGroup":
-            return self.account.log_group(a)
-        if t == "aws:eks/getNodeGroups:getNodeGroups":
-            return self.account.node_groups(a)
-        if t == "aws:eks/getNodeGroup:getNodeGroup":
-            return self.account.node_group(a)
-        if t == "aws:eks/getClusters:getClusters":
-            return self.account.clusters()
-        if t == "aws:eks/getCluster:getCluster":
-            return self.account.cluster(a)
-        if t == "aws:ssm/getParametersByPath:getParametersByPath":
-            return self.account.parameters_by_path(a)
-        if t == "aws:servicequotas/getServiceQuota:getServiceQuota":
-            return self.account.service_quota(a)
+        account_read = self.account_invokes.get(t)
+        if account_read is not None:
+            return account_read(a)
         if t == "eks:index:Cluster/getKubeconfig":
             # pulumi-eks's Cluster.getKubeconfig: the same kubeconfig, with --profile / --role.
             resource_name = str(a["__self__"]).rsplit("::", 1)[-1]
