@@ -311,13 +311,16 @@ def _running_cluster(cfg: StackConfig, opts: pulumi.InvokeOptions) -> RunningClu
     cluster = aws.eks.get_cluster(name=name, opts=opts)
     subnets = [aws.ec2.get_subnet(id=s, opts=opts) for s in cluster.vpc_config.subnet_ids]
     subnets.sort(key=lambda s: ipaddress.ip_network(s.cidr_block))
+    zone_of = {s.id: s.availability_zone for s in subnets}
     groups = {}
     node_groups = set(aws.eks.get_node_groups(cluster_name=name, opts=opts).names)
     for g in cfg.gpu_node_groups:
         node_group = gpu_node_group_name(name, g.name)
         if node_group in node_groups:
             found = aws.eks.get_node_group(cluster_name=name, node_group_name=node_group, opts=opts)
-            groups[g.name] = aws.ec2.get_subnet(id=found.subnet_ids[0], opts=opts).availability_zone
+            subnet = found.subnet_ids[0]
+            # Already read with the cluster's subnets; one outside them is read on its own.
+            groups[g.name] = zone_of.get(subnet) or aws.ec2.get_subnet(id=subnet, opts=opts).availability_zone
     zones = tuple(dict.fromkeys(s.availability_zone for s in subnets))
     return RunningCluster(name, cluster.version, zones, groups)
 
@@ -430,7 +433,7 @@ def _quotas(cfg: StackConfig, opts: pulumi.InvokeOptions) -> list[Check]:
 
 
 def _reservations(cfg: StackConfig, session: Callable[[], Any]) -> list[Check]:
-    checks = []
+    checks, ec2 = [], None  # one EC2 client for every group's reservation
     for i, g in enumerate(cfg.gpu_node_groups):
         if not g.capacity_reservation_id:
             continue
@@ -441,13 +444,9 @@ def _reservations(cfg: StackConfig, session: Callable[[], Any]) -> list[Check]:
             f"{g.node_count} x {g.instance_type} in {g.availability_zone}, active"
         )
         try:
-            found = (
-                session()
-                .client("ec2")
-                .describe_capacity_reservations(CapacityReservationIds=[g.capacity_reservation_id])[
-                    "CapacityReservations"
-                ][0]
-            )
+            ec2 = ec2 or session().client("ec2")
+            found = ec2.describe_capacity_reservations(CapacityReservationIds=[g.capacity_reservation_id])
+            found = found["CapacityReservations"][0]
         except Exception as err:  # botocore's ClientError, NoCredentialsError, EndpointConnectionError...
             checks.append(
                 Check(
