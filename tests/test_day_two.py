@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
+
+import pytest
 from conftest import stack_values
 
 from offline.engine import run_program
-from stacks.account import creator_parameter
+from stacks.account import AccountCheckError, creator_parameter
+from stacks.config import parse_config
+from stacks.config.cluster import EKS_ADDON_VERSIONS
+from stacks.cost import hourly_cost
 
 ACCOUNT = "123456789012"
 ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"  # bootstraps the stack from a laptop
@@ -71,11 +77,6 @@ def versions_plan(version: str, running: str | None):
 
 
 def test_an_upgrade_moves_one_minor_version_and_changes_versions_in_place():
-    import pytest
-
-    from stacks.account import AccountCheckError
-    from stacks.config.cluster import EKS_ADDON_VERSIONS
-
     with pytest.raises(AccountCheckError) as err:
         versions_plan("1.36", "1.33")
     assert (
@@ -100,11 +101,6 @@ def test_an_upgrade_moves_one_minor_version_and_changes_versions_in_place():
 
 
 def test_the_plan_prices_the_control_plane_by_its_support():
-    import datetime
-
-    from stacks.config import parse_config
-    from stacks.cost import hourly_cost
-
     today = datetime.date(2026, 11, 23)
     old = parse_config("dev", stack_values("dev", cluster={"kubernetesVersion": "1.33"}))
     new = parse_config("dev", stack_values("dev"))
@@ -121,10 +117,6 @@ def test_the_plan_prices_the_control_plane_by_its_support():
 
 
 def test_the_stack_owns_the_control_plane_log_group_with_retention():
-    import pytest
-
-    from stacks.account import AccountCheckError
-
     run = run_program("dev", stack_values("dev", cluster={"controlPlaneLogRetentionDays": 90}))
     logs = run.one("aws:cloudwatch/logGroup:LogGroup", "eks-control-plane-logs")
     assert logs.inputs["name"] == "/aws/eks/trainstack-dev/cluster"
@@ -149,10 +141,6 @@ def test_the_stack_owns_the_control_plane_log_group_with_retention():
 
 
 def test_azs_stay_when_ec2_offerings_change_between_runs():
-    import pytest
-
-    from stacks.account import AccountCheckError
-
     first = run_program("dev", stack_values("dev"))
 
     def layout(plan):

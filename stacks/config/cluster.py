@@ -56,7 +56,7 @@ STANDARD_SUPPORT_HOURLY_USD = 0.10
 EXTENDED_SUPPORT_HOURLY_USD = 0.60
 
 # CloudWatch Logs' PutRetentionPolicy accepts these only.
-LOG_RETENTION_DAYS = (
+LOG_RETENTION_CHOICES = (
     1,
     3,
     5,
@@ -174,12 +174,12 @@ def check_cluster(c: ClusterConfig, r: Reader) -> None:
     for arn, n in Counter(c.admin_principals).items():
         if n > 1:  # EKS allows one access entry per principal
             r.problem(f"{k}.adminPrincipals", arn, f"listed {n} times", "each principal once")
-    if c.control_plane_log_retention_days not in LOG_RETENTION_DAYS:
+    if c.control_plane_log_retention_days not in LOG_RETENTION_CHOICES:
         r.problem(
             f"{k}.controlPlaneLogRetentionDays",
             c.control_plane_log_retention_days,
             "not a retention CloudWatch offers",
-            ", ".join(map(str, LOG_RETENTION_DAYS)),
+            ", ".join(map(str, LOG_RETENTION_CHOICES)),
         )
     _check_system_node_group(c.system_node_group, f"{k}.systemNodeGroup", r)
 
