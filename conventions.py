@@ -18,7 +18,13 @@ PART_OF = {"app.kubernetes.io/part-of": "trainstack"}
 NODE_GROUP_LABEL = "trainstack.dev/node-group"
 INSTANCE_TYPE_LABEL = "trainstack.dev/instance-type"
 ACCELERATOR_LABEL = "trainstack.dev/accelerator"
-SYSTEM_NODE_LABEL = {"trainstack.dev/role": "system"}
+# The cluster autoscaler's AWS provider recognises GPU nodes by this label.
+AWS_GPU_LABEL = "k8s.amazonaws.com/accelerator"
+ROLE_LABEL = "trainstack.dev/role"
+SYSTEM_NODE_LABEL = {ROLE_LABEL: "system"}
+# GPU nodes carry the role too: a Ray head (role system) can then never be given a GPU group's
+# Kueue flavor, whose node labels include role gpu.
+GPU_NODE_LABEL = {ROLE_LABEL: "gpu"}
 # The system node group's name where a job config names a group.
 SYSTEM_GROUP = "system"
 EFA_LABEL = "vpc.amazonaws.com/efa.present"
@@ -40,3 +46,22 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}
 # How pods (device plugins, jobs) tolerate GPU_TAINT.
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+# Kueue: every job the stack launches names its LocalQueue with this label; one LocalQueue per node
+# group (system included), named as the group.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def cluster_queue_name(group: str) -> str:
+    """The ClusterQueue and ResourceFlavor of a node group (cluster-scoped, so prefixed)."""
+    return f"trainstack-{group}"
+
+
+# Cluster autoscaler: it discovers Auto Scaling groups that carry both tags (EKS sets the first on
+# every managed node group; the stack sets the second only on the groups it lets the autoscaler
+# scale), and reads what a node would offer from the node-template tags.
+def autoscaler_discovery_tags(cluster_name: str) -> tuple[str, str]:
+    return f"k8s.io/cluster-autoscaler/{cluster_name}", f"trainstack.dev/autoscaled/{cluster_name}"
+
+
+NODE_TEMPLATE_TAG = "k8s.io/cluster-autoscaler/node-template"

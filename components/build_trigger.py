@@ -115,14 +115,17 @@ class BuildRunner:
         status = build["buildStatus"]
         if status != "SUCCEEDED":
             raise BuildFailed(self.failure_message(build))
-        digest = self.image_digest(inputs["repository_name"], tag)
+        detail = self.image_detail(inputs["repository_name"], tag)
+        digest = detail and detail["imageDigest"]
         if not digest:
             raise BuildFailed(
                 f"CodeBuild {build_id} succeeded but {inputs['repository_url']}:{tag} is not in ECR. "
                 f"Look at the build's post_build phase: {self.console_link(build_id)}"
             )
         image_uri = f"{inputs['repository_url']}@{digest}"
-        self.report(f"CodeBuild {build_id} pushed {image_uri}")
+        # ECR's size is the compressed layers': what every fresh GPU node pulls before a job starts.
+        size_gb = detail.get("imageSizeInBytes", 0) / 1e9
+        self.report(f"CodeBuild {build_id} pushed {image_uri} ({size_gb:.2f} GB compressed, pulled by each new node)")
         return {"build_id": build_id, "image_uri": image_uri}
 
     def start(self, inputs: dict[str, Any]) -> str:
@@ -175,6 +178,10 @@ class BuildRunner:
             self.sleep(self.poll_seconds)
 
     def image_digest(self, repository: str, tag: str) -> str | None:
+        detail = self.image_detail(repository, tag)
+        return detail["imageDigest"] if detail else None
+
+    def image_detail(self, repository: str, tag: str) -> dict | None:
         try:
             found = self.call(
                 self.ecr.describe_images, repositoryName=repository, imageIds=[{"imageTag": tag}]
@@ -183,7 +190,7 @@ class BuildRunner:
             if err.response.get("Error", {}).get("Code") == "ImageNotFoundException":
                 return None
             raise
-        return found["imageDetails"][0]["imageDigest"]
+        return found["imageDetails"][0]
 
     def failure_message(self, build: dict) -> str:
         build_id = build["id"]

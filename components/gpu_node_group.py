@@ -4,6 +4,11 @@ EFA layout follows AWS's current guidance for accelerated instances: the primary
 network card 0, device 0; an efa-only interface on card 0, device 1; an efa-only interface at
 device 0 on every other card, up to the instance type's maximum EFA interfaces. All nodes share
 one subnet (one AZ) and, optionally, a cluster placement group.
+
+A group the cluster autoscaler sizes sits at `min_nodes` and grows to `node_count` per job. Its Auto
+Scaling group carries the autoscaler's discovery tag and the node-template tags (labels, taint,
+GPUs, EFA interfaces) it needs to scale from zero, when no node exists to read them from. EKS sizes
+a Capacity Block group itself, to the block; the autoscaler never sees it.
 """
 
 from __future__ import annotations
@@ -18,11 +23,17 @@ from components.cluster import Cluster
 from components.names import EKS_NODE_GROUP_NAME_MAX, fit
 from conventions import (
     ACCELERATOR_LABEL,
+    AWS_GPU_LABEL,
     EFA_LABEL,
+    EFA_RESOURCE,
+    GPU_NODE_LABEL,
     GPU_PRESENT_LABEL,
+    GPU_RESOURCE,
     GPU_TAINT,
     INSTANCE_TYPE_LABEL,
     NODE_GROUP_LABEL,
+    NODE_TEMPLATE_TAG,
+    autoscaler_discovery_tags,
 )
 
 
@@ -30,7 +41,8 @@ from conventions import (
 class GpuNodeGroupArgs:
     group_name: str
     instance_type: str
-    node_count: int
+    node_count: int  # the most nodes
+    min_nodes: int  # the autoscaler never goes below
     efa: bool
     capacity_type: str  # ON_DEMAND | SPOT | CAPACITY_BLOCK
     capacity_reservation_id: str | None
@@ -56,23 +68,44 @@ def efa_network_interfaces(efa_count: int, security_group_ids: list[pulumi.Input
     return interfaces
 
 
+def autoscaled(args: GpuNodeGroupArgs) -> bool:
+    return args.capacity_type != "CAPACITY_BLOCK"
+
+
 def scaling_config(args: GpuNodeGroupArgs) -> dict[str, int]:
-    """Training nodes are sized by config, not by an autoscaler. A Capacity Block group may sit at
-    zero outside its block, so its minimum is 0."""
-    minimum = 0 if args.capacity_type == "CAPACITY_BLOCK" else args.node_count
-    return {"min_size": minimum, "desired_size": args.node_count, "max_size": args.node_count}
+    """An autoscaled group starts at its floor; the autoscaler owns its desired size from then on. A
+    Capacity Block group may sit at zero outside its block, and EKS sizes it to the block."""
+    if autoscaled(args):
+        return {"min_size": args.min_nodes, "desired_size": args.min_nodes, "max_size": args.node_count}
+    return {"min_size": 0, "desired_size": args.node_count, "max_size": args.node_count}
 
 
 def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     labels = {
+        **GPU_NODE_LABEL,
         NODE_GROUP_LABEL: args.group_name,
         INSTANCE_TYPE_LABEL: args.instance_type,
         ACCELERATOR_LABEL: f"nvidia-{gpu_model.lower()}",
+        # The autoscaler's AWS provider knows a GPU node by this label: it waits for the device
+        # plugin on a new node instead of scaling up again.
+        AWS_GPU_LABEL: f"nvidia-{gpu_model.lower()}",
         GPU_PRESENT_LABEL: "true",
     }
     if args.efa:
         labels[EFA_LABEL] = "true"
     return labels
+
+
+def node_template_tags(cluster_name: str, labels: dict[str, str], gpus: int, efa: int) -> dict[str, str]:
+    """The Auto Scaling group tags the autoscaler scales a group from zero by (its AWS README):
+    discovery, then what a node would carry. EKS does not copy node group labels or taints to them."""
+    tags = {autoscaler_discovery_tags(cluster_name)[1]: "true"}
+    tags |= {f"{NODE_TEMPLATE_TAG}/label/{k}": v for k, v in labels.items()}
+    tags[f"{NODE_TEMPLATE_TAG}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:NoSchedule"
+    tags[f"{NODE_TEMPLATE_TAG}/resources/{GPU_RESOURCE}"] = str(gpus)
+    if efa:
+        tags[f"{NODE_TEMPLATE_TAG}/resources/{EFA_RESOURCE}"] = str(efa)
+    return tags
 
 
 def gpu_node_group_name(cluster_name: str, group: str) -> str:
@@ -163,6 +196,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
 
         self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", **template, opts=child)
 
+        labels = gpu_labels(args, gpu_model)
         self.node_group = eks.ManagedNodeGroup(
             name,
             cluster=args.cluster.eks,
@@ -180,14 +214,28 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # launch template, and EKS would keep the creation-time version forever).
             version=args.kubernetes_version,
             scaling_config=scaling_config(args),
-            # EKS scales a Capacity Block group to zero before the block ends (and back up when
-            # a new block starts): its desired size is EKS's, not drift to undo.
-            ignore_scaling_changes=args.capacity_type == "CAPACITY_BLOCK",
-            labels=gpu_labels(args, gpu_model),
+            # The desired size is the autoscaler's (or, for a Capacity Block, EKS's): not drift to
+            # undo, or every `pulumi up` would take running jobs' nodes away.
+            ignore_scaling_changes=True,
+            labels=labels,
             taints=[GPU_TAINT],
             # Only the cluster: GPU nodes join on their own, in parallel with the system nodes.
             opts=pulumi.ResourceOptions(parent=self),
         )
+        self.autoscaling_group_name = self.node_group.node_group.apply(
+            lambda ng: ng.resources.apply(lambda rs: rs[0].autoscaling_groups[0].name)
+        )
+        self.autoscaled = autoscaled(args)
+        if self.autoscaled:
+            for key, value in node_template_tags(
+                args.cluster.cluster_name, labels, self.gpu_count, self.efa_count
+            ).items():
+                aws.autoscaling.Tag(
+                    f"{name}-asg-tag-{key}",
+                    autoscaling_group_name=self.autoscaling_group_name,
+                    tag={"key": key, "value": value, "propagate_at_launch": False},
+                    opts=child,
+                )
         self.group_name = args.group_name
         self.node_group_name = node_group_name
         self.register_outputs(

@@ -1,4 +1,4 @@
-"""Training jobs as stack resources: PyTorchJob, RayJob, RayCluster, and an EFA preflight.
+"""Training jobs as stack resources: PyTorchJob, RayJob, RayCluster, each queued through Kueue.
 
 A job's config says what to train and where; everything else is derived from the node group it
 runs on: GPUs and EFA interfaces per node (requests = limits), the NCCL/libfabric environment on
@@ -6,11 +6,16 @@ EFA groups only, CPU and memory requests that leave room for the node's daemons,
 /dev/shm, the node selector and the GPU toleration, and checkpoints mirrored to the stack's bucket
 so a relaunch resumes. Each job's Kubernetes name is fixed and a spec change replaces it (delete
 first), so a config change plus `pulumi up` relaunches it; unchanged config leaves it running.
+
+Every job carries its node group's queue label: Kueue suspends it at creation and resumes it once
+the whole job is admitted (and, on an autoscaled group, its nodes exist). The suspend fields and
+what Kueue injects at admission are Kueue's; the program never sets them, and its pods already
+carry their flavor's node labels and toleration. On a group whose nodes are checked, the default
+trainer checks its own nodes (GPUs, EFA devices, NCCL over EFA, bus bandwidth) before step 0.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,14 +25,16 @@ import pulumi_kubernetes as k8s
 
 from conventions import (
     EFA_RESOURCE,
+    GPU_NODE_LABEL,
     GPU_RESOURCE,
     GPU_TOLERATION,
     JOB_LABEL,
     NODE_GROUP_LABEL,
     PART_OF,
-    PREFLIGHT_ANNOTATION,
-    PREFLIGHT_LABEL,
+    QUEUE_LABEL,
     RAY_ROLE_LABEL,
+    SYSTEM_GROUP,
+    SYSTEM_NODE_LABEL,
 )
 
 WORKDIR = "/opt/trainstack"
@@ -71,8 +78,8 @@ class Placement:
     vcpus: int
     memory_gib: int
     hourly_usd: float
-    node_selector: dict[str, str]
-    node_group: pulumi.Resource  # the pods need its nodes
+    node_selector: dict[str, str]  # also its Kueue flavor's node labels
+    node_group: pulumi.Resource | None = None  # the pods need its nodes (None: config checks)
 
     @property
     def cpu_request(self) -> str:
@@ -110,6 +117,47 @@ class Placement:
         return [{"name": k, "value": v} for k, v in fixed.items()]
 
 
+def system_placement(
+    instance_type: str, vcpus: int, memory_gib: int, hourly_usd: float, nodes: pulumi.Resource | None = None
+) -> Placement:
+    """A CPU job shares the system nodes with the operators, CoreDNS and Ray heads: it asks for
+    half a node, so it schedules beside them."""
+    return Placement(
+        SYSTEM_GROUP,
+        instance_type,
+        0,
+        0,
+        max(1, vcpus // 2),
+        max(1, memory_gib // 2),
+        hourly_usd,
+        dict(SYSTEM_NODE_LABEL),
+        nodes,
+    )
+
+
+def gpu_placement(
+    group: str,
+    instance_type: str,
+    gpus: int,
+    efa: int,
+    vcpus: int,
+    memory_gib: int,
+    hourly_usd: float,
+    nodes: pulumi.Resource | None = None,
+) -> Placement:
+    return Placement(
+        group,
+        instance_type,
+        gpus,
+        efa,
+        vcpus,
+        memory_gib,
+        hourly_usd,
+        {**GPU_NODE_LABEL, NODE_GROUP_LABEL: group},
+        nodes,
+    )
+
+
 @dataclass(frozen=True)
 class JobSpec:
     name: str
@@ -120,8 +168,27 @@ class JobSpec:
     command: tuple[str, ...]
     args: tuple[str, ...]
     env: dict[str, str]
-    wait: str  # none | running | succeeded
+    wait: str  # none | admitted | running | succeeded
     timeout_minutes: int
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """What the default trainer checks on its own nodes before step 0."""
+
+    gpus_per_node: int
+    efa_per_node: int
+    min_bus_bandwidth_gbps: int
+
+    def args(self) -> list[str]:
+        return [
+            "--preflight-gpus-per-node",
+            str(self.gpus_per_node),
+            "--preflight-efa-per-node",
+            str(self.efa_per_node),
+            "--preflight-min-bus-bandwidth",
+            str(self.min_bus_bandwidth_gbps),
+        ]
 
 
 @dataclass(frozen=True)
@@ -134,23 +201,30 @@ class TrainingJobArgs:
     service_account: str
     provider: k8s.Provider
     operator: pulumi.Resource | None  # None: installed outside the stack (validated in config)
+    queue: str  # its node group's LocalQueue
+    # Minutes the autoscaler may take to bring the job's nodes (0 on a group with fixed nodes):
+    # `pulumi up` waits that much longer for a job to run.
+    provision_minutes: int = 0
     waits_for: list[pulumi.Resource] = field(default_factory=list)
-    # Secrets and the group's preflight come in as their resources' outputs, not plain names: when
-    # one of them is replaced (a Secret's data cannot change in place, a preflight reruns with a new
-    # image), Pulumi deletes the job before it and relaunches it after, so a running job never loses
-    # its Secret or holds the GPUs its group's preflight waits for.
+    # Secrets come in as their resources' outputs, not plain names: when one is replaced (a
+    # Secret's data cannot change in place), Pulumi deletes the job before it and relaunches it
+    # after, so a running job never loses its Secret.
     env_secret: pulumi.Input[str] | None = (
         None  # a Secret holding the job's env values (when they are secret)
     )
     hf_token_secret: pulumi.Input[str] | None = None  # a Secret with HF_TOKEN
-    preflight: pulumi.Input[str] | None = None  # the group's preflight Job, when it has one
+    node_check: NodeCheck | None = None  # the default trainer checks its nodes first
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
 
 
 # What `pulumi up` waits for, per kind and mode (pulumi-kubernetes `pulumi.com/waitFor`).
-# A PyTorchJob's Running condition flips to False when it finishes, so "running" also accepts
-# Succeeded; a RayJob has no conditions, only status.jobStatus.
+# "admitted": Kueue resumed the job (its suspend field turns false once the whole job is admitted
+# and its nodes exist). A PyTorchJob's Running condition flips to False when it finishes, so
+# "running" also accepts Succeeded; a RayJob has no conditions, only status.jobStatus.
 WAIT_FOR = {
+    ("PyTorchJob", "admitted"): "jsonpath={.spec.runPolicy.suspend}=false",
+    ("RayJob", "admitted"): "jsonpath={.spec.suspend}=false",
+    ("RayCluster", "admitted"): "jsonpath={.spec.suspend}=false",
     ("PyTorchJob", "running"): (
         "jsonpath={.status.conditions[?@.status=='True' && (@.type=='Running' || @.type=='Succeeded')].type}"
     ),
@@ -167,8 +241,10 @@ def wait_annotations(kind: str, wait: str) -> dict[str, str]:
     return {"pulumi.com/waitFor": WAIT_FOR[(kind, wait)]}
 
 
-def trainer_args(spec: JobSpec, checkpoint_uri: pulumi.Input[str]) -> list[pulumi.Input[str]]:
-    """The default trainer's flags: size, length, and checkpoints on a volume mirrored to S3."""
+def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
+    """The default trainer's flags: size, length, checkpoints on a volume mirrored to S3, and the
+    check of its own nodes where the group asks for one."""
+    spec = args.spec
     return [
         "--model",
         spec.model,
@@ -177,7 +253,8 @@ def trainer_args(spec: JobSpec, checkpoint_uri: pulumi.Input[str]) -> list[pulum
         "--checkpoint-dir",
         CHECKPOINT_DIR,
         "--s3-checkpoints",
-        checkpoint_uri,
+        args.checkpoint_uri,
+        *(args.node_check.args() if args.node_check else []),
         *spec.args,
     ]
 
@@ -215,8 +292,6 @@ def pod_template(
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
-    if args.preflight is not None:
-        metadata["annotations"] = {PREFLIGHT_ANNOTATION: args.preflight}
     return {
         "metadata": metadata,
         "spec": {
@@ -241,7 +316,7 @@ def pod_template(
 def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
     spec, p = args.spec, args.placement
     command = list(spec.command) or ["torchrun", "-m", "trainer.train"]
-    container_args = list(spec.args) if spec.command else trainer_args(spec, args.checkpoint_uri)
+    container_args = list(spec.args) if spec.command else trainer_args(args)
     return {
         # One process per GPU (one on a CPU node); the operator passes it to torchrun as PET_NPROC_PER_NODE.
         "nprocPerNode": str(p.gpus or 1),
@@ -256,7 +331,9 @@ def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
         "pytorchReplicaSpecs": {
             "Worker": {
                 "replicas": spec.nodes,
-                "restartPolicy": "OnFailure",
+                # Exit codes 1-127 fail the job (a failed node check, a bug); 128+ (a signal: node
+                # drained, spot reclaimed) restart the pod, which resumes from its checkpoint.
+                "restartPolicy": "ExitCode",
                 "template": pod_template(
                     args, {"name": "pytorch", "command": command, "args": container_args}
                 ),
@@ -279,7 +356,7 @@ def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
             "--num-workers",
             str(workers),
             *gpu,
-            *trainer_args(spec, args.checkpoint_uri),
+            *trainer_args(args),
         ]
     return pulumi.Output.all(*parts).apply(lambda xs: shlex.join(xs))
 
@@ -366,7 +443,7 @@ class TrainingJob(pulumi.ComponentResource):
         super().__init__(f"trainstack:jobs:{spec.kind}", name, None, opts)
         api_version, build = KINDS[spec.kind]
         deps = [d for d in (args.operator, args.placement.node_group, *args.waits_for) if d is not None]
-        timeout = f"{spec.timeout_minutes}m"
+        timeout = f"{spec.timeout_minutes + args.provision_minutes}m"
         self.resource = k8s.apiextensions.CustomResource(
             name,
             api_version=api_version,
@@ -374,7 +451,7 @@ class TrainingJob(pulumi.ComponentResource):
             metadata={
                 "name": spec.name,
                 "namespace": args.namespace,
-                "labels": {**PART_OF, NODE_GROUP_LABEL: args.placement.group},
+                "labels": {**PART_OF, NODE_GROUP_LABEL: args.placement.group, QUEUE_LABEL: args.queue},
                 "annotations": wait_annotations(spec.kind, spec.wait),
             },
             spec=build(args),
@@ -396,103 +473,7 @@ class TrainingJob(pulumi.ComponentResource):
             "nodes": spec.nodes,
             "gpus": spec.nodes * p.gpus,
             "hourlyUsd": round(spec.nodes * p.hourly_usd, 4),
+            "queue": args.queue,
             **watch_commands(spec.kind, spec.name, args.namespace),
         }
         self.register_outputs({"summary": self.summary})
-
-
-@dataclass(frozen=True)
-class PreflightArgs:
-    placement: Placement
-    nodes: int
-    min_bus_bandwidth_gbps: int
-    image: pulumi.Input[str]
-    namespace: str
-    service_account: str
-    provider: k8s.Provider
-    waits_for: list[pulumi.Resource] = field(default_factory=list)
-    timeout_minutes: int = 20
-
-
-class GroupPreflight(pulumi.ComponentResource):
-    """An Indexed Job over every node of an EFA group: devices, NCCL over EFA, bus bandwidth.
-
-    Pulumi awaits a Job natively and fails the update when it fails, so jobs that depend on it are
-    never created on a group that would train over TCP or with missing devices."""
-
-    def __init__(self, name: str, args: PreflightArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("trainstack:jobs:GroupPreflight", name, None, opts)
-        p = args.placement
-        job_name = f"preflight-{p.group}"
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=args.waits_for)
-        labels = {**PART_OF, PREFLIGHT_LABEL: p.group}
-        # Rank 0's stable DNS name for the others: <job>-0.<service>, before it is Ready.
-        self.service = k8s.core.v1.Service(
-            f"{name}-service",
-            metadata={"name": job_name, "namespace": args.namespace, "labels": labels},
-            spec={
-                "clusterIP": "None",
-                "publishNotReadyAddresses": True,
-                "selector": labels,
-                "ports": [{"name": "rendezvous", "port": 29500}],
-            },
-            opts=k8s_opts,
-        )
-        vols, mounts = volumes(p)
-        command = [
-            "torchrun",
-            f"--nnodes={args.nodes}",
-            f"--nproc-per-node={p.gpus}",
-            "--node-rank=$(JOB_COMPLETION_INDEX)",
-            f"--master-addr={job_name}-0.{job_name}",
-            "--master-port=29500",
-            "-m",
-            "trainer.preflight",
-            f"--gpus-per-node={p.gpus}",
-            f"--efa-per-node={p.efa}",
-            f"--min-bus-bandwidth={args.min_bus_bandwidth_gbps}",
-        ]
-        timeout = f"{args.timeout_minutes}m"
-        self.job = k8s.batch.v1.Job(
-            name,
-            metadata={"name": job_name, "namespace": args.namespace, "labels": labels},
-            spec={
-                "completionMode": "Indexed",
-                "completions": args.nodes,
-                "parallelism": args.nodes,
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": args.timeout_minutes * 60,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "subdomain": job_name,
-                        "restartPolicy": "Never",
-                        "serviceAccountName": args.service_account,
-                        **p.pod_placement(),
-                        "containers": [
-                            {
-                                "name": "preflight",
-                                "image": args.image,
-                                "workingDir": WORKDIR,
-                                "command": command,
-                                "env": p.env(),
-                                "resources": p.resources(),
-                                "volumeMounts": mounts[:1],
-                            }
-                        ],
-                        "volumes": vols[:1],
-                    },
-                },
-            },
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=args.provider,
-                depends_on=[self.service, *args.waits_for],
-                replace_on_changes=["spec"],
-                delete_before_replace=True,
-                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout, delete=DELETE_TIMEOUT),
-            ),
-        )
-        # An output of the Job, for the jobs on this group (see TrainingJobArgs.preflight).
-        self.job_name = self.job.metadata.name
-        self.register_outputs({"job": job_name, "command": json.dumps(command)})

@@ -66,6 +66,15 @@ RELEASES = {
         "1.7.0",
         "kuberay-system",
     ),
+    # The queueing plane's (components/queueing.py).
+    "kueue": HelmChart("kueue", "kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", "kueue-system"),
+    "clusterAutoscaler": HelmChart(
+        "cluster-autoscaler",
+        "cluster-autoscaler",
+        "https://kubernetes.github.io/autoscaler",
+        "9.59.0",
+        "kube-system",
+    ),
 }
 # KubeRay's CRDs, as its chart's crds/ holds them (1.7.x): Helm installs crds/ once and never
 # upgrades them, so the stack applies them itself, from the same tag as the chart.

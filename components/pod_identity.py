@@ -110,3 +110,88 @@ def training_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:
             }
         )
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+# What the autoscaler reads to discover groups and build node templates (any resource: describe
+# calls take no resource), and what it may change: only the stack's own autoscaled groups.
+AUTOSCALER_READ_ACTIONS = (
+    "autoscaling:DescribeAutoScalingGroups",
+    "autoscaling:DescribeAutoScalingInstances",
+    "autoscaling:DescribeLaunchConfigurations",
+    "autoscaling:DescribeScalingActivities",
+    "autoscaling:DescribeTags",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:GetInstanceTypesFromInstanceRequirements",
+    "eks:DescribeNodegroup",
+)
+AUTOSCALER_WRITE_ACTIONS = (
+    "autoscaling:SetDesiredCapacity",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+)
+
+
+def autoscaler_policy(region: str, account_id: str, group_names: list[str]) -> dict:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "Discover", "Effect": "Allow", "Action": list(AUTOSCALER_READ_ACTIONS), "Resource": "*"},
+            {
+                "Sid": "ScaleTheStacksGroups",
+                "Effect": "Allow",
+                "Action": list(AUTOSCALER_WRITE_ACTIONS),
+                "Resource": [
+                    f"arn:aws:autoscaling:{region}:{account_id}:autoScalingGroup:*:autoScalingGroupName/{g}"
+                    for g in group_names
+                ],
+            },
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class ClusterAutoscalerIdentityArgs:
+    cluster: Cluster
+    region: str
+    account_id: str
+    autoscaling_group_names: list[pulumi.Input[str]]  # the stack's autoscaled GPU groups'
+    namespace: str
+    service_account: str
+
+
+class ClusterAutoscalerIdentity(pulumi.ComponentResource):
+    """Pod Identity for the cluster autoscaler: scale the stack's own GPU groups, nothing else."""
+
+    def __init__(
+        self, name: str, args: ClusterAutoscalerIdentityArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("trainstack:compute:ClusterAutoscalerIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.role = aws.iam.Role(
+            f"{name}-role",
+            description="Cluster autoscaler of trainstack (EKS Pod Identity)",
+            assume_role_policy=json.dumps(
+                service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
+            ),
+            opts=child,
+        )
+        self.policy = aws.iam.RolePolicy(
+            f"{name}-policy",
+            role=self.role.id,
+            policy=pulumi.Output.all(*args.autoscaling_group_names).apply(
+                lambda names: json.dumps(autoscaler_policy(args.region, args.account_id, list(names)))
+            ),
+            opts=child,
+        )
+        self.association = aws.eks.PodIdentityAssociation(
+            f"{name}-association",
+            cluster_name=args.cluster.cluster_name,
+            namespace=args.namespace,
+            service_account=args.service_account,
+            role_arn=self.role.arn,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[args.cluster.pod_identity_agent, self.policy]
+            ),
+        )
+        self.register_outputs({"roleArn": self.role.arn})

@@ -19,6 +19,7 @@ import json
 import logging
 import runpy
 import sys
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -329,6 +330,8 @@ class OfflineMocks(mocks.Mocks):
             computed = {"latestVersion": 1, "defaultVersion": 1}
         elif t == "eks:index:Cluster":
             computed = self._cluster_outputs(args.name, state)
+        elif t == "eks:index:ManagedNodeGroup":
+            computed = {"nodeGroup": self._node_group_child(args.name, state)}
         elif t == "pulumi-python:dynamic:Resource" and "image_tag" in state:
             repo = state["repository_url"]
             computed = {"image_uri": f"{repo}@{fake_digest(repo, state['image_tag'])}", "build_id": ""}
@@ -431,6 +434,31 @@ class OfflineMocks(mocks.Mocks):
         self._children[("eks:index:Cluster", resource_name)] = children
         stack_urn_prefix = f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}"
         return resource_ref(f"{stack_urn_prefix}::eks:index:Cluster${cluster_type}::{cluster_child}", name)
+
+    def _node_group_child(self, resource_name: str, state: dict[str, Any]) -> dict[str, str]:
+        """pulumi-eks's ManagedNodeGroup creates one aws.eks.NodeGroup of the same name; EKS names
+        the group's Auto Scaling group `eks-<node group>-<node group uuid>`."""
+        name = state.get("nodeGroupName") or resource_name
+        uid = str(uuid.UUID(hashlib.md5(name.encode()).hexdigest()))
+        node_group_type = "aws:eks/nodeGroup:NodeGroup"
+        scaling = state.get("scalingConfig") or {}
+        self._children[("eks:index:ManagedNodeGroup", resource_name)] = [
+            RemoteChild(
+                node_group_type,
+                resource_name,
+                f"{state.get('clusterName', 'cluster')}:{name}",
+                {
+                    "nodeGroupName": name,
+                    "scalingConfig": scaling,
+                    "labels": state.get("labels") or {},
+                    "resources": [{"autoscalingGroups": [{"name": f"eks-{name}-{uid}"}]}],
+                },
+            )
+        ]
+        stack_urn_prefix = f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}"
+        return resource_ref(
+            f"{stack_urn_prefix}::eks:index:ManagedNodeGroup${node_group_type}::{resource_name}", name
+        )
 
     def _offerings(self, a: dict[str, Any]) -> dict[str, Any]:
         """EC2 DescribeInstanceTypeOfferings by availability zone, filtered by instance type."""

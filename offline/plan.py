@@ -26,7 +26,8 @@ import yaml
 
 from offline.account import FactError, parse_facts, read_facts_file
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
-from offline.timeline import critical_path, describe, until_training
+from offline.timeline import critical_path, describe, job_start_minutes, until_training
+from stacks.catalog import image_compressed_gb
 from stacks.config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from stacks.cost import hourly_cost, total
 
@@ -259,20 +260,24 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     checks = [m for m in run.messages if m.startswith("Account checks")]
     if checks:
         lines += ["", *checks]
-    lines += ["", *describe(critical_path(run.resources, until_training(run.resources)))]
+    image_gb = image_compressed_gb(cfg.image.base_image)
+    lines += ["", *describe(critical_path(run.resources, until_training(run.resources), image_gb))]
     cost = hourly_cost(cfg, datetime.date.today())
-    lines += ["", "Estimated cost while the stack runs (us-east-1 on-demand):"]
+    lines += ["", "Estimated cost while idle, no job admitted (us-east-1 on-demand):"]
     for c in cost:
         unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"
         lines.append(f"  {c.quantity:3d} x {c.item:55s} {unit}")
-    lines.append(f"  total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
+    lines.append(f"  idle total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
     jobs = run.outputs.get("jobs") or {}
     if jobs:
-        lines += ["", f"Jobs ({run.outputs.get('gpusTotal', 0)} GPUs in the stack's GPU node groups):"]
+        lines += ["", f"Jobs ({run.outputs.get('gpusTotal', 0)} GPUs at the GPU node groups' maximum size):"]
+        starts = job_start_minutes(run.resources, image_gb)
         for name, job in jobs.items():
+            start = starts.get(name)
             lines.append(
-                f"  {name:30s} {job['kind']:10s} {job['nodes']} node(s) of {job['nodeGroup']}, "
-                f"{job['gpus']} GPUs, ${job['hourlyUsd']:.2f}/h of the total while it runs"
+                f"  {name:30s} {job['kind']:10s} {job['nodes']} node(s) of {job['nodeGroup']} "
+                f"(queue {job['queue']}), {job['gpus']} GPUs, +${job['hourlyUsd']:.2f}/h while it runs"
+                + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
             )
     if cfg.docker_hub_access_token is None:
         lines += [

@@ -1,8 +1,10 @@
-"""How long a first `pulumi up` takes: the longest dependency chain through the plan.
+"""How long a first `pulumi up` takes: the longest dependency chain through the plan; and how long
+a job on an idle stack takes from admission to its first step.
 
 Each resource is weighted by the typical provisioning time in ../shared/reference/aws-gpu-facts.md;
 Pulumi creates everything whose dependencies are done in parallel, so the longest weighted chain
-is the wall-clock estimate, and it names what serialises the run.
+is the wall-clock estimate, and it names what serialises the run. A GPU group the autoscaler sizes
+starts empty: each job on it waits for its nodes to join and pull the image.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from conventions import NODE_GROUP_LABEL, PREFLIGHT_LABEL
+from conventions import NODE_GROUP_LABEL, TRAINING_NAMESPACE
 from offline.engine import Registration
+from stacks.catalog import image_pull_minutes
 
 # Typical minutes (midpoints of the reference's ranges); anything not listed takes seconds.
 TYPICAL_MINUTES = {
@@ -26,39 +29,78 @@ TYPICAL_MINUTES = {
 }
 CPU_NODE_GROUP_MINUTES = 2.25  # 1.5-3 min
 GPU_NODE_GROUP_MINUTES = 5.0  # ~5 min to join
-IMAGE_PULL_MINUTES = 5.0  # a 15-20 GB image on a node: 4-6 min
+GPU_NODE_JOIN_MINUTES = 5.0  # a node the autoscaler adds: launch and join, as a group's first nodes
 POD_START_MINUTES = 0.5  # image already on the node
-PREFLIGHT_RUN_MINUTES = 1.0
+NODE_CHECK_MINUTES = 0.5  # the job's own check of its nodes before step 0 (seconds of all-reduce)
 OTHER_MINUTES = 0.05
 TRAINING_KINDS = (
     "kubernetes:kubeflow.org/v1:PyTorchJob",
     "kubernetes:ray.io/v1:RayJob",
     "kubernetes:ray.io/v1:RayCluster",
 )
-PREFLIGHT = "kubernetes:batch/v1:Job"
+NODE_GROUP = "eks:index:ManagedNodeGroup"
 
 
 def _group(reg: Registration) -> str | None:
     labels = (reg.inputs.get("metadata") or {}).get("labels") or {}
-    return labels.get(NODE_GROUP_LABEL) or labels.get(PREFLIGHT_LABEL)
+    return labels.get(NODE_GROUP_LABEL)
 
 
-def pod_start_minutes(resources: list[Registration]) -> dict[str, float]:
-    """Workloads' own minutes: the first pods on a node group pull the image, later ones reuse it."""
-    minutes, pulled = {}, set()
-    for reg in sorted(resources, key=lambda r: r.type != PREFLIGHT):  # a preflight runs first
-        if reg.type == PREFLIGHT or reg.type in TRAINING_KINDS:
-            group = _group(reg)
-            start = POD_START_MINUTES if group in pulled else IMAGE_PULL_MINUTES
-            pulled.add(group)
-            minutes[reg.urn] = start + (PREFLIGHT_RUN_MINUTES if reg.type == PREFLIGHT else 0.0)
-    return minutes
+def _starts_empty(reg: Registration) -> bool:
+    return reg.type == NODE_GROUP and (reg.inputs.get("scalingConfig") or {}).get("desiredSize") == 0
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """Minutes from a job's admission to its first step."""
+
+    provision: float  # nodes the autoscaler adds
+    pull: float  # the image, on fresh nodes
+    start: float  # pods start, the job checks its nodes
+
+    @property
+    def total(self) -> float:
+        return self.provision + self.pull + self.start
+
+    def describe(self) -> str:
+        parts = [f"nodes ~{self.provision:g}"] if self.provision else []
+        parts += [f"image pull ~{self.pull:.1f}"] if self.pull else []
+        return ", ".join([*parts, f"pod start ~{self.start:g}"])
+
+
+def job_starts(resources: list[Registration], image_gb: float) -> dict[str, JobStart]:
+    """Each workload's own minutes, by URN: on a group that starts empty every job waits for its
+    nodes and pulls the image; on a group with nodes, the first job pulls and later ones reuse it."""
+    empty = {(r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL) for r in resources if _starts_empty(r)}
+    pull = image_pull_minutes(image_gb)
+    starts, pulled = {}, set()
+    for reg in resources:
+        if reg.type not in TRAINING_KINDS:
+            continue
+        group = _group(reg)
+        if group in empty:
+            starts[reg.urn] = JobStart(GPU_NODE_JOIN_MINUTES, pull, POD_START_MINUTES + NODE_CHECK_MINUTES)
+        else:
+            starts[reg.urn] = JobStart(0.0, 0.0 if group in pulled else pull, POD_START_MINUTES)
+        pulled.add(group)
+    return starts
+
+
+def job_start_minutes(resources: list[Registration], image_gb: float) -> dict[str, JobStart]:
+    """The same, by job name (its Kubernetes name in the training namespace)."""
+    by_urn = {r.urn: r for r in resources}
+    return {
+        by_urn[urn].inputs["metadata"]["name"]: start
+        for urn, start in job_starts(resources, image_gb).items()
+        if by_urn[urn].inputs["metadata"].get("namespace") == TRAINING_NAMESPACE
+    }
 
 
 def typical_minutes(reg: Registration) -> float:
-    if reg.type == "eks:index:ManagedNodeGroup":
+    if reg.type == NODE_GROUP:
         gpu = "NVIDIA" in str(reg.inputs.get("amiType", ""))
-        return GPU_NODE_GROUP_MINUTES if gpu else CPU_NODE_GROUP_MINUTES
+        # An empty group is created in a CPU group's time; its nodes come per job.
+        return GPU_NODE_GROUP_MINUTES if gpu and not _starts_empty(reg) else CPU_NODE_GROUP_MINUTES
     return TYPICAL_MINUTES.get(reg.type, OTHER_MINUTES)
 
 
@@ -70,10 +112,12 @@ class Step:
     done_at: float  # minutes after `pulumi up` starts
 
 
-def critical_path(resources: list[Registration], until: set[str] | None = None) -> list[Step]:
+def critical_path(
+    resources: list[Registration], until: set[str] | None = None, image_gb: float = 0.0
+) -> list[Step]:
     """The longest chain, first step first, ending at the latest of `until` (default: any)."""
     by_urn = {r.urn: r for r in resources}
-    workloads = pod_start_minutes(resources)
+    workloads = {urn: start.total for urn, start in job_starts(resources, image_gb).items()}
 
     def own_minutes(r: Registration) -> float:
         if is_local_component(r) or inside_remote_component(r):

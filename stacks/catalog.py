@@ -73,6 +73,24 @@ CPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.gpus == 0)
 # Hourly costs of the managed pieces a stack keeps running (same reference file).
 NAT_GATEWAY_HOURLY_USD = 0.045
 
+# What a node pulls for the training image, estimated: the PyTorch base (compressed, by its flavor)
+# plus the layers workload/Dockerfile adds (EFA stack, gcc, Ray and the other requirements). The
+# image build prints the real figure (ECR's imageSizeInBytes) after each push.
+BASE_IMAGE_COMPRESSED_GB = {"runtime": 3.5, "devel": 9.5}
+ADDED_LAYERS_COMPRESSED_GB = 1.5
+# A node pulls a 15-20 GB image in 4-6 minutes (aws-gpu-facts.md): ~3.5 GB a minute.
+IMAGE_PULL_GB_PER_MINUTE = 3.5
+
+
+def image_compressed_gb(base_image: str) -> float:
+    flavor = "devel" if "devel" in base_image.rsplit(":", 1)[-1] else "runtime"
+    return BASE_IMAGE_COMPRESSED_GB[flavor] + ADDED_LAYERS_COMPRESSED_GB
+
+
+def image_pull_minutes(image_gb: float) -> float:
+    return image_gb / IMAGE_PULL_GB_PER_MINUTE
+
+
 # Commercial regions with EKS and NVIDIA GPU instances that trainstack is planned for. GPU types
 # differ per region and AZ; a live run asks EC2 which AZs offer a group's type. Prices above are
 # us-east-1's, so the plan's cost estimate is us-east-1's wherever the stack runs.

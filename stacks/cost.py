@@ -1,4 +1,6 @@
-"""Estimated hourly cost of what a stack keeps running, from the catalog's on-demand prices."""
+"""Estimated hourly cost of a stack, from the catalog's on-demand prices: what it costs idle (no job
+admitted: the control plane, NAT gateways, system nodes and each GPU group's floor), and what each job
+adds while it runs (its nodes beyond that floor)."""
 
 from __future__ import annotations
 
@@ -27,9 +29,16 @@ def nat_gateway_count(cfg: StackConfig) -> int:
     return cfg.network.availability_zones if cfg.network.nat_gateways == "onePerAz" else 1
 
 
+def idle_nodes(cfg: StackConfig, group) -> int:
+    """GPU nodes a group keeps with no job: its floor when the autoscaler sizes it, else all."""
+    if group.autoscaled and cfg.operators.cluster_autoscaler.enabled:
+        return group.min_nodes
+    return group.node_count
+
+
 def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
-    """What the stack costs per hour on `today`: the control plane's price follows its version's
-    support (extended support is six times standard)."""
+    """What the idle stack costs per hour on `today`: the control plane's price follows its
+    version's support (extended support is six times standard)."""
     system = cfg.cluster.system_node_group
     status, control_plane = support_status(cfg.cluster.kubernetes_version, today)
     lines = [
@@ -44,7 +53,7 @@ def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
     for g in cfg.gpu_node_groups:
         price = None if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd
         lines.append(
-            CostLine(f"{g.instance_type} (node group {g.name}, {g.capacity_type})", g.node_count, price)
+            CostLine(f"{g.instance_type} (node group {g.name}, {g.capacity_type})", idle_nodes(cfg, g), price)
         )
     return [line for line in lines if line.quantity]
 

@@ -3,7 +3,8 @@
     account checks (quotas, AZs, reservations; nothing registered if one fails)
       ->  build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM)
       ->  operators plane (device plugins, training operator, KubeRay)
-      ->  jobs plane (preflight per EFA group, PyTorchJob / RayJob / RayCluster)
+      ->  queueing plane (Kueue queues per node group, cluster autoscaler)
+      ->  jobs plane (PyTorchJob / RayJob / RayCluster, each through its group's queue)
 
 Each plane gets only what it needs from the one before. Returns the stack outputs.
 """
@@ -23,13 +24,27 @@ from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
-from components.jobs import GroupPreflight, JobSpec, Placement, PreflightArgs, TrainingJob, TrainingJobArgs
+from components.jobs import (
+    JobSpec,
+    NodeCheck,
+    Placement,
+    TrainingJob,
+    TrainingJobArgs,
+    gpu_placement,
+    system_placement,
+)
 from components.network import Network, NetworkArgs
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
-from components.pod_identity import TrainingPodIdentity, TrainingPodIdentityArgs
+from components.pod_identity import (
+    ClusterAutoscalerIdentity,
+    ClusterAutoscalerIdentityArgs,
+    TrainingPodIdentity,
+    TrainingPodIdentityArgs,
+)
 from components.principals import same_principal
+from components.queueing import AUTOSCALER_SERVICE_ACCOUNT, Queueing, QueueingArgs, QueueSpec
 from components.registry import ImageRegistry, ImageRegistryArgs
-from conventions import NODE_GROUP_LABEL, SYSTEM_GROUP, SYSTEM_NODE_LABEL
+from conventions import SYSTEM_GROUP, SYSTEM_NODE_LABEL
 from stacks.account import STACK_TAG, AccountFacts, check_account, eks_cluster_name
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
@@ -66,6 +81,7 @@ class ComputePlane:
     cluster: Cluster
     node_groups: list[GpuNodeGroup]
     pod_identity: TrainingPodIdentity
+    autoscaler_identity: ClusterAutoscalerIdentity | None
 
 
 def build_stack(cfg: StackConfig) -> dict[str, Any]:
@@ -75,8 +91,9 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
     build = build_plane(cfg, account)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     operators = operators_plane(cfg, compute.cluster)
-    jobs = jobs_plane(cfg, build, compute, operators)
-    return outputs(cfg, build, compute, operators, jobs) | ci_outputs(ci)
+    queues = queueing_plane(cfg, compute, operators)
+    jobs = jobs_plane(cfg, build, compute, operators, queues)
+    return outputs(cfg, build, compute, operators, queues, jobs) | ci_outputs(ci)
 
 
 def aws_account(cfg: StackConfig) -> Account:
@@ -243,6 +260,7 @@ def compute_plane(
                 group_name=g.name,
                 instance_type=g.instance_type,
                 node_count=g.node_count,
+                min_nodes=g.min_nodes,
                 efa=g.efa,
                 capacity_type=g.capacity_type,
                 capacity_reservation_id=g.capacity_reservation_id,
@@ -266,15 +284,31 @@ def compute_plane(
         ),
         account.opts,
     )
-    return ComputePlane(cluster, node_groups, pod_identity)
+    autoscaled = [ng.autoscaling_group_name for ng in node_groups if ng.autoscaled]
+    autoscaler_identity = None
+    if autoscaled and cfg.operators.cluster_autoscaler.enabled:
+        autoscaler_identity = ClusterAutoscalerIdentity(
+            "cluster-autoscaler",
+            ClusterAutoscalerIdentityArgs(
+                cluster=cluster,
+                region=cfg.region,
+                account_id=account.account_id,
+                autoscaling_group_names=autoscaled,
+                namespace=AUTOSCALER_SERVICE_ACCOUNT[0],
+                service_account=AUTOSCALER_SERVICE_ACCOUNT[1],
+            ),
+            account.opts,
+        )
+    return ComputePlane(cluster, node_groups, pod_identity, autoscaler_identity)
+
+
+def helm_operator(c) -> HelmOperator:
+    return HelmOperator(c.enabled, c.version, c.values)
 
 
 def operators_plane(cfg: StackConfig, cluster: Cluster) -> ClusterOperators:
     ops = cfg.operators
-
-    def helm(c) -> HelmOperator:
-        return HelmOperator(c.enabled, c.version, c.values)
-
+    helm = helm_operator
     return ClusterOperators(
         "operators",
         ClusterOperatorsArgs(
@@ -295,22 +329,16 @@ def placements(cfg: StackConfig, compute: ComputePlane) -> dict[str, Placement]:
     system = cfg.cluster.system_node_group
     cpu = INSTANCE_TYPES[system.instance_type]
     found = {
-        # A CPU job shares the system nodes with the operators, CoreDNS and Ray heads: it asks
-        # for half a node, so it schedules beside them.
-        SYSTEM_GROUP: Placement(
-            SYSTEM_GROUP,
+        SYSTEM_GROUP: system_placement(
             system.instance_type,
-            0,
-            0,
-            max(1, cpu.vcpus // 2),
-            max(1, cpu.memory_gib // 2),
+            cpu.vcpus,
+            cpu.memory_gib,
             cpu.hourly_usd or 0.0,
-            dict(SYSTEM_NODE_LABEL),
             compute.cluster.system_nodes,
         )
     }
     for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True):
-        found[g.name] = Placement(
+        found[g.name] = gpu_placement(
             g.name,
             g.instance_type,
             ng.gpu_count,
@@ -318,14 +346,48 @@ def placements(cfg: StackConfig, compute: ComputePlane) -> dict[str, Placement]:
             ng.vcpus,
             ng.memory_gib,
             0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0,
-            {NODE_GROUP_LABEL: g.name},
             ng,
         )
     return found
 
 
+def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOperators) -> Queueing:
+    by_group = placements(cfg, compute)
+    system = cfg.cluster.system_node_group
+    specs = [QueueSpec(by_group[SYSTEM_GROUP], system.desired_size, provisioned=False)]
+    autoscaler = cfg.operators.cluster_autoscaler.enabled
+    specs += [
+        QueueSpec(by_group[g.name], g.node_count, provisioned=autoscaler and g.autoscaled)
+        for g in cfg.gpu_node_groups
+    ]
+    q, cc = cfg.queueing, cfg.cluster
+    pods = compute.pod_identity
+    return Queueing(
+        "queueing",
+        QueueingArgs(
+            provider=compute.cluster.provider,
+            system_nodes=compute.cluster.system_nodes,
+            operators=[r for r in (operators.training_operator, operators.kuberay_crds) if r is not None],
+            namespace=pods.namespace,
+            namespace_name=pods.namespace_name,
+            queues=specs,
+            kueue=helm_operator(cfg.operators.kueue),
+            cluster_autoscaler=helm_operator(cfg.operators.cluster_autoscaler),
+            cluster_name=eks_cluster_name(cfg),
+            region=cfg.region,
+            kubernetes_version=cc.kubernetes_version,
+            idle_node_minutes=q.idle_node_minutes,
+            pods_ready_timeout_minutes=q.pods_ready_timeout_minutes,
+            max_node_provision_minutes=q.max_node_provision_minutes,
+            autoscaler_identity=compute.autoscaler_identity.association
+            if compute.autoscaler_identity
+            else None,
+        ),
+    )
+
+
 def jobs_plane(
-    cfg: StackConfig, build: BuildPlane, compute: ComputePlane, operators: ClusterOperators
+    cfg: StackConfig, build: BuildPlane, compute: ComputePlane, operators: ClusterOperators, queues: Queueing
 ) -> list[TrainingJob]:
     pods, provider = compute.pod_identity, compute.cluster.provider
     k8s_opts = pulumi.ResourceOptions(provider=provider, depends_on=[pods.namespace])
@@ -338,25 +400,7 @@ def jobs_plane(
             opts=k8s_opts,
         )
     by_group = placements(cfg, compute)
-    preflights: dict[str, GroupPreflight] = {}
-    for g in cfg.gpu_node_groups:
-        used = any(j.node_group == g.name for j in cfg.jobs)
-        if not used or not (g.preflight if g.preflight is not None else g.efa):
-            continue
-        floor = g.preflight_min_bus_bandwidth or max(1, int(g.instance.network_gbps / 8 / 2))
-        preflights[g.name] = GroupPreflight(
-            f"preflight-{g.name}",
-            PreflightArgs(
-                placement=by_group[g.name],
-                nodes=g.node_count,
-                min_bus_bandwidth_gbps=floor,
-                image=build.image.image_uri,
-                namespace=pods.namespace_name,
-                service_account=pods.service_account_name,
-                provider=provider,
-                waits_for=[by_group[g.name].node_group, *operators.device_plugins, pods.association],
-            ),
-        )
+    groups = {g.name: g for g in cfg.gpu_node_groups}
     jobs = []
     for j in cfg.jobs:
         env_secret = None
@@ -368,8 +412,13 @@ def jobs_plane(
                 opts=k8s_opts,
             )
         placement = by_group[j.node_group]
-        preflight = preflights.get(j.node_group)
-        extra = [r for r in (hf_secret, env_secret, preflight, pods.association) if r]
+        group = groups.get(j.node_group)
+        node_check = None
+        if group is not None and group.checks_efa:
+            node_check = NodeCheck(placement.gpus, placement.efa, group.min_bus_bandwidth_gbps)
+        provisioned = group is not None and group.autoscaled and cfg.operators.cluster_autoscaler.enabled
+        # Device plugins: a job's pods need the GPUs and EFA interfaces advertised.
+        extra = [r for r in (hf_secret, env_secret, pods.association, *operators.device_plugins) if r]
         jobs.append(
             TrainingJob(
                 f"job-{j.name}",
@@ -395,10 +444,12 @@ def jobs_plane(
                     service_account=pods.service_account_name,
                     provider=provider,
                     operator=operators.training_operator if j.kind == "PyTorchJob" else operators.kuberay,
-                    waits_for=extra,
+                    queue=j.node_group,
+                    provision_minutes=cfg.queueing.max_node_provision_minutes if provisioned else 0,
+                    waits_for=[queues.local_queues[j.node_group], *extra],
                     env_secret=env_secret.metadata.name if env_secret else None,
                     hf_token_secret=hf_secret.metadata.name if hf_secret else None,
-                    preflight=preflight.job_name if preflight else None,
+                    node_check=node_check,
                     head_selector=dict(SYSTEM_NODE_LABEL),
                 ),
             )
@@ -422,6 +473,7 @@ def outputs(
     build: BuildPlane,
     compute: ComputePlane,
     operators: ClusterOperators,
+    queues: Queueing,
     jobs: list[TrainingJob],
 ) -> dict[str, Any]:
     cluster, pods = compute.cluster, compute.pod_identity
@@ -439,13 +491,18 @@ def outputs(
                 "nodeGroupName": ng.node_group_name,
                 "instanceType": g.instance_type,
                 "nodes": g.node_count,
+                "minNodes": g.min_nodes if ng.autoscaled else g.node_count,
+                "autoscaled": ng.autoscaled and cfg.operators.cluster_autoscaler.enabled,
                 "gpusPerNode": ng.gpu_count,
                 "efaInterfacesPerNode": ng.efa_count,
             }
             for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True)
         },
         "operators": {
-            **{key: f"{r.namespace}/{r.release}" for key, r in operators.installed_charts.items()},
+            **{
+                key: f"{r.namespace}/{r.release}"
+                for key, r in (operators.installed_charts | queues.installed_charts).items()
+            },
             "trainingOperator": operators.training_operator_url,
         },
         "jobs": {j.spec_name: j.summary for j in jobs},

@@ -153,7 +153,7 @@ def test_codebuild_project(dev_plan):
     assert env["privilegedMode"] is True
     assert env["computeType"] == "BUILD_GENERAL1_LARGE"
     variables = {v["name"]: v["value"] for v in env["environmentVariables"]}
-    assert variables["BASE_IMAGE"] == "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel"
+    assert variables["BASE_IMAGE"] == "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
     assert variables["REPOSITORY_URI"].endswith(".amazonaws.com/trainstack/dev/training")
     assert project.inputs["source"]["type"] == "S3"
     assert project.inputs["source"]["buildspec"] == (ROOT / "components" / "buildspec.yml").read_text()
@@ -170,7 +170,7 @@ def test_context_upload_and_trigger_agree(dev_plan):
     archive = context_archive(ROOT / "workload")
     context_hash = sha256(archive)
     assert obj.inputs["key"] == f"build-contexts/{context_hash}.zip"
-    assert trigger.inputs["image_tag"] == image_tag(archive, "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel")
+    assert trigger.inputs["image_tag"] == image_tag(archive, "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime")
     assert trigger.inputs["source_location"].endswith(f"/build-contexts/{context_hash}.zip")
     # The boto3 side checks it builds in the stack's account, with the stack's profile.
     assert trigger.inputs["account_id"] == "123456789012"
@@ -232,9 +232,9 @@ def test_docker_builder_gives_the_same_outputs():
     run = plan("dev", image={"builder": "docker"})
     assert run.by_type("aws:codebuild/project:Project") == []
     image = run.one("docker:index/image:Image")
-    tag = image_tag(context_archive(ROOT / "workload"), "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel")
+    tag = image_tag(context_archive(ROOT / "workload"), "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime")
     assert image.inputs["imageName"].endswith(f"/trainstack/dev/training:{tag}")
-    assert image.inputs["build"]["args"] == {"BASE_IMAGE": "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel"}
+    assert image.inputs["build"]["args"] == {"BASE_IMAGE": "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"}
     assert image.inputs["registry"]["password"] == "[secret]"
     assert run.outputs["imageUri"].startswith(run.outputs["repositoryUrl"] + "@sha256:")
 
@@ -281,7 +281,7 @@ def test_only_the_current_context_archive_is_kept():
 
 def test_base_image_change_is_a_new_tag():
     archive = context_archive(ROOT / "workload")
-    assert image_tag(archive, "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel") != image_tag(
+    assert image_tag(archive, "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime") != image_tag(
         archive, "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-devel"
     )
 
@@ -314,7 +314,7 @@ def test_docker_hub_pull_through_cache():
     }
     assert env["BASE_IMAGE"] == (
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-dev-image-dockerhub/"
-        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel"
+        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
     )
     cache = {s["Sid"]: s for s in _statements(policy_of(run, "image-codebuild"))}["PullBaseImageThroughCache"]
     assert (

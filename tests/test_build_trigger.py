@@ -123,9 +123,10 @@ def test_build_succeeds_and_returns_the_digest():
     sent: list[dict] = []
     r.codebuild.start_build = pushing_start(r, sent)
     result = r.build(inputs())
-    digest = boto3.client("ecr", region_name=REGION).describe_images(
+    detail = boto3.client("ecr", region_name=REGION).describe_images(
         repositoryName=REPO, imageIds=[{"imageTag": TAG}]
-    )["imageDetails"][0]["imageDigest"]
+    )["imageDetails"][0]
+    digest = detail["imageDigest"]
     assert result["image_uri"] == f"{inputs()['repository_url']}@{digest}"
     assert result["build_id"].startswith(f"{PROJECT}:")
     (request,) = sent
@@ -135,7 +136,9 @@ def test_build_succeeds_and_returns_the_digest():
     assert env == {"IMAGE_TAG": TAG, "CONTEXT_DIR": "."}
     assert messages[0] == f"CodeBuild {result['build_id']} started for {TAG}"
     assert f"CodeBuild {result['build_id']}: COMPLETED" in messages
-    assert messages[-1].endswith(f"pushed {result['image_uri']}")
+    # ECR's compressed size, as every new node pulls it.
+    size = f"{detail['imageSizeInBytes'] / 1e9:.2f} GB compressed"
+    assert messages[-1].endswith(f"pushed {result['image_uri']} ({size}, pulled by each new node)")
 
 
 def test_an_existing_tag_is_reused_without_a_build():

@@ -1,12 +1,33 @@
 """Run inside the freshly built image before it is pushed (buildspec.yml): fail fast, push nothing broken.
 
-Checks the imports the trainers need, reports torch/CUDA/NCCL versions, and runs one forward and
-backward pass of the tiny model on CPU (CodeBuild has no GPU).
+Checks the imports the trainers need, that the EFA stack and a C compiler are in the image (the
+runtime base image has neither of its own), reports torch/CUDA/NCCL versions, and runs one forward
+and backward pass of the tiny model on CPU (CodeBuild has no GPU).
 """
 
+import shutil
 import sys
+from pathlib import Path
 
 import torch
+
+# What the EFA installer puts in the image (globs under /), and what NCCL loads to use EFA.
+EFA_FILES = {
+    "aws-ofi-nccl (NCCL's EFA plugin)": "opt/amazon/ofi-nccl/lib/*/libnccl-net*.so*",
+    "libfabric": "opt/amazon/efa/lib/libfabric.so*",
+}
+
+
+def image_problems(root: Path = Path("/"), which=shutil.which) -> list[str]:
+    """What the image lacks: EFA's libraries, and the C compiler Triton builds its launcher with."""
+    problems = [
+        f"{what} missing: no /{pattern} (did the EFA installer run?)"
+        for what, pattern in EFA_FILES.items()
+        if not any(root.glob(pattern))
+    ]
+    if which("gcc") is None and which("cc") is None:
+        problems.append("no C compiler on PATH: torch.compile (Triton) needs gcc at run time")
+    return problems
 
 
 def main() -> int:
@@ -22,6 +43,10 @@ def main() -> int:
     print(
         f"torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}, ray {ray.__version__}, boto3 {boto3.__version__}"
     )
+    problems = image_problems()
+    if problems:
+        print("smoke test failed: " + "; ".join(problems))
+        return 1
     cfg = MODEL_SIZES["tiny"]
     model = Transformer(cfg)
     tokens = torch.randint(0, cfg.vocab_size, (2, 16))

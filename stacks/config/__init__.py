@@ -1,7 +1,7 @@
 """The typed stack config: one schema for everything a `Pulumi.<stack>.yaml` can set.
 
 One module per plane holds that plane's settings and its own checks (`network`, `cluster`,
-`node_groups`, `build`, `operators`, `jobs`, `ci`); `checks` runs them in plane order with the rules
+`node_groups`, `build`, `operators`, `queueing`, `jobs`, `ci`); `checks` runs them in plane order with the rules
 that span planes. `load_config` reads the Pulumi config of the running stack, checks it and returns
 a frozen `StackConfig`, or raises one `ConfigError` that lists every problem. It runs before any
 resource is registered. Defaults describe the cheap `dev` stack: one g6.xlarge node, no EFA.
@@ -26,6 +26,7 @@ from stacks.config.names import PROFILE_KEY, PROJECT, PROJECT_ROOT, REGION_KEY, 
 from stacks.config.network import NetworkConfig
 from stacks.config.node_groups import GpuNodeGroupConfig, default_gpu_node_groups
 from stacks.config.operators import OperatorsConfig
+from stacks.config.queueing import QueueingConfig
 from stacks.schema import ABSENT, ConfigError, Problem, Reader, setting
 
 __all__ = [
@@ -62,6 +63,9 @@ class StackConfig:
     )
     operators: OperatorsConfig = setting(
         "operators", "Cluster operators installed by the stack.", factory=OperatorsConfig
+    )
+    queueing: QueueingConfig = setting(
+        "queueing", "Kueue admission and cluster autoscaler timings.", factory=QueueingConfig
     )
     ci: CiConfig = setting(
         "ci", "GitHub Actions access through OIDC (off unless githubRepository is set).", factory=CiConfig

@@ -35,7 +35,7 @@ class ImageConfig:
     base_image: str = setting(
         "baseImage",
         "CUDA PyTorch base image (Dockerfile BASE_IMAGE).",
-        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel",
+        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime",
     )
     compute_type: ComputeType = setting("computeType", "CodeBuild compute type.", "BUILD_GENERAL1_LARGE")
     build_timeout_minutes: int = setting("buildTimeoutMinutes", "CodeBuild build timeout (5-480).", 60)
@@ -97,7 +97,7 @@ def check_image(img: ImageConfig, docker_hub_token_set: bool, r: Reader) -> None
             f"{p}:image.baseImage",
             img.base_image,
             "not an image reference",
-            "[registry/]repository[:tag][@sha256:digest], e.g. pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel",
+            "[registry/]repository[:tag][@sha256:digest], e.g. pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime",
         )
     if not 5 <= img.build_timeout_minutes <= 480:
         r.problem(f"{p}:image.buildTimeoutMinutes", img.build_timeout_minutes, "out of range", "5-480")

@@ -1,13 +1,16 @@
 """Value rules over a whole `StackConfig`: each plane's own checks, in plane order, and the rules
-that span planes (a job's node group exists and holds it, its operator is installed, the jobs
-`pulumi up` waits for fit their group together)."""
+that span planes (a job's node group exists and holds it, its operator is installed, it fits its
+queue's quota)."""
 
 from __future__ import annotations
 
 import typing
 from collections import Counter
 
+from components.jobs import Placement, gpu_placement, system_placement
+from components.queueing import QueueSpec, job_demand, shortfall
 from conventions import SYSTEM_GROUP
+from stacks.catalog import INSTANCE_TYPES
 from stacks.config.build import check_image, check_registry, check_storage
 from stacks.config.ci import check_ci
 from stacks.config.cluster import check_cluster
@@ -16,6 +19,7 @@ from stacks.config.names import PROJECT
 from stacks.config.network import check_network
 from stacks.config.node_groups import GpuNodeGroupConfig, check_node_groups
 from stacks.config.operators import OperatorsConfig, check_operators
+from stacks.config.queueing import check_queueing
 from stacks.schema import Reader
 
 if typing.TYPE_CHECKING:
@@ -45,6 +49,7 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     _check_jobs(c, by_name, r)
     check_image(c.image, c.docker_hub_access_token is not None, r)
     check_operators(c.operators, r)
+    check_queueing(c.queueing, r)
     check_ci(c.ci, r)
     check_registry(c.registry, c.storage.protect, r)
     check_storage(c.storage, r)
@@ -78,58 +83,70 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
     for name, n in Counter(j.name for j in c.jobs).items():
         if n > 1:
             r.problem(f"{p}:jobs", name, f"name used by {n} jobs", "unique names")
-    system_nodes = c.cluster.system_node_group.desired_size
-    _check_waited_jobs_fit(c.jobs, by_name or {}, r)
+    queues = _queues(c, by_name)
     for i, j in enumerate(c.jobs):
         k = f"{p}:jobs[{i}]"
         check_job_name(j, k, r)
-        _check_job_placement(j, by_name, system_nodes, k, r)
+        _check_job_placement(j, by_name, k, r)
+        _check_job_fits_queue(j, queues, k, r)
         check_job_run(j, k, r)
         _check_job_operator(j, c.operators, k, r)
         check_job_env_and_wait(j, k, r)
 
 
-def _check_waited_jobs_fit(
-    jobs: tuple[JobConfig, ...], by_name: dict[str, GpuNodeGroupConfig], r: Reader
-) -> None:
-    waited: Counter[str] = Counter()
-    waited_jobs: Counter[str] = Counter()
-    for j in jobs:
-        if j.wait != "none":
-            waited[j.node_group] += j.nodes
-            waited_jobs[j.node_group] += 1
-    for name, needed in waited.items():
-        # One job too large for its group is reported on its own `nodes`.
-        if name in by_name and waited_jobs[name] > 1 and needed > by_name[name].node_count:
-            r.problem(
-                f"{PROJECT}:jobs",
-                name,
-                f"the jobs `pulumi up` waits for on node group '{name}' need {needed} nodes at once; "
-                f"it has {by_name[name].node_count}, so some would never start",
-                "wait: none for jobs that may queue, fewer nodes, or a larger nodeCount",
-            )
+def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> dict[str, QueueSpec]:
+    """Each group's queue as the catalog sizes it (the program sizes it from EC2's answer, the same
+    figures); empty when the groups did not parse."""
+    system = c.cluster.system_node_group
+    if by_name is None or system.instance_type not in INSTANCE_TYPES:
+        return {}
+    cpu = INSTANCE_TYPES[system.instance_type]
+    placement = system_placement(system.instance_type, cpu.vcpus, cpu.memory_gib, 0.0)
+    queues = {SYSTEM_GROUP: QueueSpec(placement, system.desired_size, provisioned=False)}
+    for g in by_name.values():
+        if g.instance_type in INSTANCE_TYPES:
+            queues[g.name] = QueueSpec(_catalog_placement(g), g.node_count, provisioned=g.autoscaled)
+    return queues
+
+
+def _catalog_placement(g: GpuNodeGroupConfig) -> Placement:
+    it = g.instance
+    efa = it.max_efa_interfaces if g.efa else 0
+    return gpu_placement(g.name, g.instance_type, it.gpus, efa, it.vcpus, it.memory_gib, 0.0)
+
+
+def _check_job_fits_queue(j: JobConfig, queues: dict[str, QueueSpec], k: str, r: Reader) -> None:
+    """Kueue admits a job whole or never: one larger than its queue's quota would wait forever."""
+    queue = queues.get(j.node_group)
+    if queue is None or j.nodes < 1:
+        return
+    over = shortfall(job_demand(queue.placement, j.nodes, j.kind), queue.quota())
+    if over:
+        what = "the system node group" if queue.group == SYSTEM_GROUP else f"node group '{queue.group}'"
+        r.problem(
+            f"{k}.nodes",
+            j.nodes,
+            f"job '{j.name}' can never be admitted by queue '{queue.group}': {what} holds "
+            f"{queue.max_nodes} node(s) at most, and the job needs {'; '.join(over)}",
+            f"1-{queue.max_nodes}, or a larger node group",
+        )
 
 
 def _check_job_placement(
-    j: JobConfig, groups: dict[str, GpuNodeGroupConfig] | None, system_nodes: int, k: str, r: Reader
+    j: JobConfig, groups: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader
 ) -> None:
+    """The group exists and the job has a node; its upper bound is its queue's (below)."""
     if groups is None:
         return
-    if j.node_group == SYSTEM_GROUP:
-        count, label = system_nodes, f"the system node group has {system_nodes} node(s) at creation"
-    elif j.node_group in groups:
-        count = groups[j.node_group].node_count
-        label = f"node group '{j.node_group}' has {count} node(s)"
-    else:
+    if j.node_group != SYSTEM_GROUP and j.node_group not in groups:
         r.problem(
             f"{k}.nodeGroup",
             j.node_group,
             "no node group has that name",
             ", ".join([*groups, SYSTEM_GROUP]),
         )
-        return
-    if count and not 1 <= j.nodes <= count:
-        r.problem(f"{k}.nodes", j.nodes, label, f"1-{count}")
+    elif j.nodes < 1:
+        r.problem(f"{k}.nodes", j.nodes, "a job needs at least one node", "1 or more")
 
 
 def _check_job_operator(j: JobConfig, operators: OperatorsConfig, k: str, r: Reader) -> None:

@@ -23,7 +23,15 @@ _RESERVATION = re.compile(r"cr-[0-9a-f]{17}")
 class GpuNodeGroupConfig:
     name: str = setting("name", "Node group name (lowercase, digits, '-'; at most 32).")
     instance_type: str = setting("instanceType", "NVIDIA GPU instance type from the catalog.")
-    node_count: int = setting("nodeCount", "Number of nodes (1-64).", 1)
+    node_count: int = setting(
+        "nodeCount", "Most nodes the group holds (1-64); its jobs' queue quota is sized to it.", 1
+    )
+    min_nodes: int = setting(
+        "minNodes",
+        "Nodes kept while no job needs them (0-nodeCount); the cluster autoscaler adds the rest per job. "
+        "Ignored with CAPACITY_BLOCK (EKS sizes those to the block).",
+        0,
+    )
     efa: bool = setting("efa", "Attach EFA interfaces (instance type must support EFA).", False)
     capacity_type: CapacityType = setting("capacityType", "How the nodes are bought.", "ON_DEMAND")
     capacity_reservation_id: str | None = setting(
@@ -35,12 +43,12 @@ class GpuNodeGroupConfig:
     disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (50-16384).", 200)
     preflight: bool | None = setting(
         "preflight",
-        "Check GPUs, EFA and all-reduce bandwidth before the first job (default: on with EFA).",
+        "Each job checks its own nodes' GPUs, EFA and all-reduce bandwidth before step 0 (default: on with EFA).",
         None,
     )
     preflight_min_bus_bandwidth: int | None = setting(
         "preflightMinBusBandwidthGBps",
-        "Preflight floor for all-reduce bus bandwidth (default: half the instance's network, in GB/s).",
+        "The check's floor for all-reduce bus bandwidth (default: half the instance's network, in GB/s).",
         None,
     )
     availability_zone: str | None = setting(
@@ -52,6 +60,19 @@ class GpuNodeGroupConfig:
     @property
     def instance(self):
         return INSTANCE_TYPES[self.instance_type]
+
+    @property
+    def autoscaled(self) -> bool:
+        """The cluster autoscaler sizes the group per job; EKS sizes a Capacity Block group itself."""
+        return self.capacity_type != "CAPACITY_BLOCK"
+
+    @property
+    def checks_efa(self) -> bool:
+        return self.preflight if self.preflight is not None else self.efa
+
+    @property
+    def min_bus_bandwidth_gbps(self) -> int:
+        return self.preflight_min_bus_bandwidth or max(1, int(self.instance.network_gbps / 8 / 2))
 
 
 def default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
@@ -101,6 +122,8 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
     it = g.instance
     if not 1 <= g.node_count <= 64:
         r.problem(f"{k}.nodeCount", g.node_count, "out of range", "1-64")
+    elif not 0 <= g.min_nodes <= g.node_count:
+        r.problem(f"{k}.minNodes", g.min_nodes, "out of range", f"0-{g.node_count} (the group's nodeCount)")
     if g.efa and not it.efa_supported:
         efa_types = ", ".join(t for t in GPU_INSTANCE_TYPES if INSTANCE_TYPES[t].efa_supported)
         r.problem(

@@ -46,6 +46,17 @@ class OperatorsConfig:
     kuberay: HelmOperatorConfig = setting(
         "kuberay", "KubeRay operator (Helm; RayJob, RayCluster), on system nodes.", factory=HelmOperatorConfig
     )
+    kueue: HelmOperatorConfig = setting(
+        "kueue",
+        "Kueue (Helm): queues and all-or-nothing admission of every job, on system nodes. Off only where "
+        "the cluster runs Kueue 0.19 with the PyTorchJob integration on.",
+        factory=HelmOperatorConfig,
+    )
+    cluster_autoscaler: HelmOperatorConfig = setting(
+        "clusterAutoscaler",
+        "Kubernetes cluster autoscaler (Helm): scales GPU groups from minNodes per job, on system nodes.",
+        factory=HelmOperatorConfig,
+    )
 
     def runs(self, job_kind: str) -> tuple[str, bool]:
         """The operator that runs a job kind, by its config key, and whether it is installed."""
@@ -67,6 +78,8 @@ def check_operators(o: OperatorsConfig, r: Reader) -> None:
         ("nvidiaDevicePlugin", o.nvidia_device_plugin),
         ("efaDevicePlugin", o.efa_device_plugin),
         ("kuberay", o.kuberay),
+        ("kueue", o.kueue),
+        ("clusterAutoscaler", o.cluster_autoscaler),
     ):
         if op.version is not None and not _CHART_VERSION.fullmatch(op.version):
             r.problem(

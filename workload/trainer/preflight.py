@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer.train import init_distributed
+from trainer.train import DistContext, init_distributed
 
 TERMINATION_LOG = Path("/dev/termination-log")
 # The EFA device plugin gives a pod its devices as /dev/infiniband/uverbsN character devices. Not
@@ -102,34 +102,45 @@ def bus_bandwidth(device: torch.device, size_mb: int, iters: int) -> float:
     return algbw * 2 * (world - 1) / world / 1e9 if world > 1 else algbw / 1e9
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def check_nodes(
+    ctx: DistContext,
+    gpus_per_node: int,
+    efa_per_node: int,
+    min_bus_bandwidth: float,
+    size_mb: int = 256,
+    iters: int = 20,
+) -> dict:
+    """Every check over the ranks of `ctx`, on the nodes they run on; the report, on every rank.
+
+    Collectives run on the training device: the default group is NCCL on GPUs. NCCL writes its log to
+    a file for the check to read the network it chose; its network lines are echoed to stderr, where
+    `trainstack doctor` reads them."""
     log_dir = Path(tempfile.mkdtemp(prefix="nccl-"))
-    # NCCL says which network it uses at INFO level; keep its log to read it back.
-    os.environ.setdefault("NCCL_DEBUG", "INFO")
-    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
-    os.environ.setdefault("NCCL_DEBUG_FILE", str(log_dir / "nccl.%h.%p.log"))
-    ctx = init_distributed()
+    if ctx.device.type == "cuda" and "NCCL_DEBUG_FILE" not in os.environ:
+        os.environ.setdefault("NCCL_DEBUG", "INFO")
+        os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+        os.environ["NCCL_DEBUG_FILE"] = str(log_dir / "nccl.%h.%p.log")
+    args = argparse.Namespace(gpus_per_node=gpus_per_node, efa_per_node=efa_per_node)
     problems = local_problems(args, ctx.device)
     # Rounded once: the report and the message show the same figure, and the floor compares it.
-    busbw = round(bus_bandwidth(ctx.device, args.size_mb, args.iters), 2)
-    network = (
-        network_from_nccl_log("".join(p.read_text(errors="replace") for p in log_dir.glob("nccl.*")))
-        if ctx.device.type == "cuda"
-        else "gloo (TCP)"
-    )
+    busbw = round(bus_bandwidth(ctx.device, size_mb, iters), 2)
+    nccl_log = "".join(p.read_text(errors="replace") for p in log_dir.glob("nccl.*"))
+    chosen = [line for line in nccl_log.splitlines() if _NETWORK.search(line)]
+    if chosen:
+        sys.stderr.write("".join(f"{line}\n" for line in chosen))
+    network = network_from_nccl_log(nccl_log) if ctx.device.type == "cuda" else "gloo (TCP)"
     gathered: list[list[str]] = [[] for _ in range(ctx.world_size)]
-    dist.all_gather_object(gathered, problems)
+    dist.all_gather_object(gathered, problems, group=ctx.control)
     problems = [p for rank in gathered for p in rank]
-    if args.efa_per_node and ctx.world_size > 1 and not uses_efa(network):
+    if efa_per_node and ctx.world_size > 1 and not uses_efa(network):
         problems.append(
             f"the collectives use {network or 'an unknown network'}, not EFA: check the pods request "
             "vpc.amazonaws.com/efa, the image's aws-ofi-nccl plugin is on LD_LIBRARY_PATH and FI_PROVIDER=efa"
         )
-    if args.min_bus_bandwidth and busbw < args.min_bus_bandwidth:
+    if min_bus_bandwidth and busbw < min_bus_bandwidth:
         problems.append(
-            f"all-reduce bus bandwidth {busbw} GB/s is below the floor of {args.min_bus_bandwidth:g} GB/s "
-            f"({args.size_mb} MB messages over {ctx.world_size} ranks, network {network}): check that "
+            f"all-reduce bus bandwidth {busbw} GB/s is below the floor of {min_bus_bandwidth:g} GB/s "
+            f"({size_mb} MB messages over {ctx.world_size} ranks, network {network}): check that "
             "every node is in one placement group and AZ, and the EFA security group allows all traffic"
         )
     report = {
@@ -145,8 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         if problems and TERMINATION_LOG.parent.is_dir() and os.access(TERMINATION_LOG.parent, os.W_OK):
             TERMINATION_LOG.write_text("; ".join(problems)[:4000])
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    ctx = init_distributed()
+    report = check_nodes(
+        ctx, args.gpus_per_node, args.efa_per_node, args.min_bus_bandwidth, args.size_mb, args.iters
+    )
     dist.destroy_process_group()
-    return 0 if not problems else 1
+    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ PEAK_BF16_FLOPS = (
     ("L4", 121e12),
 )
 SYNTHETIC_TOKENS = 2_000_000
+PREFLIGHT_EXIT_CODE = 3
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--float8", action="store_true", help="float8 linear layers (torchao; H100/H200 class GPUs)"
     )
+    # Set by the stack on groups whose nodes it checks: the job's own nodes are checked before step 0.
+    p.add_argument("--preflight-gpus-per-node", type=int, default=0, help="GPUs each node must show")
+    p.add_argument("--preflight-efa-per-node", type=int, default=0, help="EFA devices each pod must get")
+    p.add_argument("--preflight-min-bus-bandwidth", type=float, default=0.0, help="GB/s floor; 0: no floor")
     p.add_argument("--collective-timeout", type=float, default=300.0, help="seconds, training collectives")
     p.add_argument("--transfer-timeout", type=float, default=3600.0, help="seconds, downloads and uploads")
     args = p.parse_args(argv)
@@ -252,6 +257,23 @@ def validation_loss(model, data: TokenWindows, ctx: DistContext, batches: int, b
     return total.item() / (batches * ctx.world_size)
 
 
+class PreflightFailed(SystemExit):
+    """The job's nodes failed the check: no step runs over TCP or on missing devices. Exit code 3,
+    a permanent failure under the PyTorchJob's ExitCode restart policy (signals are 128+)."""
+
+    code = PREFLIGHT_EXIT_CODE
+
+
+def check_own_nodes(args: argparse.Namespace, ctx: DistContext) -> None:
+    from trainer import preflight  # it imports this module
+
+    report = preflight.check_nodes(
+        ctx, args.preflight_gpus_per_node, args.preflight_efa_per_node, args.preflight_min_bus_bandwidth
+    )
+    if not report["ok"]:
+        raise PreflightFailed(PREFLIGHT_EXIT_CODE)
+
+
 def train(
     args: argparse.Namespace,
     ctx: DistContext,
@@ -259,6 +281,8 @@ def train(
     on_checkpoint: Callable[[int, Path], None] | None = None,
 ) -> dict:
     """Run the loop; `report` gets each metrics record, `on_checkpoint` each finished checkpoint."""
+    if args.preflight_gpus_per_node or args.preflight_efa_per_node or args.preflight_min_bus_bandwidth:
+        check_own_nodes(args, ctx)
     cfg = MODEL_SIZES[args.model]
     seq_len = args.seq_len or cfg.max_seq_len
     data = TokenWindows(

@@ -1,0 +1,402 @@
+"""Queueing plane: Kueue admits each job whole or not at all, and the cluster autoscaler brings up the
+nodes an admitted job needs, all of them or none (Kueue's ProvisioningRequest admission check).
+
+Per node group the stack derives a ResourceFlavor (the group's node labels and GPU toleration), a
+ClusterQueue whose quota is what the group holds at its largest size, as the jobs request it, and a
+LocalQueue in the training namespace; the system group gets one for CPU jobs. Ray heads run on the
+system nodes, so each GPU queue also holds a little system-flavor quota for them. Both upstream
+pieces are installed from their official charts at pinned versions, on the system nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.jobs import RAY_HEAD, Placement
+from components.operators import HELM_TIMEOUT_SECONDS, RELEASES, HelmChart, HelmOperator, merge_values
+from conventions import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    PART_OF,
+    SYSTEM_GROUP,
+    SYSTEM_NODE_LABEL,
+    autoscaler_discovery_tags,
+    cluster_queue_name,
+)
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+# The autoscaler's minor version follows the cluster's (git tags cluster-autoscaler-1.3x.y).
+AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.0", "1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+AUTOSCALER_SERVICE_ACCOUNT = ("kube-system", "cluster-autoscaler")
+# Not in the chart: the CRD lives in the autoscaler's repository, at the image's tag.
+PROVISIONING_REQUEST_CRD_URL = (
+    "https://raw.githubusercontent.com/kubernetes/autoscaler/cluster-autoscaler-{version}/"
+    "cluster-autoscaler/apis/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"
+)
+PROVISIONING_CHECK = "trainstack-provisioning"
+# Kueue's integrations: PyTorchJob is off in the 0.19 chart's defaults (Kubeflow is moving to
+# Trainer v2's TrainJob), so it is named here; a Kueue without it would leave PyTorchJobs unqueued.
+KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob", "ray.io/rayjob", "ray.io/raycluster")
+RAY_KINDS = ("RayJob", "RayCluster")
+HEAD_MILLICPU = int(RAY_HEAD["cpu"].removesuffix("m"))
+HEAD_MEMORY_GIB = int(RAY_HEAD["memory"].removesuffix("Gi"))
+SYSTEM_FLAVOR = cluster_queue_name(SYSTEM_GROUP)
+
+Amounts = dict[str, int]  # cpu in millicores, memory in GiB, devices in units
+
+
+def _add(a: Mapping[str, int], b: Mapping[str, int]) -> Amounts:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in dict.fromkeys([*a, *b])}
+
+
+def _times(a: Mapping[str, int], n: int) -> Amounts:
+    return {k: v * n for k, v in a.items()}
+
+
+def per_node(p: Placement) -> Amounts:
+    """What one of a job's pods on `p` requests: the job pods take whole nodes."""
+    amounts = {"cpu": int(p.cpu_request) * 1000, "memory": int(p.memory_request.removesuffix("Gi"))}
+    if p.gpus:
+        amounts[GPU_RESOURCE] = p.gpus
+    if p.efa:
+        amounts[EFA_RESOURCE] = p.efa
+    return amounts
+
+
+HEAD: Amounts = {"cpu": HEAD_MILLICPU, "memory": HEAD_MEMORY_GIB}
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One node group's queue: its flavor's node facts and how many nodes it can hold."""
+
+    placement: Placement
+    max_nodes: int
+    provisioned: bool  # the autoscaler brings its nodes per job: admission waits for them
+
+    @property
+    def group(self) -> str:
+        return self.placement.group
+
+    @property
+    def flavor(self) -> str:
+        return cluster_queue_name(self.group)
+
+    @property
+    def resources(self) -> list[str]:
+        return list(per_node(self.placement))
+
+    def quota(self) -> dict[str, Amounts]:
+        """Nominal quota per flavor: the group at its largest size, plus one Ray head per node on the
+        system flavor (no more jobs than nodes can run at once)."""
+        nodes = _times(per_node(self.placement), self.max_nodes)
+        heads = _times(HEAD, self.max_nodes)
+        if self.group == SYSTEM_GROUP:
+            return {self.flavor: _add(nodes, heads)}
+        return {self.flavor: nodes, SYSTEM_FLAVOR: {r: heads.get(r, 0) for r in nodes}}
+
+
+def job_demand(p: Placement, nodes: int, kind: str) -> dict[str, Amounts]:
+    """What Kueue counts for a job, by flavor: its workers, and a Ray head on the system flavor."""
+    demand = {cluster_queue_name(p.group): _times(per_node(p), nodes)}
+    if kind in RAY_KINDS:
+        demand[SYSTEM_FLAVOR] = _add(demand.get(SYSTEM_FLAVOR, {}), HEAD)
+    return demand
+
+
+def shortfall(demand: dict[str, Amounts], quota: dict[str, Amounts]) -> list[str]:
+    """What a demand needs beyond a queue's quota, in words; empty when it fits."""
+    over = []
+    for flavor, amounts in demand.items():
+        for resource, amount in amounts.items():
+            limit = quota.get(flavor, {}).get(resource, 0)
+            if amount > limit:
+                over.append(
+                    f"{resource} {quantity(resource, amount)} > {quantity(resource, limit)} on flavor {flavor}"
+                )
+    return over
+
+
+def quantity(resource: str, amount: int) -> str:
+    if resource == "cpu":
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if resource == "memory":
+        return f"{amount}Gi"
+    return str(amount)
+
+
+def flavor_spec(q: QueueSpec) -> dict[str, Any]:
+    """Pods given this flavor get its node labels and tolerations; the stack's pods already carry
+    exactly these, so Kueue's injection at admission changes nothing Pulumi applied."""
+    spec: dict[str, Any] = {"nodeLabels": dict(q.placement.node_selector)}
+    if q.placement.gpus:
+        spec["tolerations"] = [GPU_TOLERATION]
+    return spec
+
+
+def cluster_queue_spec(q: QueueSpec, namespace: str) -> dict[str, Any]:
+    quota = q.quota()
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        # First in, first out: a large job at the head is not starved by smaller ones behind it.
+        "queueingStrategy": "StrictFIFO",
+        "resourceGroups": [
+            {
+                "coveredResources": q.resources,
+                "flavors": [
+                    {
+                        "name": flavor,
+                        "resources": [
+                            {"name": r, "nominalQuota": quantity(r, amounts.get(r, 0))} for r in q.resources
+                        ],
+                    }
+                    for flavor, amounts in quota.items()
+                ],
+            }
+        ],
+    }
+    if q.provisioned:
+        spec["admissionChecksStrategy"] = {
+            "admissionChecks": [{"name": PROVISIONING_CHECK, "onFlavors": [q.flavor]}]
+        }
+    return spec
+
+
+def kueue_manager_config(pods_ready_timeout_minutes: int) -> dict[str, Any]:
+    """Kueue's whole manager config (the chart takes it as one string, so nothing of its default
+    survives unless repeated here)."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 10,
+                "LocalQueue.kueue.x-k8s.io": 5,
+                "ClusterQueue.kueue.x-k8s.io": 5,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
+        "clientConnection": {"qps": 300, "burst": 500},
+        # A job whose pods are not all ready in time (a node that never joined, an image that does
+        # not pull) is evicted and requeued, so its quota goes to the next job.
+        "waitForPodsReady": {
+            "timeout": f"{pods_ready_timeout_minutes}m",
+            "blockAdmission": False,
+            "requeuingStrategy": {
+                "timestamp": "Eviction",
+                "backoffLimitCount": 5,
+                "backoffBaseSeconds": 60,
+                "backoffMaxSeconds": 3600,
+            },
+        },
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+    }
+
+
+def kueue_values(pods_ready_timeout_minutes: int) -> dict[str, Any]:
+    return {
+        "controllerManager": {"nodeSelector": dict(SYSTEM_NODE_LABEL)},
+        "managerConfig": {
+            "controllerManagerConfigYaml": yaml.safe_dump(
+                kueue_manager_config(pods_ready_timeout_minutes), sort_keys=False
+            )
+        },
+    }
+
+
+def autoscaler_values(
+    cluster_name: str, region: str, kubernetes_version: str, idle_minutes: int, provision_minutes: int
+) -> dict[str, Any]:
+    return {
+        "cloudProvider": "aws",
+        "awsRegion": region,
+        "autoDiscovery": {"clusterName": cluster_name, "tags": list(autoscaler_discovery_tags(cluster_name))},
+        "image": {"tag": AUTOSCALER_IMAGE_TAGS[kubernetes_version]},
+        "rbac": {"serviceAccount": {"name": AUTOSCALER_SERVICE_ACCOUNT[1]}},
+        "nodeSelector": dict(SYSTEM_NODE_LABEL),
+        "extraArgs": {
+            "enable-provisioning-requests": True,
+            "scale-down-unneeded-time": f"{idle_minutes}m",
+            # p5 nodes can take longer than the 15-minute default to join.
+            "max-node-provision-time": f"{provision_minutes}m",
+            "expander": "least-waste",
+            "balance-similar-node-groups": False,
+            # Training pods keep checkpoints and /dev/shm in emptyDir; idle nodes must still go.
+            "skip-nodes-with-local-storage": False,
+        },
+    }
+
+
+def provisioning_request_crd_url(kubernetes_version: str) -> str:
+    return PROVISIONING_REQUEST_CRD_URL.format(
+        version=AUTOSCALER_IMAGE_TAGS[kubernetes_version].removeprefix("v")
+    )
+
+
+@dataclass(frozen=True)
+class QueueingArgs:
+    provider: k8s.Provider
+    system_nodes: pulumi.Resource
+    operators: list[pulumi.Resource]  # Kueue sets up an integration only once its CRDs exist
+    namespace: pulumi.Resource
+    namespace_name: str
+    queues: list[QueueSpec]
+    kueue: HelmOperator
+    cluster_autoscaler: HelmOperator
+    cluster_name: str
+    region: str
+    kubernetes_version: str
+    idle_node_minutes: int
+    pods_ready_timeout_minutes: int
+    max_node_provision_minutes: int
+    autoscaler_identity: pulumi.Resource | None  # its Pod Identity association
+
+
+class Queueing(pulumi.ComponentResource):
+    def __init__(self, name: str, args: QueueingArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:queueing:Queueing", name, None, opts)
+        self._args = args
+        self.releases: dict[str, k8s.helm.v3.Release] = {}
+        self.installed_charts: dict[str, HelmChart] = {}
+        kueue = self._helm("kueue", args.kueue, kueue_values(args.pods_ready_timeout_minutes), args.operators)
+        provisioned = any(q.provisioned for q in args.queues)
+        self.provisioning_crd = None
+        if provisioned and args.cluster_autoscaler.enabled:
+            self.provisioning_crd = k8s.yaml.v2.ConfigGroup(
+                f"{name}-provisioning-request-crd",
+                files=[provisioning_request_crd_url(args.kubernetes_version)],
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
+            )
+            self._helm(
+                "clusterAutoscaler",
+                args.cluster_autoscaler,
+                autoscaler_values(
+                    args.cluster_name,
+                    args.region,
+                    args.kubernetes_version,
+                    args.idle_node_minutes,
+                    args.max_node_provision_minutes,
+                ),
+                [self.provisioning_crd, *filter(None, [args.autoscaler_identity])],
+            )
+        self._kueue_deps = [r for r in (kueue, self.provisioning_crd) if r is not None]
+        self.admission_check = None
+        if provisioned:
+            config = self._kueue_object(
+                "ProvisioningRequestConfig",
+                PROVISIONING_CHECK,
+                {
+                    # All of a job's nodes or none: a half-provisioned gang would hold GPUs idle.
+                    "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+                    "managedResources": [GPU_RESOURCE],
+                    "retryStrategy": {
+                        "backoffLimitCount": 3,
+                        "backoffBaseSeconds": 60,
+                        "backoffMaxSeconds": 1800,
+                    },
+                },
+            )
+            self.admission_check = self._kueue_object(
+                "AdmissionCheck",
+                PROVISIONING_CHECK,
+                {
+                    "controllerName": "kueue.x-k8s.io/provisioning-request",
+                    "parameters": {
+                        "apiGroup": "kueue.x-k8s.io",
+                        "kind": "ProvisioningRequestConfig",
+                        "name": PROVISIONING_CHECK,
+                    },
+                },
+                [config],
+            )
+        flavors = {}
+        for q in sorted(args.queues, key=lambda q: q.group != SYSTEM_GROUP):
+            flavors[q.flavor] = self._kueue_object("ResourceFlavor", q.flavor, flavor_spec(q))
+        self.cluster_queues = {}
+        for q in args.queues:
+            used = [flavors[f] for f in q.quota()]
+            checks = [self.admission_check] if q.provisioned and self.admission_check else []
+            self.cluster_queues[q.group] = self._kueue_object(
+                "ClusterQueue", q.flavor, cluster_queue_spec(q, args.namespace_name), [*used, *checks]
+            )
+        self.local_queues = {
+            q.group: self._kueue_object(
+                "LocalQueue",
+                q.group,
+                {"clusterQueue": q.flavor},
+                [self.cluster_queues[q.group], args.namespace],
+                namespace=args.namespace_name,
+            )
+            for q in args.queues
+        }
+        self.register_outputs(
+            {"helmReleases": list(self.installed_charts), "localQueues": list(self.local_queues)}
+        )
+
+    def _helm(
+        self,
+        key: str,
+        operator: HelmOperator,
+        values: dict[str, Any],
+        deps: list[pulumi.Resource],
+    ) -> k8s.helm.v3.Release | None:
+        if not operator.enabled:
+            return None
+        chart = RELEASES[key]
+        oci = chart.repository.startswith("oci://")
+        release = k8s.helm.v3.Release(
+            chart.release,
+            name=chart.release,
+            # An OCI chart is named by its full reference; a repository chart by name and repo.
+            chart=f"{chart.repository}/{chart.chart}" if oci else chart.chart,
+            repository_opts=None if oci else {"repo": chart.repository},
+            version=operator.version or chart.version,
+            namespace=chart.namespace,
+            create_namespace=True,
+            values=merge_values(values, operator.values),
+            atomic=True,
+            cleanup_on_fail=True,
+            timeout=HELM_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=self._args.provider, depends_on=[self._args.system_nodes, *deps]
+            ),
+        )
+        self.releases[key] = release
+        self.installed_charts[key] = chart
+        return release
+
+    def _kueue_object(
+        self,
+        kind: str,
+        name: str,
+        spec: dict[str, Any],
+        deps: list[pulumi.Resource] | None = None,
+        namespace: str | None = None,
+    ) -> k8s.apiextensions.CustomResource:
+        metadata: dict[str, Any] = {"name": name, "labels": dict(PART_OF)}
+        if namespace:
+            metadata["namespace"] = namespace
+        return k8s.apiextensions.CustomResource(
+            f"{kind.lower()}-{name}",
+            api_version=KUEUE_API,
+            kind=kind,
+            metadata=metadata,
+            spec=copy.deepcopy(spec),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=self._args.provider, depends_on=[*self._kueue_deps, *(deps or [])]
+            ),
+        )
