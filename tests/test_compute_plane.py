@@ -14,6 +14,14 @@ from stacks.config import EKS_ADDON_VERSIONS
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NG = "eks:index:ManagedNodeGroup"
 SUBNET = "aws:ec2/subnet:Subnet"
+PROD_P5 = {
+    "name": "p5",
+    "instanceType": "p5.48xlarge",
+    "nodeCount": 2,
+    "efa": True,
+    "placementGroup": True,
+    "diskSizeGiB": 1000,
+}
 
 
 def efa_group(instance_type: str, **fields) -> dict:
@@ -148,6 +156,8 @@ def test_dev_gpu_node_group_without_efa(dev_plan):
     assert ng["capacityType"] == "ON_DEMAND"
     assert ng["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert ng["labels"] == {
+        "trainstack.dev/role": "gpu",
+        "k8s.amazonaws.com/accelerator": "nvidia-l4",
         "trainstack.dev/node-group": "gpu",
         "trainstack.dev/instance-type": "g6.xlarge",
         "trainstack.dev/accelerator": "nvidia-l4",
@@ -322,6 +332,8 @@ def test_several_node_groups():
         "nodeGroupName": "trainstack-dev-b",
         "instanceType": "g6e.48xlarge",
         "nodes": 2,
+        "minNodes": 0,
+        "autoscaled": True,
         "gpusPerNode": 8,
         "efaInterfacesPerNode": 4,
     }
@@ -336,7 +348,9 @@ def test_efa_on_g6_xlarge_is_a_config_error():
 
 
 def test_pod_identity_is_scoped_to_the_bucket(prod_plan):
-    assoc = prod_plan.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs
+    assoc = prod_plan.one(
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation", "training-pods-association"
+    ).inputs
     assert (assoc["clusterName"], assoc["namespace"], assoc["serviceAccount"]) == (
         "trainstack-prod",
         "training",
@@ -373,10 +387,13 @@ def test_gpu_node_groups_follow_the_cluster_version(version):
     assert run.one("eks:index:Cluster").inputs["version"] == version
 
 
-def test_on_demand_groups_are_fixed_size(prod_plan):
+def test_on_demand_groups_start_at_their_floor_and_leave_the_size_to_the_autoscaler(prod_plan):
     ng = prod_plan.one(NG, "gpu-p5").inputs
-    assert ng["scalingConfig"] == {"minSize": 2, "desiredSize": 2, "maxSize": 2}
-    assert "ignoreScalingChanges" not in ng or ng["ignoreScalingChanges"] is False
+    assert ng["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
+    # The autoscaler changes the desired size: a later `pulumi up` must not set it back.
+    assert ng["ignoreScalingChanges"] is True
+    floor = plan("prod", gpuNodeGroups=[{**PROD_P5, "minNodes": 1}]).one(NG, "gpu-p5").inputs
+    assert floor["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 2}
 
 
 def test_pods_cannot_reach_the_node_role_through_imds(prod_plan):

@@ -38,6 +38,7 @@ def test_the_command_reads_the_labels_the_stack_writes():
     (job,) = [manifest_of(r)[1] for r in run.resources if r.name == "job-llm" and r.custom]
     pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     assert pod["metadata"]["labels"][conventions.JOB_LABEL] == "llm"
-    assert pod["spec"]["nodeSelector"] == {conventions.NODE_GROUP_LABEL: "gpu"}
+    assert pod["spec"]["nodeSelector"] == {**conventions.GPU_NODE_LABEL, conventions.NODE_GROUP_LABEL: "gpu"}
+    assert job["metadata"]["labels"][conventions.QUEUE_LABEL] == "gpu"
     assert pod["spec"]["serviceAccountName"] == conventions.TRAINING_SERVICE_ACCOUNT
     assert job["metadata"]["namespace"] == conventions.TRAINING_NAMESPACE

@@ -37,18 +37,31 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert (out / "resources.json").is_file()
     assert (out / "outputs.json").is_file()
     prod = stack == "prod"
-    expected = [
-        "configgroup-operators-kuberay-crds.yaml",
-        *(["helm-aws-efa-k8s-device-plugin.yaml"] if prod else []),
-        "helm-kuberay-operator.yaml",
-        "helm-nvidia-device-plugin.yaml",
-        *(["job-training-preflight-p5.yaml"] if prod else []),
-        "kustomize-operators-training-operator.yaml",
-        "namespace-training.yaml",
-        *(["pytorchjob-training-llama-1b-fsdp.yaml"] if prod else ["pytorchjob-training-llama-tiny.yaml"]),
-        *(["rayjob-training-llama-1b-ray.yaml", "service-training-preflight-p5.yaml"] if prod else []),
-        "serviceaccount-training-trainer.yaml",
-    ]
+    group = "p5" if prod else "gpu"
+    expected = sorted(
+        [
+            "admissioncheck-trainstack-provisioning.yaml",
+            f"clusterqueue-trainstack-{group}.yaml",
+            "clusterqueue-trainstack-system.yaml",
+            "configgroup-operators-kuberay-crds.yaml",
+            "configgroup-queueing-provisioning-request-crd.yaml",
+            *(["helm-aws-efa-k8s-device-plugin.yaml"] if prod else []),
+            "helm-cluster-autoscaler.yaml",
+            "helm-kuberay-operator.yaml",
+            "helm-kueue.yaml",
+            "helm-nvidia-device-plugin.yaml",
+            "kustomize-operators-training-operator.yaml",
+            f"localqueue-training-{group}.yaml",
+            "localqueue-training-system.yaml",
+            "namespace-training.yaml",
+            "provisioningrequestconfig-trainstack-provisioning.yaml",
+            *(["pytorchjob-training-llama-1b-fsdp.yaml"] if prod else ["pytorchjob-training-llama-tiny.yaml"]),
+            *(["rayjob-training-llama-1b-ray.yaml"] if prod else []),
+            f"resourceflavor-trainstack-{group}.yaml",
+            "resourceflavor-trainstack-system.yaml",
+            "serviceaccount-training-trainer.yaml",
+        ]
+    )
     assert sorted(p.name for p in (out / "manifests").iterdir()) == expected
     release = yaml.safe_load((out / "manifests" / "helm-kuberay-operator.yaml").read_text())
     assert release == {
@@ -62,7 +75,7 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert "Estimated first `pulumi up`: ~" in proc.stdout
     assert f"Offline plan of stack '{stack}'" in proc.stdout
     assert "Resources by type:" in proc.stdout
-    assert "Estimated cost while the stack runs" in proc.stdout
+    assert "Estimated cost while idle, no job admitted" in proc.stdout
 
 
 def test_resources_json_shape(planned):
@@ -97,9 +110,11 @@ def test_resources_json_shape(planned):
         "trainstack:compute:Cluster",
         "trainstack:compute:GpuNodeGroup",
         "trainstack:operators:ClusterOperators",
+        "trainstack:queueing:Queueing",
         "trainstack:jobs:PyTorchJob",
-        *(["trainstack:jobs:RayJob", "trainstack:jobs:GroupPreflight"] if stack == "prod" else []),
+        *(["trainstack:jobs:RayJob"] if stack == "prod" else []),
         "trainstack:compute:TrainingPodIdentity",
+        "trainstack:compute:ClusterAutoscalerIdentity",
     }
 
 
@@ -151,7 +166,9 @@ def test_prod_plan_shows_efa_node_groups(tmp_path):
     assert "eks-system" not in dep_names  # GPU nodes join in parallel with the system nodes
     (lt,) = [r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
     assert {"gpu-p5-efa", "gpu-p5-placement"} <= {u.rsplit("::", 1)[1] for u in lt["dependencies"]}
-    assert "p5.48xlarge" in proc.stdout and "$110.51/hour" in proc.stdout
+    # Idle, prod costs its non-GPU floor; each job adds its two p5 nodes while it runs.
+    assert "idle total: $0.43/hour ($307 per 30 days)" in proc.stdout
+    assert "2 node(s) of p5 (queue p5), 16 GPUs, +$110.08/h while it runs" in proc.stdout
 
 
 def write_stack_file(path: Path, config: dict) -> Path:
