@@ -95,12 +95,13 @@ class QueueSpec:
         return list(per_node(self.placement))
 
     def quota(self) -> dict[str, Amounts]:
-        """Nominal quota per flavor: the group at its largest size, plus one Ray head per node on the
-        system flavor (no more jobs than nodes can run at once)."""
+        """Nominal quota per flavor: the group at its largest size, as its jobs' pods request it. A GPU
+        queue adds one Ray head per node on the system flavor (no more jobs than nodes run at once);
+        the system queue, where CPU jobs take half a node each, one head beside them."""
         nodes = _times(per_node(self.placement), self.max_nodes)
-        heads = _times(HEAD, self.max_nodes)
         if self.group == SYSTEM_GROUP:
-            return {self.flavor: _add(nodes, heads)}
+            return {self.flavor: _add(nodes, HEAD)}
+        heads = _times(HEAD, self.max_nodes)
         return {self.flavor: nodes, SYSTEM_FLAVOR: {r: heads.get(r, 0) for r in nodes}}
 
 

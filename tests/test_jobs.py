@@ -85,8 +85,15 @@ def test_every_manifest_validates_strictly(stack, dev_plan, prod_plan, kinds_pla
                 # pulumi-kubernetes makes all of stringData secret: the plan shows it masked whole.
                 m = {**m, "stringData": {}}
             kubernetes_validate.validate(m, "1.33", strict=True)
+    assert {
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+        "AdmissionCheck",
+        "ProvisioningRequestConfig",
+    } <= kinds
     if stack == "kinds":
-        assert {"RayJob", "RayCluster", "Job", "Service", "Secret"} <= kinds
+        assert {"RayJob", "RayCluster", "Secret"} <= kinds
 
 
 def test_strict_validation_catches_a_misspelt_field(kinds_plan):
@@ -96,10 +103,17 @@ def test_strict_validation_catches_a_misspelt_field(kinds_plan):
     worker["tolerationz"] = worker.pop("tolerations")
     errors = crd_errors(m)
     assert any("nprocPerNod" in e for e in errors) and any("tolerationz" in e for e in errors)
-    service = copy.deepcopy(next(x for x in kubernetes_manifests(kinds_plan) if x["kind"] == "Service"))
-    service["spec"]["selectr"] = {}
+    account = copy.deepcopy(
+        next(x for x in kubernetes_manifests(kinds_plan) if x["kind"] == "ServiceAccount")
+    )
+    account["automountServiceAccountTokn"] = False
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(service, "1.33", strict=True)
+        kubernetes_validate.validate(account, "1.33", strict=True)
+    queue = copy.deepcopy(next(x for x in kubernetes_manifests(kinds_plan) if x["kind"] == "ClusterQueue"))
+    queue["spec"]["queueingStrategy"] = "FIFO"
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuotta"] = "1"
+    errors = crd_errors(queue)
+    assert any("FIFO" in e for e in errors) and any("nominalQuotta" in e for e in errors)
 
 
 # --- derived from the node group ------------------------------------------------------------
@@ -138,7 +152,8 @@ def test_torchrun_gets_one_process_per_gpu_and_the_node_count(kinds_plan):
         "maxRestarts": 10,
     }
     worker = spec["pytorchReplicaSpecs"]["Worker"]
-    assert worker["replicas"] == 2 and worker["restartPolicy"] == "OnFailure"
+    # Exit codes 1-127 (a failed node check) fail the job; a signal (128+) restarts the pod.
+    assert worker["replicas"] == 2 and worker["restartPolicy"] == "ExitCode"
     container = worker["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch"
     assert container["command"] == ["torchrun", "-m", "trainer.train"]
@@ -173,7 +188,8 @@ def test_efa_environment_only_on_efa_groups(kinds_plan):
 
 def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):
     pod = worker_pod(body(job(kinds_plan, "fsdp")))
-    assert pod["nodeSelector"] == {"trainstack.dev/node-group": "p5"}
+    # Exactly its Kueue flavor's node labels: Kueue's injection at admission adds nothing.
+    assert pod["nodeSelector"] == {"trainstack.dev/role": "gpu", "trainstack.dev/node-group": "p5"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert pod["serviceAccountName"] == "trainer"
     assert pod["terminationGracePeriodSeconds"] >= 300  # the trainer saves on SIGTERM
@@ -295,11 +311,14 @@ def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):
     assert body(job(kinds_plan, "a100"))["metadata"]["annotations"] == {
         "pulumi.com/waitFor": WAIT_FOR[("PyTorchJob", "succeeded")]
     }
+    # p5 is autoscaled: `pulumi up` waits the autoscaler's node provisioning limit (30) on top.
     assert job(kinds_plan, "fsdp").options["customTimeouts"] == {
-        "create": "60m",
-        "update": "60m",
+        "create": "90m",
+        "update": "90m",
         "delete": "15m",
     }
+    fixed = plan("dev", operators={"clusterAutoscaler": {"enabled": False}})
+    assert job(fixed, "llama-tiny").options["customTimeouts"]["create"] == "30m"
 
 
 def test_a_job_is_relaunched_by_replacement_under_its_fixed_name(kinds_plan):
@@ -359,33 +378,42 @@ def names(run, urns: list[str]) -> set[str]:
     return {by_urn[u] for u in urns if u in by_urn}
 
 
-def test_jobs_wait_for_their_operator_node_group_preflight_and_image(kinds_plan):
+def test_jobs_wait_for_their_operator_queue_device_plugins_and_image(kinds_plan):
     fsdp = names(kinds_plan, job(kinds_plan, "fsdp").dependencies)
-    assert {"operators-training-operator", "gpu-p5", "preflight-p5", "training-pods-association"} <= fsdp
+    assert {
+        "operators-training-operator",
+        "gpu-p5",
+        "localqueue-p5",
+        "nvidia-device-plugin",
+        "aws-efa-k8s-device-plugin",
+        "training-pods-association",
+    } <= fsdp
     assert "image-build" in fsdp  # the image URI comes from the build
     ray = names(kinds_plan, job(kinds_plan, "ray-l4").dependencies)
-    assert {"kuberay-operator", "gpu-gpu", "hf-token", "ray-l4-env"} <= ray
-    assert "preflight-gpu" not in ray  # no EFA, no preflight
+    assert {"kuberay-operator", "gpu-gpu", "localqueue-gpu", "hf-token", "ray-l4-env"} <= ray
     cpu = names(kinds_plan, job(kinds_plan, "cpu-smoke").dependencies)
-    assert "eks-system" in cpu and not {"gpu-p5", "gpu-gpu", "gpu-p4d"} & cpu
+    assert {"eks-system", "localqueue-system"} <= cpu and not {"gpu-p5", "gpu-gpu", "gpu-p4d"} & cpu
 
 
-def test_preflight_runs_on_every_node_of_an_efa_group_before_its_jobs(kinds_plan):
-    (pf,) = kinds_plan.by_type("kubernetes:batch/v1:Job")  # p4d turned it off; gpu has no EFA
-    spec = body(pf)["spec"]
-    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
-    assert spec["backoffLimit"] == 0
-    container = spec["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
-    assert "--min-bus-bandwidth=200" in container["command"]  # half of 3200 Gbps, in GB/s
-    assert "--node-rank=$(JOB_COMPLETION_INDEX)" in container["command"]
-    assert "--master-addr=preflight-p5-0.preflight-p5" in container["command"]
-    assert spec["template"]["spec"]["subdomain"] == "preflight-p5"
-    deps = names(kinds_plan, pf.dependencies)
-    assert {"gpu-p5", "nvidia-device-plugin", "aws-efa-k8s-device-plugin", "preflight-p5-service"} <= deps
+def test_jobs_on_a_checked_group_check_their_own_nodes_before_step_0(kinds_plan):
+    """Nodes come and go with the autoscaler, so a stack-time preflight cannot see them: each job's
+    default trainer checks the nodes it got (devices, NCCL over EFA, bus bandwidth) first."""
+    check = [
+        "--preflight-gpus-per-node",
+        "8",
+        "--preflight-efa-per-node",
+        "32",
+        "--preflight-min-bus-bandwidth",
+        "200",  # half of 3200 Gbps, in GB/s
+    ]
+    args = worker_container(body(job(kinds_plan, "fsdp")))["args"]
+    assert " ".join(check) in " ".join(args)
+    for name in ("a100", "ray-l4", "cpu-smoke"):  # p4d turned it off; gpu has no EFA; CPU
+        assert "--preflight-efa-per-node" not in json.dumps(body(job(kinds_plan, name))["spec"]), name
+    assert kinds_plan.by_type("kubernetes:batch/v1:Job") == []  # no separate preflight Job
     run = plan("prod", gpuNodeGroups=[{**groups()[1], "preflightMinBusBandwidthGBps": 300}])
-    (pf,) = run.by_type("kubernetes:batch/v1:Job")
-    assert "--min-bus-bandwidth=300" in body(pf)["spec"]["template"]["spec"]["containers"][0]["command"]
+    ray = body(job(run, "llama-1b-ray"))["spec"]["entrypoint"]
+    assert "--preflight-efa-per-node 32 --preflight-min-bus-bandwidth 300" in ray
 
 
 def test_the_time_to_training_chain_ends_at_a_job(prod_plan):
@@ -393,7 +421,8 @@ def test_the_time_to_training_chain_ends_at_a_job(prod_plan):
 
     chain = critical_path(prod_plan.resources, until_training(prod_plan.resources))
     long = [s.name for s in chain if s.minutes >= 1]
-    assert long == ["eks", "gpu-p5", "preflight-p5"]
+    # p5 starts empty: its nodes come with the job (in the job's own minutes), not before it.
+    assert long[:2] == ["eks", "eks-system"] and "gpu-p5" not in long
     assert chain[-1].type in (PYTORCHJOB, RAYJOB)
 
 
@@ -419,7 +448,11 @@ def config_problems(**overrides) -> list[str]:
 
 def test_jobs_that_cannot_run_are_config_errors():
     (msg,) = config_problems(jobs=[{"name": "big", "kind": "PyTorchJob", "nodeGroup": "gpu", "nodes": 2}])
-    assert msg.startswith("trainstack:jobs[0].nodes = 2: node group 'gpu' has 1 node(s)")
+    assert msg.startswith(
+        "trainstack:jobs[0].nodes = 2: job 'big' can never be admitted by queue 'gpu': "
+        "node group 'gpu' holds 1 node(s) at most, and the job needs cpu 6 > 3 on flavor trainstack-gpu;"
+    )
+    assert msg.endswith("nvidia.com/gpu 2 > 1 on flavor trainstack-gpu; allowed: 1-1, or a larger node group")
     (msg,) = config_problems(jobs=[{"name": "r" * 48, "kind": "RayJob", "nodeGroup": "gpu"}])
     assert "at most 47 characters" in msg
     (msg,) = config_problems(
@@ -428,11 +461,10 @@ def test_jobs_that_cannot_run_are_config_errors():
     )
     assert msg.startswith('trainstack:jobs[0].kind = "RayCluster": operators.kuberay is turned off')
     (msg,) = config_problems(jobs=[{"name": "x", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 3}])
-    assert "the system node group has 2 node(s)" in msg
+    assert "the system node group holds 2 node(s) at most" in msg
+    # Two jobs that cannot run at once are fine: Kueue admits one whole, then the other.
     both = [{"name": n, "kind": "PyTorchJob", "nodeGroup": "gpu"} for n in ("a", "b")]
-    (msg,) = config_problems(jobs=both)
-    assert "need 2 nodes at once; it has 1" in msg
-    plan("dev", jobs=[both[0], {**both[1], "wait": "none"}])  # a queued job is fine
+    assert len(plan("dev", jobs=both).by_type(PYTORCHJOB)) == 2
 
 
 def test_a_gpu_group_cannot_be_named_system():
@@ -441,8 +473,6 @@ def test_a_gpu_group_cannot_be_named_system():
 
 
 # --- redeploys while a job trains -----------------------------------------------------------------
-
-PREFLIGHT_JOB = "kubernetes:batch/v1:Job"
 
 
 def minutes(timeout: str) -> int:
@@ -454,24 +484,10 @@ def test_deleting_any_job_waits_out_its_pods_grace_period(kinds_plan, prod_plan)
     """pulumi-kubernetes deletes in the foreground, 10 minutes by default; training pods get
     TERMINATION_GRACE_SECONDS to save and upload, and the operator tears down after that."""
     kinds = {r.type.rsplit(":", 1)[1]: r for r in (*kinds_plan.resources, *prod_plan.resources) if r.custom}
-    for kind in ("PyTorchJob", "RayJob", "RayCluster", "Job"):
-        grace = TERMINATION_GRACE_SECONDS if kind != "Job" else 30  # the preflight keeps the default
-        assert minutes(kinds[kind].options["customTimeouts"]["delete"]) * 60 >= grace + 300, kind
-
-
-def test_an_image_change_relaunches_a_running_job_with_its_groups_preflight():
-    """The preflight is replaced delete-first when its spec changes (a new image). The job on its
-    group must go down first, or it keeps the GPUs the new preflight waits for and `up` fails."""
-    before = plan("prod")
-    after = plan("prod", image={"baseImage": "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"})
-    old, new = before.one(PREFLIGHT_JOB), after.one(PREFLIGHT_JOB)
-    assert old.inputs["spec"] != new.inputs["spec"]  # image-only change: the preflight is replaced
-    assert new.options["deleteBeforeReplace"] is True
-    jobs = {r.urn for r in after.resources if r.type in (PYTORCHJOB, RAYJOB)}
-    assert jobs and jobs <= set(after.taken_down_first(new.urn))
-    for urn in jobs:
-        reg = next(r for r in after.resources if r.urn == urn)
-        assert new.urn in reg.property_dependencies["spec"]
+    for kind in ("PyTorchJob", "RayJob", "RayCluster"):
+        assert (
+            minutes(kinds[kind].options["customTimeouts"]["delete"]) * 60 >= TERMINATION_GRACE_SECONDS + 300
+        )
 
 
 def test_a_changed_secret_value_relaunches_the_job_before_its_secret_goes(kinds_plan):

@@ -55,7 +55,11 @@ def test_plan_exits_zero_and_writes_files(planned):
             "localqueue-training-system.yaml",
             "namespace-training.yaml",
             "provisioningrequestconfig-trainstack-provisioning.yaml",
-            *(["pytorchjob-training-llama-1b-fsdp.yaml"] if prod else ["pytorchjob-training-llama-tiny.yaml"]),
+            *(
+                ["pytorchjob-training-llama-1b-fsdp.yaml"]
+                if prod
+                else ["pytorchjob-training-llama-tiny.yaml"]
+            ),
             *(["rayjob-training-llama-1b-ray.yaml"] if prod else []),
             f"resourceflavor-trainstack-{group}.yaml",
             "resourceflavor-trainstack-system.yaml",
