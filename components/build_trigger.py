@@ -125,7 +125,9 @@ class BuildRunner:
         image_uri = f"{inputs['repository_url']}@{digest}"
         # ECR's size is the compressed layers': what every fresh GPU node pulls before a job starts.
         size_gb = detail.get("imageSizeInBytes", 0) / 1e9
-        self.report(f"CodeBuild {build_id} pushed {image_uri} ({size_gb:.2f} GB compressed, pulled by each new node)")
+        self.report(
+            f"CodeBuild {build_id} pushed {image_uri} ({size_gb:.2f} GB compressed, pulled by each new node)"
+        )
         return {"build_id": build_id, "image_uri": image_uri}
 
     def start(self, inputs: dict[str, Any]) -> str:

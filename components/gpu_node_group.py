@@ -43,6 +43,7 @@ class GpuNodeGroupArgs:
     instance_type: str
     node_count: int  # the most nodes
     min_nodes: int  # the autoscaler never goes below
+    autoscaled: bool  # the cluster autoscaler sizes it (else it keeps node_count, or EKS sizes it)
     efa: bool
     capacity_type: str  # ON_DEMAND | SPOT | CAPACITY_BLOCK
     capacity_reservation_id: str | None
@@ -68,16 +69,14 @@ def efa_network_interfaces(efa_count: int, security_group_ids: list[pulumi.Input
     return interfaces
 
 
-def autoscaled(args: GpuNodeGroupArgs) -> bool:
-    return args.capacity_type != "CAPACITY_BLOCK"
-
-
 def scaling_config(args: GpuNodeGroupArgs) -> dict[str, int]:
     """An autoscaled group starts at its floor; the autoscaler owns its desired size from then on. A
-    Capacity Block group may sit at zero outside its block, and EKS sizes it to the block."""
-    if autoscaled(args):
+    Capacity Block group may sit at zero outside its block, and EKS sizes it to the block. Without
+    the autoscaler a group keeps all its nodes."""
+    if args.autoscaled:
         return {"min_size": args.min_nodes, "desired_size": args.min_nodes, "max_size": args.node_count}
-    return {"min_size": 0, "desired_size": args.node_count, "max_size": args.node_count}
+    minimum = 0 if args.capacity_type == "CAPACITY_BLOCK" else args.node_count
+    return {"min_size": minimum, "desired_size": args.node_count, "max_size": args.node_count}
 
 
 def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
@@ -225,7 +224,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self.autoscaling_group_name = self.node_group.node_group.apply(
             lambda ng: ng.resources.apply(lambda rs: rs[0].autoscaling_groups[0].name)
         )
-        self.autoscaled = autoscaled(args)
+        self.autoscaled = args.autoscaled
         if self.autoscaled:
             for key, value in node_template_tags(
                 args.cluster.cluster_name, labels, self.gpu_count, self.efa_count

@@ -31,7 +31,7 @@ def nat_gateway_count(cfg: StackConfig) -> int:
 
 def idle_nodes(cfg: StackConfig, group) -> int:
     """GPU nodes a group keeps with no job: its floor when the autoscaler sizes it, else all."""
-    if group.autoscaled and cfg.operators.cluster_autoscaler.enabled:
+    if cfg.autoscaled(group):
         return group.min_nodes
     return group.node_count
 

@@ -261,6 +261,7 @@ def compute_plane(
                 instance_type=g.instance_type,
                 node_count=g.node_count,
                 min_nodes=g.min_nodes,
+                autoscaled=cfg.autoscaled(g),
                 efa=g.efa,
                 capacity_type=g.capacity_type,
                 capacity_reservation_id=g.capacity_reservation_id,
@@ -286,7 +287,7 @@ def compute_plane(
     )
     autoscaled = [ng.autoscaling_group_name for ng in node_groups if ng.autoscaled]
     autoscaler_identity = None
-    if autoscaled and cfg.operators.cluster_autoscaler.enabled:
+    if autoscaled:
         autoscaler_identity = ClusterAutoscalerIdentity(
             "cluster-autoscaler",
             ClusterAutoscalerIdentityArgs(
@@ -355,10 +356,8 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
     by_group = placements(cfg, compute)
     system = cfg.cluster.system_node_group
     specs = [QueueSpec(by_group[SYSTEM_GROUP], system.desired_size, provisioned=False)]
-    autoscaler = cfg.operators.cluster_autoscaler.enabled
     specs += [
-        QueueSpec(by_group[g.name], g.node_count, provisioned=autoscaler and g.autoscaled)
-        for g in cfg.gpu_node_groups
+        QueueSpec(by_group[g.name], g.node_count, provisioned=cfg.autoscaled(g)) for g in cfg.gpu_node_groups
     ]
     q, cc = cfg.queueing, cfg.cluster
     pods = compute.pod_identity
@@ -416,7 +415,7 @@ def jobs_plane(
         node_check = None
         if group is not None and group.checks_efa:
             node_check = NodeCheck(placement.gpus, placement.efa, group.min_bus_bandwidth_gbps)
-        provisioned = group is not None and group.autoscaled and cfg.operators.cluster_autoscaler.enabled
+        provisioned = group is not None and cfg.autoscaled(group)
         # Device plugins: a job's pods need the GPUs and EFA interfaces advertised.
         extra = [r for r in (hf_secret, env_secret, pods.association, *operators.device_plugins) if r]
         jobs.append(
@@ -492,7 +491,7 @@ def outputs(
                 "instanceType": g.instance_type,
                 "nodes": g.node_count,
                 "minNodes": g.min_nodes if ng.autoscaled else g.node_count,
-                "autoscaled": ng.autoscaled and cfg.operators.cluster_autoscaler.enabled,
+                "autoscaled": ng.autoscaled,
                 "gpusPerNode": ng.gpu_count,
                 "efaInterfacesPerNode": ng.efa_count,
             }

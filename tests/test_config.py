@@ -190,7 +190,11 @@ def test_job_on_unknown_node_group():
 
 def test_job_asking_for_more_nodes_than_its_group():
     (msg,) = problems(gpuNodeGroups=[group(nodeCount=2)], jobs=[job(nodes=3)])
-    assert msg == "trainstack:jobs[0].nodes = 3: node group 'gpu' has 2 node(s); allowed: 1-2"
+    assert msg.startswith(
+        "trainstack:jobs[0].nodes = 3: job 'train' can never be admitted by queue 'gpu': "
+        "node group 'gpu' holds 2 node(s) at most, and the job needs cpu 9 > 6 on flavor trainstack-gpu;"
+    )
+    assert msg.endswith("nvidia.com/gpu 3 > 2 on flavor trainstack-gpu; allowed: 1-2, or a larger node group")
 
 
 def test_duplicate_job_names():

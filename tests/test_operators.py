@@ -27,8 +27,11 @@ def chart_dir(release: str) -> Any:
     return shared_dir("charts", "TRAINSTACK_CHARTS_DIR") / f"{chart.chart}-{chart.version}"
 
 
+QUEUEING = {"kueue", "cluster-autoscaler"}
+
+
 def test_dev_installs_gpu_plugin_kuberay_and_training_operator_but_no_efa_plugin(dev_plan):
-    assert set(releases(dev_plan)) == {"nvidia-device-plugin", "kuberay-operator"}
+    assert set(releases(dev_plan)) == {"nvidia-device-plugin", "kuberay-operator", *QUEUEING}
     assert len(dev_plan.by_type(DIRECTORY)) == 1
 
 
@@ -37,6 +40,7 @@ def test_prod_with_efa_adds_the_efa_plugin(prod_plan):
         "nvidia-device-plugin",
         "kuberay-operator",
         "aws-efa-k8s-device-plugin",
+        *QUEUEING,
     }
 
 
@@ -49,11 +53,19 @@ def test_every_operator_can_be_turned_off():
             "efaDevicePlugin": off,
             "kuberay": off,
             "trainingOperator": off,
+            "kueue": off,
+            "clusterAutoscaler": off,
         },
         jobs=[],
     )
     assert run.by_type(RELEASE) == [] and run.by_type(DIRECTORY) == []
     assert run.outputs["operators"] == {"trainingOperator": None}
+    # Without the autoscaler nothing scales the GPU groups: they keep every node, and no Pod
+    # Identity or ProvisioningRequest check is made for it.
+    assert run.one(NG, "gpu-p5").inputs["scalingConfig"] == {"minSize": 2, "desiredSize": 2, "maxSize": 2}
+    assert not run.by_type("aws:autoscaling/tag:Tag")
+    assert "cluster-autoscaler-role" not in {r.name for r in run.resources}
+    assert not [r for r in run.resources if r.name.startswith("admissioncheck-")]
 
 
 def test_releases_are_pinned_real_helm_releases(prod_plan):
@@ -61,11 +73,20 @@ def test_releases_are_pinned_real_helm_releases(prod_plan):
         "nvidia-device-plugin": ("https://nvidia.github.io/k8s-device-plugin", "0.20.0", "kube-system"),
         "aws-efa-k8s-device-plugin": ("https://aws.github.io/eks-charts", "v0.5.30", "kube-system"),
         "kuberay-operator": ("https://ray-project.github.io/kuberay-helm/", "1.7.0", "kuberay-system"),
+        "cluster-autoscaler": ("https://kubernetes.github.io/autoscaler", "9.59.0", "kube-system"),
     }
     for name, release in releases(prod_plan).items():
         i = release.inputs
-        assert (i["repositoryOpts"]["repo"], i["version"], i["namespace"]) == expected[name]
-        assert i["chart"] == name
+        if name == "kueue":  # published only as an OCI chart: named by its full reference
+            assert (i["chart"], i["version"], i["namespace"]) == (
+                "oci://registry.k8s.io/kueue/charts/kueue",
+                "0.19.2",
+                "kueue-system",
+            )
+            assert "repositoryOpts" not in i
+        else:
+            assert (i["repositoryOpts"]["repo"], i["version"], i["namespace"]) == expected[name]
+            assert i["chart"] == name
         assert i["atomic"] is True and i["cleanupOnFail"] is True and i["timeout"] == 600
         assert i["createNamespace"] is True
 
@@ -212,11 +233,17 @@ def value_paths(values: Any, prefix: str = "") -> list[str]:
     return [p for k, v in values.items() for p in value_paths(v, f"{prefix}.{k}" if prefix else k)]
 
 
+# Maps a chart renders key by key whatever the keys (the autoscaler's extraArgs become flags).
+FREE_FORM = ("extraArgs.",)
+
+
 def unknown_keys(values: dict, chart_values: dict) -> list[str]:
     """Keys set in `values` that the chart does not define. Below a chart value that is an empty
     map, a list or null, keys are the user's own (nodeSelector, tolerations)."""
     unknown = []
     for path in value_paths(values):
+        if path.startswith(FREE_FORM):
+            continue
         node: Any = chart_values
         for part in path.split("."):
             if not isinstance(node, dict) or not node:
@@ -273,9 +300,10 @@ def test_kuberay_crds_follow_the_chart_version(dev_plan):
         p.name for p in (chart_dir("kuberay-operator") / "crds").iterdir()
     )
     newer = plan("dev", operators={"kuberay": {"version": "1.7.1"}})
-    assert [f.replace("v1.7.1", "v1.7.0") for f in newer.one(CONFIG_GROUP).inputs["files"]] == files
-    assert newer.one(CONFIG_GROUP).inputs["files"] != files
-    assert not plan("dev", operators={"kuberay": {"enabled": False}}).by_type(CONFIG_GROUP)
+    newer_files = newer.one(CONFIG_GROUP, "operators-kuberay-crds").inputs["files"]
+    assert [f.replace("v1.7.1", "v1.7.0") for f in newer_files] == files and newer_files != files
+    off = plan("dev", operators={"kuberay": {"enabled": False}}, jobs=[])
+    assert "operators-kuberay-crds" not in {r.name for r in off.by_type(CONFIG_GROUP)}
 
 
 def test_kuberay_older_than_its_crds_is_refused():

@@ -82,6 +82,10 @@ class StackConfig:
         None,
     )
 
+    def autoscaled(self, group: GpuNodeGroupConfig) -> bool:
+        """The cluster autoscaler sizes the group per job from its minNodes; else it keeps every node."""
+        return self.operators.cluster_autoscaler.enabled and not group.sized_by_eks
+
 
 TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.metadata]
 

@@ -105,7 +105,7 @@ def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> di
     queues = {SYSTEM_GROUP: QueueSpec(placement, system.desired_size, provisioned=False)}
     for g in by_name.values():
         if g.instance_type in INSTANCE_TYPES:
-            queues[g.name] = QueueSpec(_catalog_placement(g), g.node_count, provisioned=g.autoscaled)
+            queues[g.name] = QueueSpec(_catalog_placement(g), g.node_count, provisioned=c.autoscaled(g))
     return queues
 
 

@@ -62,9 +62,9 @@ class GpuNodeGroupConfig:
         return INSTANCE_TYPES[self.instance_type]
 
     @property
-    def autoscaled(self) -> bool:
-        """The cluster autoscaler sizes the group per job; EKS sizes a Capacity Block group itself."""
-        return self.capacity_type != "CAPACITY_BLOCK"
+    def sized_by_eks(self) -> bool:
+        """EKS sizes a Capacity Block group to its block; the cluster autoscaler never does."""
+        return self.capacity_type == "CAPACITY_BLOCK"
 
     @property
     def checks_efa(self) -> bool:
