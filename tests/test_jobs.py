@@ -259,7 +259,9 @@ def wait_satisfied(expression: str, obj: dict) -> bool:
         return any(c["type"] == kind and c["status"] == (status or "True") for c in conditions)
     path, sep, value = expression.removeprefix("jsonpath=").partition("}=")
     found = jsonpath.find("$" + path.strip("{}"), obj).values()
-    return bool(found) and (not sep or str(found[0]) == value)
+    # kubectl's jsonpath prints JSON scalars: false, not Python's False.
+    text = json.dumps(found[0]) if found and isinstance(found[0], bool) else str(found[0]) if found else ""
+    return bool(found) and (not sep or text == value)
 
 
 def cond(**types: str) -> dict:
@@ -304,6 +306,20 @@ SAMPLES = {
 def test_wait_for_expressions_per_kind_and_mode(kind, wait, ready_in):
     expression = wait_annotations(kind, wait)["pulumi.com/waitFor"]
     assert {state for state, obj in SAMPLES[kind].items() if wait_satisfied(expression, obj)} == ready_in
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "RayCluster"])
+def test_wait_admitted_is_kueue_resuming_the_job(kind):
+    """Kueue's webhook suspends a queued job at creation; it sets suspend false once the whole
+    job is admitted (and its nodes exist, on an autoscaled group)."""
+    expression = wait_annotations(kind, "admitted")["pulumi.com/waitFor"]
+
+    def job(suspend: bool) -> dict:
+        return {"spec": {"runPolicy": {"suspend": suspend}} if kind == "PyTorchJob" else {"suspend": suspend}}
+
+    assert not wait_satisfied(expression, job(True))
+    assert wait_satisfied(expression, job(False))
+    assert not wait_satisfied(expression, {"spec": {}})  # not yet seen by Kueue's webhook
 
 
 def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):

@@ -12,7 +12,7 @@ from stacks.config.names import LABEL, NAME_RULE
 from stacks.schema import Reader, setting
 
 JobKind = Literal["PyTorchJob", "RayJob", "RayCluster"]
-WaitMode = Literal["none", "running", "succeeded"]
+WaitMode = Literal["none", "admitted", "running", "succeeded"]
 # KubeRay appends suffixes to a Ray job's name for its pods and services.
 MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
 
@@ -41,8 +41,17 @@ class JobConfig:
         "Extra environment variables (kept in a Kubernetes Secret if `jobs` is a secret).",
         factory=dict,
     )
-    wait: WaitMode = setting("wait", "What `pulumi up` waits for.", "running")
-    timeout_minutes: int = setting("timeoutMinutes", "How long `pulumi up` waits (1-10080).", 60)
+    wait: WaitMode = setting(
+        "wait",
+        "What `pulumi up` waits for: admitted (Kueue admitted it whole and its nodes exist), running, "
+        "succeeded, or none.",
+        "running",
+    )
+    timeout_minutes: int = setting(
+        "timeoutMinutes",
+        "How long `pulumi up` waits (1-10080), plus queueing.maxNodeProvisionMinutes on an autoscaled group.",
+        60,
+    )
 
 
 def check_job_name(j: JobConfig, k: str, r: Reader) -> None:
