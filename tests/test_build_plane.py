@@ -345,3 +345,25 @@ def test_docker_hub_token_must_be_a_secret():
         )
     assert "trainstack:dockerHubAccessToken" in str(err.value) and "must be a secret" in str(err.value)
     assert "dckr_pat_plain" not in str(err.value)
+
+
+def test_the_smoke_test_fails_an_image_without_the_efa_stack_or_a_compiler(tmp_path):
+    """The runtime base has neither: the build's smoke test is what proves the EFA installer and
+    gcc made it into the image, before anything is pushed."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("smoke_test", ROOT / "workload" / "smoke_test.py")
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    bare = smoke.image_problems(tmp_path, which=lambda _: None)
+    assert [p.split(" missing")[0] for p in bare[:2]] == ["aws-ofi-nccl (NCCL's EFA plugin)", "libfabric"]
+    assert bare[2].startswith("no C compiler on PATH")
+    plugin = tmp_path / "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so"
+    fabric = tmp_path / "opt/amazon/efa/lib/libfabric.so.1"
+    for f in (plugin, fabric):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.touch()
+    assert smoke.image_problems(tmp_path, which=lambda name: f"/usr/bin/{name}") == []
+    dockerfile = (ROOT / "workload" / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime" in dockerfile
+    assert " gcc " in dockerfile

@@ -4,6 +4,7 @@ gloo control group CPU tensors. On a GPU machine the same code runs for real (RE
 
 from __future__ import annotations
 
+import json
 import sys
 
 import torch
@@ -57,3 +58,46 @@ def test_the_spy_refuses_a_cpu_tensor_on_the_default_group(monkeypatch):
 
     with emulated_nccl(monkeypatch), pytest.raises(RuntimeError, match="device type cpu"):
         dist.all_reduce(torch.zeros(1))
+
+
+def test_a_jobs_own_node_check_runs_before_step_0_and_fails_the_job_for_good(monkeypatch, tmp_path, capsys):
+    """On an EFA group the default trainer checks the nodes it got before its first step: devices,
+    the network NCCL chose, bus bandwidth. A failure exits 3, which the PyTorchJob's ExitCode policy
+    treats as permanent; nothing trains over TCP."""
+    import pytest
+    import torch.distributed as dist
+    from trainer.train import PREFLIGHT_EXIT_CODE, parse_args, train
+
+    gathered_on = []
+
+    def all_gather_object(out, obj, group=None):
+        gathered_on.append(group)
+        out[:] = [obj] * len(out)
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    monkeypatch.setattr(preflight, "TERMINATION_LOG", tmp_path / "termination-log")
+    monkeypatch.setattr(preflight, "RDMA_DEVICES", tmp_path / "no-infiniband")
+    args = parse_args(
+        [
+            "--preflight-gpus-per-node",
+            "8",
+            "--preflight-efa-per-node",
+            "32",
+            "--preflight-min-bus-bandwidth",
+            "200",
+        ]
+    )
+    with emulated_nccl(monkeypatch) as spy, pytest.raises(SystemExit) as stopped:
+        train(args, gpu_context())
+    assert stopped.value.code == PREFLIGHT_EXIT_CODE == 3
+    # Gathered over gloo: NCCL would need the objects on the GPU.
+    assert gathered_on == [CONTROL]
+    assert {c[1:] for c in spy.calls if c[0] == "all_reduce"} == {("default", "meta")}
+    out = capsys.readouterr().out
+    assert "metrics" not in out  # no step ran
+    (line,) = [x for x in out.splitlines() if x.startswith("preflight ")]
+    problems = json.loads(line.removeprefix("preflight "))["problems"]
+    assert any("0 EFA devices given to the pod" in p for p in problems)
+    assert any(p.startswith("the collectives use") and "not EFA" in p for p in problems)
+    assert any(p.startswith("all-reduce bus bandwidth") for p in problems)
+    assert (tmp_path / "termination-log").read_text().startswith(problems[0][:40])
