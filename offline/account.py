@@ -236,12 +236,16 @@ class OfflineAccount:
         }
 
     def node_group(self, args: dict[str, Any]) -> dict[str, Any]:
-        zone = self._cluster_fact(args["clusterName"]).get("nodeGroups", {})[args["nodeGroupName"]]
+        """A node group of the running cluster: its fact is its AZ, or `AZ:desired size` (default 0,
+        where an autoscaled group sits idle)."""
+        fact = self._cluster_fact(args["clusterName"]).get("nodeGroups", {})[args["nodeGroupName"]]
+        zone, _, desired = fact.partition(":")
         return {
             "id": f"{args['clusterName']}:{args['nodeGroupName']}",
             "clusterName": args["clusterName"],
             "nodeGroupName": args["nodeGroupName"],
             "subnetIds": [self.cluster_subnet(zone)],
+            "scalingConfigs": [{"desiredSize": int(desired or 0), "minSize": 0, "maxSize": 64}],
             "status": "ACTIVE",
         }
 

@@ -125,6 +125,7 @@ def check_account(
     vpc_zones, existing_subnet_zones, group_zones = _zones(cfg, running, opts, checks)
     creator = _creator(cfg, caller_arn, opts, checks)
     checks.append(_kubernetes_version(cfg, running))
+    checks += _group_floors(cfg, running)
     if cfg.cluster.control_plane_logs:
         checks.append(_control_plane_log_group(cfg, opts))
     checks += _quotas(cfg, opts)
@@ -302,6 +303,7 @@ class RunningCluster:
     version: str
     zones: tuple[str, ...]  # AZs of its subnets, in the order of their addresses
     group_zones: dict[str, str]  # GPU group -> the AZ of its node group's subnet
+    group_sizes: dict[str, int]  # GPU group -> its desired size now (the autoscaler's)
 
 
 def _running_cluster(cfg: StackConfig, opts: pulumi.InvokeOptions) -> RunningCluster | None:
@@ -312,7 +314,7 @@ def _running_cluster(cfg: StackConfig, opts: pulumi.InvokeOptions) -> RunningClu
     subnets = [aws.ec2.get_subnet(id=s, opts=opts) for s in cluster.vpc_config.subnet_ids]
     subnets.sort(key=lambda s: ipaddress.ip_network(s.cidr_block))
     zone_of = {s.id: s.availability_zone for s in subnets}
-    groups = {}
+    groups, sizes = {}, {}
     node_groups = set(aws.eks.get_node_groups(cluster_name=name, opts=opts).names)
     for g in cfg.gpu_node_groups:
         node_group = gpu_node_group_name(name, g.name)
@@ -321,8 +323,33 @@ def _running_cluster(cfg: StackConfig, opts: pulumi.InvokeOptions) -> RunningClu
             subnet = found.subnet_ids[0]
             # Already read with the cluster's subnets; one outside them is read on its own.
             groups[g.name] = zone_of.get(subnet) or aws.ec2.get_subnet(id=subnet, opts=opts).availability_zone
+            sizes[g.name] = found.scaling_configs[0].desired_size
     zones = tuple(dict.fromkeys(s.availability_zone for s in subnets))
-    return RunningCluster(name, cluster.version, zones, groups)
+    return RunningCluster(name, cluster.version, zones, groups, sizes)
+
+
+def _group_floors(cfg: StackConfig, running: RunningCluster | None) -> list[Check]:
+    """EKS refuses a minimum above the desired size, and the stack leaves the desired size to the
+    autoscaler: raising minNodes above what a group has now would fail halfway through `up`."""
+    checks = []
+    for i, g in enumerate(cfg.gpu_node_groups):
+        now = running.group_sizes.get(g.name) if running else None
+        if now is None or not cfg.autoscaled(g):
+            continue
+        problem = None
+        if g.min_nodes > now:
+            node_group = gpu_node_group_name(running.name, g.name)
+            problem = (
+                f"{PROJECT}:gpuNodeGroups[{i}].minNodes = {g.min_nodes}: node group {node_group} has {now} "
+                "node(s) now and EKS refuses a minimum above its desired size, which the autoscaler owns; "
+                f"allowed: at most {now}, or raise both first: aws eks update-nodegroup-config --cluster-name "
+                f"{running.name} --nodegroup-name {node_group} --scaling-config "
+                f"minSize={g.min_nodes},desiredSize={g.min_nodes},maxSize={g.node_count}"
+            )
+        checks.append(
+            Check(f"node group {g.name} floor", f"minNodes {g.min_nodes}", f"{now} node(s) now", problem)
+        )
+    return checks
 
 
 def _kubernetes_version(cfg: StackConfig, running: RunningCluster | None) -> Check:

@@ -413,3 +413,42 @@ def test_the_aws_profile_reaches_the_provider_and_the_image_build():
     run = plan("dev", **{"aws:profile": "training"})
     assert run.one("pulumi:providers:aws").inputs["profile"] == "training"
     assert run.one("pulumi-python:dynamic:Resource").inputs["aws_profile"] == "training"
+
+
+def test_min_nodes_is_a_floor_within_the_group():
+    (msg,) = problems(gpuNodeGroups=[group(nodeCount=2, minNodes=3)])
+    assert (
+        msg == "trainstack:gpuNodeGroups[0].minNodes = 3: out of range; allowed: 0-2 (the group's nodeCount)"
+    )
+    (msg,) = problems(gpuNodeGroups=[group(minNodes=-1)])
+    assert msg.startswith("trainstack:gpuNodeGroups[0].minNodes = -1: out of range")
+    cfg = parse_config(
+        "dev", {**BASE, "trainstack:gpuNodeGroups": json.dumps([group(nodeCount=4, minNodes=1)])}
+    )
+    (g,) = cfg.gpu_node_groups
+    assert (g.min_nodes, g.node_count, cfg.autoscaled(g)) == (1, 4, True)
+
+
+def test_queueing_timings_are_bounded():
+    found = problems(
+        queueing={"idleNodeMinutes": 0, "podsReadyTimeoutMinutes": 241, "maxNodeProvisionMinutes": 4}
+    )
+    assert found == [
+        "trainstack:queueing.idleNodeMinutes = 0: out of range; allowed: 1-1440",
+        "trainstack:queueing.podsReadyTimeoutMinutes = 241: out of range; allowed: 1-240",
+        "trainstack:queueing.maxNodeProvisionMinutes = 4: out of range; allowed: 5-120",
+    ]
+
+
+def test_a_ray_job_on_the_system_group_counts_its_head():
+    """The system queue holds its CPU jobs' pods and one Ray head: Kueue counts the head too."""
+    (msg,) = problems(
+        jobs=[
+            job(kind="RayJob", nodeGroup="system", nodes=2),
+            job(name="two-heads", kind="RayCluster", nodeGroup="system", nodes=3),
+        ]
+    )
+    assert msg.startswith(
+        "trainstack:jobs[1].nodes = 3: job 'two-heads' can never be admitted by queue 'system'"
+    )
+    assert "cpu 3500m > 2500m on flavor trainstack-system" in msg

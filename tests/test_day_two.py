@@ -178,3 +178,43 @@ def test_azs_stay_when_ec2_offerings_change_between_runs():
     )
     subnets, group = layout(run_program("dev", moved, facts=running))
     assert subnets == layout(first)[0] and group != layout(first)[1]
+
+
+def test_raising_min_nodes_above_the_groups_size_now_stops_before_anything_changes():
+    """The autoscaler owns the desired size (the stack ignores it), and EKS refuses a minimum above
+    it: the run stops at the account checks with the command that raises both."""
+    running = {
+        "eks-cluster:trainstack-dev": {
+            "version": "1.36",
+            "zones": ["us-east-1a", "us-east-1b"],
+            "nodeGroups": {"trainstack-dev-gpu": "us-east-1a:0"},
+        }
+    }
+    groups = [{"name": "gpu", "instanceType": "g6.xlarge", "nodeCount": 2, "minNodes": 1}]
+    with pytest.raises(AccountCheckError) as err:
+        run_program("dev", stack_values("dev", gpuNodeGroups=groups), facts=running)
+    assert (
+        "trainstack:gpuNodeGroups[0].minNodes = 1: node group trainstack-dev-gpu has 0 node(s) now and EKS "
+        "refuses a minimum above its desired size, which the autoscaler owns; allowed: at most 0, or raise both "
+        "first: aws eks update-nodegroup-config --cluster-name trainstack-dev --nodegroup-name trainstack-dev-gpu "
+        "--scaling-config minSize=1,desiredSize=1,maxSize=2"
+    ) in str(err.value)
+    # With a node running (a job on it), the same floor applies in place.
+    running["eks-cluster:trainstack-dev"]["nodeGroups"]["trainstack-dev-gpu"] = "us-east-1a:1"
+    run_program("dev", stack_values("dev", gpuNodeGroups=groups), facts=running)
+
+
+def test_a_second_run_with_unchanged_config_registers_the_same_inputs():
+    """Everything derived (ASG names and their tags, queue quotas, flavors, jobs) is a function of
+    the config and the account's answers: unchanged config, unchanged inputs, no diff."""
+    running = {
+        "eks-cluster:trainstack-prod": {
+            "version": "1.36",
+            "zones": ["us-east-1a", "us-east-1b", "us-east-1c"],
+            "nodeGroups": {"trainstack-prod-p5": "us-east-1c:2"},
+        }
+    }
+    first = run_program("prod", stack_values("prod"))
+    second = run_program("prod", stack_values("prod"), facts=running)
+    inputs = lambda run: {r.urn: r.inputs for r in run.resources}  # noqa: E731
+    assert inputs(second) == inputs(first)
