@@ -18,6 +18,8 @@ KINDS = {
     "RayJob": ("ray.io", "v1", "rayjobs"),
     "RayCluster": ("ray.io", "v1", "rayclusters"),
 }
+WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+PROVISIONING_REQUESTS = ("autoscaling.x-k8s.io", "v1", "provisioningrequests")
 
 
 @dataclass
@@ -128,9 +130,14 @@ def allocatable(node: dict, resource: str) -> int:
 
 @dataclass
 class GroupStatus:
+    """A GPU group now: its nodes (the autoscaler adds them per job, up to `maximum`), how many are
+    Ready, and the devices each Ready node advertises."""
+
     name: str
+    nodes: int
     ready: int
-    expected: int
+    minimum: int
+    maximum: int
     gpus: list[int]
     efa: list[int]
     gpus_expected: int
@@ -139,7 +146,7 @@ class GroupStatus:
     @property
     def failed(self) -> bool:
         return (
-            self.ready < self.expected
+            self.ready < self.minimum
             or any(g < self.gpus_expected for g in self.gpus)
             or any(e < self.efa_expected for e in self.efa)
         )
@@ -147,15 +154,142 @@ class GroupStatus:
 
 def group_status(name: str, facts: dict, nodes: list[dict]) -> GroupStatus:
     mine = [n for n in nodes if n.get("metadata", {}).get("labels", {}).get(NODE_GROUP_LABEL) == name]
+    ready = [n for n in mine if node_ready(n)]  # a joining node has no devices yet
+    maximum = int(facts.get("nodes", 0))
     return GroupStatus(
         name,
-        sum(node_ready(n) for n in mine),
-        int(facts.get("nodes", 0)),
-        [allocatable(n, GPU_RESOURCE) for n in mine],
-        [allocatable(n, EFA_RESOURCE) for n in mine],
+        len(mine),
+        len(ready),
+        int(facts.get("minNodes", maximum)),
+        maximum,
+        [allocatable(n, GPU_RESOURCE) for n in ready],
+        [allocatable(n, EFA_RESOURCE) for n in ready],
         int(facts.get("gpusPerNode", 0)),
         int(facts.get("efaInterfacesPerNode", 0)),
     )
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueState:
+    """Where a job is in Kueue: admitted, provisioning (quota held, nodes coming), waiting, evicted,
+    finished; `failed` when it waits for something that will not come by itself."""
+
+    state: str
+    detail: str
+    failed: bool = False
+    fix: str = ""
+
+
+def _conditions(obj: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+
+
+def _true(conditions: dict[str, dict], kind: str) -> bool:
+    return conditions.get(kind, {}).get("status") == "True"
+
+
+def _owned_by(obj: dict, kind: str, name: str) -> bool:
+    return any(
+        r.get("kind") == kind and r.get("name") == name for r in obj["metadata"].get("ownerReferences", [])
+    )
+
+
+def _owner_name(obj: dict) -> str:
+    refs = obj["metadata"].get("ownerReferences", [])
+    return refs[0]["name"] if refs else obj["metadata"]["name"]
+
+
+def queue_state(kind: str, name: str, workloads: list[dict], requests: list[dict]) -> QueueState:
+    workload = next((w for w in workloads if _owned_by(w, kind, name)), None)
+    if workload is None:
+        return QueueState(
+            "not queued",
+            "Kueue has no Workload for it: Kueue is not running, or the job lacks its queue label",
+            True,
+            "kubectl -n kueue-system get pods; the stack labels every job (kueue.x-k8s.io/queue-name)",
+        )
+    cond = _conditions(workload)
+    queue = workload["spec"].get("queueName", "?")
+    if _true(cond, "Finished"):
+        return QueueState("finished", cond["Finished"].get("message", ""))
+    if _true(cond, "Admitted"):
+        return QueueState("admitted", f"queue {queue}")
+    if _true(cond, "Evicted"):
+        why = cond["Evicted"]
+        return QueueState(
+            "evicted",
+            f"{why.get('reason', '')}: {why.get('message', '')}".strip(": "),
+            True,
+            "its pods were not all Ready in time (queueing.podsReadyTimeoutMinutes): "
+            "`trainstack doctor` shows why a pod waits; Kueue requeues it with a backoff",
+        )
+    if _true(cond, "QuotaReserved"):
+        return _provisioning(workload, queue, requests)
+    ahead = _ahead(workload, workloads)
+    message = cond.get("QuotaReserved", {}).get("message") or "not yet considered by Kueue"
+    if ahead:
+        return QueueState("waiting", f"behind {', '.join(ahead)} in queue {queue}: {message}")
+    return QueueState(
+        "waiting",
+        f"first in queue {queue}, not admitted: {message}",
+        True,
+        f"kubectl describe clusterqueue trainstack-{queue} (an inactive queue names what it lacks); "
+        "kubectl -n kueue-system logs deploy/kueue-controller-manager",
+    )
+
+
+def _ahead(workload: dict, workloads: list[dict]) -> list[str]:
+    """Jobs before it in its queue: holding quota, or waiting since earlier (first in, first out)."""
+    queue, created = workload["spec"].get("queueName"), workload["metadata"].get("creationTimestamp", "")
+    ahead = []
+    for other in workloads:
+        if other is workload or other["spec"].get("queueName") != queue:
+            continue
+        cond = _conditions(other)
+        if _true(cond, "Finished"):
+            continue
+        holding = _true(cond, "QuotaReserved") or _true(cond, "Admitted")
+        if holding or other["metadata"].get("creationTimestamp", "") < created:
+            ahead.append(_owner_name(other) + (" (running)" if holding else " (waiting)"))
+    return sorted(ahead)
+
+
+def _provisioning(workload: dict, queue: str, requests: list[dict]) -> QueueState:
+    """Quota reserved; the admission checks (the ProvisioningRequest) decide when it starts."""
+    checks = workload.get("status", {}).get("admissionChecks", [])
+    mine = [r for r in requests if _owned_by(r, "Workload", workload["metadata"]["name"])]
+    request = max(mine, key=lambda r: r["metadata"].get("creationTimestamp", ""), default=None)
+    said = []
+    failed = False
+    for check in checks:
+        state = check.get("state", "Pending")
+        said.append(f"{check['name']} {state}" + (f": {check['message']}" if check.get("message") else ""))
+        failed |= state in ("Retry", "Rejected")
+    if request is not None:
+        cond = _conditions(request)
+        if _true(cond, "Failed"):
+            failed = True
+            said.append(
+                f"ProvisioningRequest {request['metadata']['name']} failed: {cond['Failed'].get('message', '')}"
+            )
+        elif "Provisioned" in cond:
+            said.append(
+                f"ProvisioningRequest {request['metadata']['name']}: {cond['Provisioned'].get('message', '')}"
+            )
+    detail = f"quota held in queue {queue}, nodes being provisioned" + (
+        f"; {'; '.join(said)}" if said else ""
+    )
+    fix = (
+        "the autoscaler could not get the nodes (capacity, quota, the AZ): "
+        "kubectl -n kube-system logs deploy/cluster-autoscaler; another instance type, AZ or capacity "
+        "reservation; Kueue retries the request with a backoff"
+        if failed
+        else ""
+    )
+    return QueueState("provisioning", detail, failed, fix)
 
 
 # --- doctor ------------------------------------------------------------------------------------
@@ -185,6 +319,9 @@ class ClusterView:
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> recent log
     previous_logs: dict[str, str] = field(default_factory=dict)  # pod name -> last crashed run
     gpu_groups: dict[str, dict] = field(default_factory=dict)  # stack outputs: gpuNodeGroups
+    jobs: dict[str, str] = field(default_factory=dict)  # the stack's jobs that exist: name -> kind
+    workloads: list[dict] = field(default_factory=list)  # Kueue's, one per queued job
+    provisioning_requests: list[dict] = field(default_factory=list)
 
 
 REQUIRED_CRDS = ("pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io")
@@ -458,9 +595,22 @@ def check_logs(view: ClusterView) -> list[Check]:
     return checks
 
 
+def check_queues(view: ClusterView) -> list[Check]:
+    """Why each job waits, if it does: behind other jobs (fine), or for something that will not
+    come by itself (a queue it can never fit, nodes the autoscaler cannot get, pods never ready)."""
+    checks = []
+    for name, kind in view.jobs.items():
+        q = queue_state(kind, name, view.workloads, view.provisioning_requests)
+        checks.append(
+            Check(f"job {name} in its queue", not q.failed, f"{q.state}: {q.detail}".rstrip(": "), q.fix)
+        )
+    return checks
+
+
 def doctor(view: ClusterView) -> list[Check]:
     return [
         *check_nodes(view),
+        *check_queues(view),
         *check_device_plugins(view),
         *check_operators(view),
         *check_pod_identity(view),

@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from cli.analysis import KINDS
+from cli.analysis import KINDS, PROVISIONING_REQUESTS, WORKLOADS
 from cli.errors import EXIT_FAILED, CliError
 from conventions import JOB_LABEL
 
@@ -155,6 +155,28 @@ class Cluster:
     def webhooks(self) -> list[str]:
         found = self._call("listing webhooks", self.admission.list_validating_webhook_configuration)
         return [w["metadata"]["name"] for w in self._json(found)["items"]]
+
+    def workloads(self) -> list[dict]:
+        """Kueue's Workloads in the namespace (one per queued job); none where Kueue is absent."""
+        group, version, plural = WORKLOADS
+        found = self._call(
+            "listing Kueue workloads",
+            self.custom.list_namespaced_custom_object,
+            *(group, version, self.namespace, plural),
+            absent=(404,),
+        )
+        return (found or {}).get("items", [])
+
+    def provisioning_requests(self) -> list[dict]:
+        """The autoscaler's ProvisioningRequests Kueue made for the namespace's Workloads."""
+        group, version, plural = PROVISIONING_REQUESTS
+        found = self._call(
+            "listing ProvisioningRequests",
+            self.custom.list_namespaced_custom_object,
+            *(group, version, self.namespace, plural),
+            absent=(404,),
+        )
+        return (found or {}).get("items", [])
 
     def _json(self, obj: Any) -> Any:
         return self.api.sanitize_for_serialization(obj)

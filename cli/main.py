@@ -213,10 +213,12 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     outputs = stack_outputs(args)
     cluster = connect(args, outputs)
     jobs, failed = [], False
+    workloads, requests = cluster.workloads(), cluster.provisioning_requests()
     for name, kind in job_kinds(outputs).items():
         out.progress(f"reading {kind} {name} ...")
         obj = cluster.job(kind, name)
         phase = analysis.job_phase(kind, obj)
+        queued = analysis.queue_state(kind, name, workloads, requests) if obj else None
         pods = cluster.job_pods(name)
         records = metric_records(cluster, pods, tail=500)
         latest = records[-1] if records else None
@@ -225,7 +227,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
                 "name": name,
                 "kind": kind,
                 "phase": phase.name,
-                "failed": phase.failed,
+                "failed": phase.failed or bool(queued and queued.failed),
+                "queue": asdict(queued) if queued else None,
                 "podsReady": sum(analysis.pod_ready(p) for p in pods),
                 "podsExpected": analysis.expected_pods(kind, obj),
                 "restarts": sum(analysis.restarts(p) for p in pods),
@@ -235,7 +238,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
                 else None,
             }
         )
-        failed |= phase.failed
+        failed |= jobs[-1]["failed"]
     nodes = cluster.nodes()
     groups = [
         analysis.group_status(name, facts, nodes)
@@ -248,7 +251,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             {"jobs": jobs, "nodeGroups": [asdict(g) | {"failed": g.failed} for g in groups], "failed": failed}
         )
         return EXIT_FAILED if failed else 0
-    out.line(f"{'JOB':24} {'KIND':10} {'PHASE':26} {'PODS':7} {'RESTARTS':8} {'AGE':5} LATEST")
+    out.line(f"{'JOB':24} {'KIND':10} {'PHASE':26} {'QUEUE':13} {'PODS':7} {'RESTARTS':8} {'AGE':5} LATEST")
     for j in jobs:
         m = j["metrics"]
         latest = (
@@ -258,17 +261,24 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             else "-"
         )
         phase = out.colour(f"{j['phase']:26}", False if j["failed"] else None)
+        queue = j["queue"] or {"state": "-", "detail": "", "failed": False}
+        state = out.colour(f"{queue['state']:13}", False if queue["failed"] else None)
         out.line(
-            f"{j['name']:24} {j['kind']:10} {phase} {j['podsReady']}/{j['podsExpected']:<5} "
+            f"{j['name']:24} {j['kind']:10} {phase} {state} {j['podsReady']}/{j['podsExpected']:<5} "
             f"{j['restarts']:<8} {j['age']:5} {latest}"
         )
+        if queue["state"] not in ("admitted", "finished", "-"):
+            out.line(f"{'':24} {queue['detail']}")
     out.line()
-    out.line(f"{'NODE GROUP':24} {'READY':7} {'GPUS/NODE':16} EFA/NODE")
+    out.line(f"{'NODE GROUP':24} {'READY/NODES':12} {'MIN-MAX':8} {'GPUS/NODE':16} EFA/NODE")
     for g in groups:
-        ready = out.colour(f"{g.ready}/{g.expected}", g.ready >= g.expected)
+        ready = out.colour(f"{g.ready}/{g.nodes:<10}", g.ready >= g.minimum)
         gpus = ",".join(map(str, g.gpus)) or "-"
         efa = ",".join(map(str, g.efa)) or "-"
-        out.line(f"{g.name:24} {ready:7} {gpus + ' of ' + str(g.gpus_expected):16} {efa} of {g.efa_expected}")
+        span = f"{g.minimum}-{g.maximum}"
+        out.line(
+            f"{g.name:24} {ready} {span:8} {gpus + ' of ' + str(g.gpus_expected):16} {efa} of {g.efa_expected}"
+        )
     return EXIT_FAILED if failed else 0
 
 
@@ -351,6 +361,9 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         webhooks=cluster.webhooks(),
         pods=pods,
         gpu_groups=outputs.get("gpuNodeGroups") or {},
+        jobs={name: kind for name, kind in job_kinds(outputs).items() if cluster.job(kind, name)},
+        workloads=cluster.workloads(),
+        provisioning_requests=cluster.provisioning_requests(),
     )
     for pod in pods:
         out.progress(f"reading logs of {pod['metadata']['name']} ...")

@@ -23,6 +23,8 @@ class FakeCluster:
     crds: list[dict] = field(default_factory=list)
     webhooks: list[dict] = field(default_factory=list)
     custom: dict[tuple[str, str], dict] = field(default_factory=dict)  # (plural, name) -> object
+    workloads: list[dict] | None = None  # Kueue's, in the namespace; None: no Kueue API (404)
+    provisioning_requests: list[dict] | None = None  # None: no ProvisioningRequest API (404)
     logs: dict[str, str] = field(default_factory=dict)
     previous_logs: dict[str, str] = field(default_factory=dict)
     follow_delay: float = 0.05
@@ -87,6 +89,19 @@ class Handler(BaseHTTPRequestHandler):
                 200,
                 _list("ValidatingWebhookConfigurationList", "admissionregistration.k8s.io/v1", c.webhooks),
             )
+        for api, plural, kind, items in (
+            ("kueue.x-k8s.io/v1beta2", "workloads", "WorkloadList", c.workloads),
+            (
+                "autoscaling.x-k8s.io/v1",
+                "provisioningrequests",
+                "ProvisioningRequestList",
+                c.provisioning_requests,
+            ),
+        ):
+            if path == f"/apis/{api}/namespaces/{ns}/{plural}":
+                return (
+                    self._send(200, _list(kind, api, items)) if items is not None else self._not_found(path)
+                )
         if m := re.fullmatch(rf"/apis/[^/]+/v1/namespaces/{ns}/([^/]+)/([^/]+)", path):
             found = c.custom.get((m.group(1), m.group(2)))
             return self._send(200, found) if found else self._not_found(f"{m.group(1)} {m.group(2)}")

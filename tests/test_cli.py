@@ -230,6 +230,71 @@ METRICS = "\n".join(
 )
 
 
+def condition(kind: str, status: str, reason: str = "", message: str = "") -> dict:
+    return {"type": kind, "status": status, "reason": reason or kind, "message": message,
+            "lastTransitionTime": CREATED}  # fmt: skip
+
+
+def workload(job: str, queue: str, *conditions: dict, kind: str = "PyTorchJob", created: str = CREATED,
+             checks: list[dict] | None = None) -> dict:  # fmt: skip
+    """Kueue's Workload for a job, as Kueue writes it (v1beta2): owned by the job."""
+    name = f"{kind.lower()}-{job}-1a2b3"
+    obj = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            **meta(name, NS),
+            "creationTimestamp": created,
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": kind,
+                    "name": job,
+                    "uid": f"uid-{job}",
+                    "controller": True,
+                }
+            ],  # fmt: skip
+        },
+        "spec": {
+            "queueName": queue,
+            "podSets": [
+                {"name": "worker", "count": 2, "template": {"spec": {"containers": [{"name": "pytorch"}]}}}
+            ],
+        },
+        "status": {"conditions": list(conditions)},
+    }
+    if checks is not None:
+        obj["status"]["admissionChecks"] = checks
+    return obj
+
+
+def provisioning_request(workload_name: str, *conditions: dict) -> dict:
+    return {
+        "apiVersion": "autoscaling.x-k8s.io/v1",
+        "kind": "ProvisioningRequest",
+        "metadata": {
+            **meta(f"{workload_name}-trainstack-provisioning-1", NS),
+            "creationTimestamp": CREATED,
+            "ownerReferences": [
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "Workload",
+                    "name": workload_name,
+                    "uid": "uid-wl",
+                }
+            ],  # fmt: skip
+        },
+        "spec": {
+            "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+            "podSets": [{"count": 2, "podTemplateRef": {"name": f"ppt-{workload_name}-worker"}}],
+        },
+        "status": {"conditions": list(conditions)},
+    }
+
+
+ADMITTED = (condition("QuotaReserved", "True"), condition("Admitted", "True"))
+
+
 def healthy() -> FakeCluster:
     c = FakeCluster()
     c.nodes = [node("ip-10-0-0-1", None), node("ip-10-0-2-1", "p5"), node("ip-10-0-2-2", "p5")]
@@ -245,6 +310,8 @@ def healthy() -> FakeCluster:
     c.webhooks = [webhook("validator.training-operator.kubeflow.org")]
     c.pods = [pod("fsdp-worker-0", "fsdp", "p5", index=0), pod("fsdp-worker-1", "fsdp", "p5", index=1)]
     c.custom[("pytorchjobs", "fsdp")] = pytorchjob("fsdp", 2, ("Created", "True"), ("Running", "True"))
+    c.workloads = [workload("fsdp", "p5", *ADMITTED)]
+    c.provisioning_requests = []
     c.logs = {"fsdp-worker-0": METRICS, "fsdp-worker-1": "rank 1 up\nNCCL INFO Using network Libfabric"}
     return c
 
@@ -252,13 +319,13 @@ def healthy() -> FakeCluster:
 OUTPUTS = {
     "trainingNamespace": NS,
     "gpuNodeGroups": {"p5": {"nodeGroupName": "trainstack-prod-p5", "instanceType": "p5.48xlarge", "nodes": 2,
-                             "gpusPerNode": 8, "efaInterfacesPerNode": 32}},
+                             "minNodes": 0, "autoscaled": True, "gpusPerNode": 8, "efaInterfacesPerNode": 32}},
     "jobs": {"fsdp": {"kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "gpus": 16, "hourlyUsd": 110.08}},
 }  # fmt: skip
 
 
 def run(cluster: FakeCluster, tmp_path: Path, *argv: str, outputs: dict | None = None) -> tuple[int, str]:
-    for obj in cluster.custom.values():
+    for obj in [*cluster.custom.values(), *(cluster.workloads or []), *(cluster.provisioning_requests or [])]:
         assert crd_errors(obj) == [], obj["metadata"]["name"]  # fixtures are real custom resources
     with KubeServer(cluster) as server:
         path = tmp_path / "outputs.json"
@@ -291,6 +358,7 @@ def run(cluster: FakeCluster, tmp_path: Path, *argv: str, outputs: dict | None =
 def test_status_phase_per_kind(tmp_path, kind, obj, phase, failed):
     c = healthy()
     c.custom = {(analysis.KINDS[kind][2], "j"): obj}
+    c.workloads = [workload("j", "p5", *ADMITTED, kind=kind)]
     c.pods = [
         pod(
             "j-0",
@@ -317,14 +385,16 @@ def test_status_table_with_pods_restarts_metrics_and_node_groups(tmp_path):
     assert job | {"age": "-"} == {
         "name": "fsdp", "kind": "PyTorchJob", "phase": "Running", "failed": False, "podsReady": 2,
         "podsExpected": 2, "restarts": 2, "age": "-",
+        "queue": {"state": "admitted", "detail": "queue p5", "failed": False, "fix": ""},
         "metrics": {"step": 20, "loss": 3.9, "tokens_per_s": 1300000.0, "mfu": 0.44},
     }  # fmt: skip
     (group,) = data["nodeGroups"]
-    assert group == {"name": "p5", "ready": 2, "expected": 2, "gpus": [8, 8], "efa": [32, 32],
-                     "gpus_expected": 8, "efa_expected": 32, "failed": False}  # fmt: skip
+    assert group == {"name": "p5", "nodes": 2, "ready": 2, "minimum": 0, "maximum": 2, "gpus": [8, 8],
+                     "efa": [32, 32], "gpus_expected": 8, "efa_expected": 32, "failed": False}  # fmt: skip
     assert code == 0 and data["failed"] is False
     code, text = run(c, tmp_path, "status")
     assert "fsdp" in text and "step 20 loss 3.9 1,300,000 tok/s MFU 44.0%" in text and "2/2" in text
+    assert "admitted" in text and "0-2" in text
     assert "\033[" not in text  # piped: no colours
 
 
@@ -333,6 +403,103 @@ def test_status_fails_when_a_node_group_lacks_devices(tmp_path):
     c.nodes[2] = node("ip-10-0-2-2", "p5", gpus=0)
     code, out = run(c, tmp_path, "status", "--json")
     assert code == 1 and json.loads(out)["nodeGroups"][0]["gpus"] == [8, 0]
+
+
+def test_an_idle_autoscaled_group_at_zero_is_healthy_and_a_joining_node_is_not_counted(tmp_path):
+    c = healthy()
+    c.nodes = [node("ip-10-0-0-1", None)]
+    c.pods, c.custom, c.workloads = [], {}, []
+    outputs = {**copy.deepcopy(OUTPUTS), "jobs": {}}
+    code, out = run(c, tmp_path, "status", "--json", outputs=outputs)
+    assert (
+        code == 0 and json.loads(out)["nodeGroups"][0] | {"failed": False} == json.loads(out)["nodeGroups"][0]
+    )
+    assert (json.loads(out)["nodeGroups"][0]["nodes"], json.loads(out)["nodeGroups"][0]["minimum"]) == (0, 0)
+    c.nodes.append(node("ip-10-0-2-9", "p5", ready=False, gpus=0, efa=0))  # the autoscaler's, joining
+    group = json.loads(run(c, tmp_path, "status", "--json", outputs=outputs)[1])["nodeGroups"][0]
+    assert (group["nodes"], group["ready"], group["gpus"], group["failed"]) == (1, 0, [], False)
+    # Below its floor it fails: minNodes says a node should be there.
+    outputs["gpuNodeGroups"]["p5"]["minNodes"] = 1
+    code, out = run(c, tmp_path, "status", "--json", outputs=outputs)
+    assert code == 1 and json.loads(out)["nodeGroups"][0]["failed"] is True
+
+
+def queue_of(c: FakeCluster, tmp_path: Path, job: str = "fsdp") -> tuple[int, dict]:
+    code, out = run(c, tmp_path, "status", "--json")
+    (found,) = [j for j in json.loads(out)["jobs"] if j["name"] == job]
+    return code, found["queue"]
+
+
+def test_status_says_a_job_waits_behind_the_jobs_ahead_in_its_queue(tmp_path):
+    c = healthy()
+    c.custom[("pytorchjobs", "later")] = pytorchjob("later", 2, ("Created", "True"))
+    c.workloads.append(
+        workload(
+            "later",
+            "p5",
+            condition(
+                "QuotaReserved",
+                "False",
+                "Pending",
+                "couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in "
+                "flavor trainstack-p5, 16 more needed",
+            ),
+            created="2026-11-21T11:00:00Z",
+        )  # fmt: skip
+    )
+    outputs = copy.deepcopy(OUTPUTS)
+    outputs["jobs"]["later"] = {
+        "kind": "PyTorchJob",
+        "nodeGroup": "p5",
+        "nodes": 2,
+        "gpus": 16,
+        "hourlyUsd": 110.08,
+    }
+    code, out = run(c, tmp_path, "status", "--json", outputs=outputs)
+    later = next(j for j in json.loads(out)["jobs"] if j["name"] == "later")
+    assert later["queue"] == {
+        "state": "waiting",
+        "detail": "behind fsdp (running) in queue p5: couldn't assign flavors to pod set worker: insufficient "
+        "unused quota for nvidia.com/gpu in flavor trainstack-p5, 16 more needed",
+        "failed": False,
+        "fix": "",
+    }
+    assert code == 0  # queued behind a running job is how it should be
+    _, text = run(c, tmp_path, "status", outputs=outputs)
+    assert "behind fsdp (running) in queue p5" in text
+
+
+def test_status_shows_nodes_being_provisioned_and_a_failed_provisioning_request(tmp_path):
+    c = healthy()
+    name = c.workloads[0]["metadata"]["name"]
+    pending = [
+        {"name": "trainstack-provisioning", "state": "Pending", "message": "", "lastTransitionTime": CREATED}
+    ]
+    c.workloads = [workload("fsdp", "p5", condition("QuotaReserved", "True"), checks=pending)]
+    c.provisioning_requests = [
+        provisioning_request(name, condition("Provisioned", "False", "Provisioning", "Provisioning 2 nodes"))
+    ]
+    code, queue = queue_of(c, tmp_path)
+    assert queue["state"] == "provisioning" and not queue["failed"]
+    assert queue["detail"] == (
+        "quota held in queue p5, nodes being provisioned; trainstack-provisioning Pending; ProvisioningRequest "
+        f"{name}-trainstack-provisioning-1: Provisioning 2 nodes"
+    )
+    capacity = ("Failed", "True", "FailedToProvision",
+                "scale-up failed: InsufficientInstanceCapacity: We currently do not have sufficient p5.48xlarge "
+                "capacity in the Availability Zone you requested (us-east-1c)")  # fmt: skip
+    c.provisioning_requests = [provisioning_request(name, condition(*capacity))]
+    c.workloads[0]["status"]["admissionChecks"][0]["state"] = "Retry"
+    code, queue = queue_of(c, tmp_path)
+    assert code == 1 and queue["failed"] and "InsufficientInstanceCapacity" in queue["detail"]
+    assert "kubectl -n kube-system logs deploy/cluster-autoscaler" in queue["fix"]
+
+
+def test_status_without_kueue_says_the_job_is_not_queued(tmp_path):
+    c = healthy()
+    c.workloads = None  # the API is absent: 404
+    code, queue = queue_of(c, tmp_path)
+    assert code == 1 and queue["state"] == "not queued" and "Kueue is not running" in queue["detail"]
 
 
 # --- logs --------------------------------------------------------------------------------------
@@ -562,3 +729,26 @@ def test_estimate_table(tmp_path):
 def test_an_unknown_job_is_a_usage_error(tmp_path):
     code, out = run(healthy(), tmp_path, "estimate", "nope", "--tokens", "1e9")
     assert code == 2 and out == ""
+
+
+def test_doctor_says_why_a_job_waits_in_its_queue(tmp_path):
+    c = healthy()
+    code, checks = doctor(c, tmp_path)
+    (queued,) = [x for x in checks if x["name"] == "job fsdp in its queue"]
+    assert queued["ok"] and queued["detail"] == "admitted: queue p5"
+    # First in its queue and not admitted: the queue itself is the problem.
+    inactive = condition("QuotaReserved", "False", "Inadmissible",
+                         "ClusterQueue trainstack-p5 is inactive: references missing AdmissionCheck(s)")  # fmt: skip
+    c.workloads = [workload("fsdp", "p5", inactive)]
+    found = finding(tmp_path, c, "job fsdp in its queue")
+    assert found["detail"] == (
+        "waiting: first in queue p5, not admitted: ClusterQueue trainstack-p5 is inactive: references missing "
+        "AdmissionCheck(s)"
+    )
+    assert found["fix"].startswith("kubectl describe clusterqueue trainstack-p5")
+    # Evicted because its pods were not ready in time: Kueue requeues it, doctor says why.
+    evicted = condition("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout training/fsdp")
+    c.workloads = [workload("fsdp", "p5", condition("QuotaReserved", "False"), evicted)]
+    found = finding(tmp_path, c, "job fsdp in its queue")
+    assert found["detail"] == "evicted: PodsReadyTimeout: Exceeded the PodsReady timeout training/fsdp"
+    assert "podsReadyTimeoutMinutes" in found["fix"]
