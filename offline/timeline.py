@@ -31,7 +31,7 @@ CPU_NODE_GROUP_MINUTES = 2.25  # 1.5-3 min
 GPU_NODE_GROUP_MINUTES = 5.0  # ~5 min to join
 GPU_NODE_JOIN_MINUTES = 5.0  # a node the autoscaler adds: launch and join, as a group's first nodes
 POD_START_MINUTES = 0.5  # image already on the node
-NODE_CHECK_MINUTES = 0.5  # the job's own check of its nodes before step 0 (seconds of all-reduce)
+NODE_CHECK_MINUTES = 0.5  # a fresh node: scheduling, and the job's check of its nodes before step 0
 OTHER_MINUTES = 0.05
 TRAINING_KINDS = (
     "kubernetes:kubeflow.org/v1:PyTorchJob",
@@ -179,7 +179,7 @@ def describe(chain: list[Step]) -> list[str]:
     )
     lines = [f"Estimated first `pulumi up`: ~{total:.0f} min {what}:"]
     lines += [
-        f"  {s.done_at:6.1f} min  {s.name} ({s.type}, ~{s.minutes:g} min)"
+        f"  {s.done_at:6.1f} min  {s.name} ({s.type}, ~{s.minutes:.3g} min)"
         for s in chain
         if s.minutes >= 0.25  # the steps that take time; seconds-long ones are left out
     ]
