@@ -324,8 +324,20 @@ class ClusterView:
     provisioning_requests: list[dict] = field(default_factory=list)
 
 
-REQUIRED_CRDS = ("pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io")
-OPERATORS = {"training-operator": "Kubeflow training operator", "kuberay-operator": "KubeRay operator"}
+REQUIRED_CRDS = (
+    "pytorchjobs.kubeflow.org",
+    "rayjobs.ray.io",
+    "rayclusters.ray.io",
+    "workloads.kueue.x-k8s.io",
+    "provisioningrequests.autoscaling.x-k8s.io",
+)
+# Deployments by the names their manifests and charts give them (release names as the stack sets).
+OPERATORS = {
+    "training-operator": "Kubeflow training operator",
+    "kuberay-operator": "KubeRay operator",
+    "kueue-controller-manager": "Kueue",
+    "cluster-autoscaler-aws-cluster-autoscaler": "cluster autoscaler",
+}
 PLUGINS = {"nvidia-device-plugin": GPU_RESOURCE, "efa-k8s-device-plugin": EFA_RESOURCE}
 NCCL_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.MULTILINE)
 WATCHDOG = re.compile(

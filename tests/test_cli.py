@@ -305,6 +305,8 @@ def healthy() -> FakeCluster:
     c.deployments = [
         deployment("training-operator", "kubeflow"),
         deployment("kuberay-operator", "kuberay-system"),
+        deployment("kueue-controller-manager", "kueue-system"),
+        deployment("cluster-autoscaler-aws-cluster-autoscaler", "kube-system"),
     ]
     c.crds = [crd(n) for n in analysis.REQUIRED_CRDS]
     c.webhooks = [webhook("validator.training-operator.kubeflow.org")]
@@ -624,6 +626,10 @@ def test_doctor_missing_crd_operator_and_webhook(tmp_path):
     assert finding(tmp_path, c, "CRD pytorchjobs.kubeflow.org")["detail"] == "missing"
     assert finding(tmp_path, c, "Kubeflow training operator")["detail"] == "not ready"
     assert "rejected" in finding(tmp_path, c, "training operator webhook")["detail"]
+    # Nothing queues or scales without Kueue and the autoscaler.
+    assert finding(tmp_path, c, "Kueue")["detail"] == "not installed"
+    assert finding(tmp_path, c, "cluster autoscaler")["detail"] == "not installed"
+    assert finding(tmp_path, c, "CRD workloads.kueue.x-k8s.io")["detail"] == "missing"
 
 
 def test_doctor_pod_identity_missing(tmp_path):
@@ -752,3 +758,16 @@ def test_doctor_says_why_a_job_waits_in_its_queue(tmp_path):
     found = finding(tmp_path, c, "job fsdp in its queue")
     assert found["detail"] == "evicted: PodsReadyTimeout: Exceeded the PodsReady timeout training/fsdp"
     assert "podsReadyTimeoutMinutes" in found["fix"]
+
+
+def test_doctor_passes_an_idle_stack_whose_gpu_groups_are_at_zero(tmp_path):
+    """Idle is the normal state now: no GPU node, device plugins with nothing to run on, no job."""
+    c = healthy()
+    c.nodes = [node("ip-10-0-0-1", None)]
+    c.daemonsets = [
+        daemonset("nvidia-device-plugin", 0, 0),
+        daemonset("aws-efa-k8s-device-plugin-daemonset", 0, 0),
+    ]
+    c.pods, c.custom, c.logs, c.workloads = [], {}, {}, []
+    code, checks = doctor(c, tmp_path)
+    assert failing(checks) == {} and code == 0

@@ -80,6 +80,9 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert f"Offline plan of stack '{stack}'" in proc.stdout
     assert "Resources by type:" in proc.stdout
     assert "Estimated cost while idle, no job admitted" in proc.stdout
+    # The idle figure per 30 days, for each stack (the README's table quotes these).
+    idle = "$0.43/hour ($307 per 30 days)" if prod else "$0.34/hour ($243 per 30 days)"
+    assert f"idle total: {idle}" in proc.stdout
 
 
 def test_resources_json_shape(planned):
