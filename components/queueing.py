@@ -276,7 +276,7 @@ class Queueing(pulumi.ComponentResource):
         kueue = self._helm("kueue", args.kueue, kueue_values(args.pods_ready_timeout_minutes), args.operators)
         provisioned = any(q.provisioned for q in args.queues)
         self.provisioning_crd = None
-        if provisioned and args.cluster_autoscaler.enabled:
+        if provisioned:  # the autoscaler is on: QueueSpec.provisioned says so
             self.provisioning_crd = k8s.yaml.v2.ConfigGroup(
                 f"{name}-provisioning-request-crd",
                 files=[provisioning_request_crd_url(args.kubernetes_version)],

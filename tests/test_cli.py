@@ -253,7 +253,7 @@ def workload(job: str, queue: str, *conditions: dict, kind: str = "PyTorchJob", 
                     "uid": f"uid-{job}",
                     "controller": True,
                 }
-            ],  # fmt: skip
+            ],
         },
         "spec": {
             "queueName": queue,
@@ -282,7 +282,7 @@ def provisioning_request(workload_name: str, *conditions: dict) -> dict:
                     "name": workload_name,
                     "uid": "uid-wl",
                 }
-            ],  # fmt: skip
+            ],
         },
         "spec": {
             "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
@@ -447,7 +447,7 @@ def test_status_says_a_job_waits_behind_the_jobs_ahead_in_its_queue(tmp_path):
                 "flavor trainstack-p5, 16 more needed",
             ),
             created="2026-11-21T11:00:00Z",
-        )  # fmt: skip
+        )
     )
     outputs = copy.deepcopy(OUTPUTS)
     outputs["jobs"]["later"] = {
@@ -739,7 +739,7 @@ def test_an_unknown_job_is_a_usage_error(tmp_path):
 
 def test_doctor_says_why_a_job_waits_in_its_queue(tmp_path):
     c = healthy()
-    code, checks = doctor(c, tmp_path)
+    _, checks = doctor(c, tmp_path)
     (queued,) = [x for x in checks if x["name"] == "job fsdp in its queue"]
     assert queued["ok"] and queued["detail"] == "admitted: queue p5"
     # First in its queue and not admitted: the queue itself is the problem.
