@@ -157,23 +157,23 @@ class Cluster:
         return [w["metadata"]["name"] for w in self._json(found)["items"]]
 
     def workloads(self) -> list[dict]:
-        """Kueue's Workloads in the namespace (one per queued job); none where Kueue is absent."""
-        group, version, plural = WORKLOADS
-        found = self._call(
-            "listing Kueue workloads",
-            self.custom.list_namespaced_custom_object,
-            *(group, version, self.namespace, plural),
-            absent=(404,),
-        )
-        return (found or {}).get("items", [])
+        """Kueue's Workloads in the namespace (one per queued job)."""
+        return self._custom_list("listing Kueue workloads", WORKLOADS)
 
     def provisioning_requests(self) -> list[dict]:
         """The autoscaler's ProvisioningRequests Kueue made for the namespace's Workloads."""
-        group, version, plural = PROVISIONING_REQUESTS
+        return self._custom_list("listing ProvisioningRequests", PROVISIONING_REQUESTS)
+
+    def _custom_list(self, what: str, api: tuple[str, str, str]) -> list[dict]:
+        """Custom objects in the namespace; none where their API is not served (404)."""
+        group, version, plural = api
         found = self._call(
-            "listing ProvisioningRequests",
+            what,
             self.custom.list_namespaced_custom_object,
-            *(group, version, self.namespace, plural),
+            group,
+            version,
+            self.namespace,
+            plural,
             absent=(404,),
         )
         return (found or {}).get("items", [])

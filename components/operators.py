@@ -233,23 +233,41 @@ class ClusterOperators(pulumi.ComponentResource):
     ) -> None:
         if not operator.enabled:
             return
-        chart = RELEASES[key]
-        self.releases[key] = k8s.helm.v3.Release(
-            chart.release,
-            name=chart.release,
-            chart=chart.chart,
-            version=operator.version or chart.version,
-            repository_opts={"repo": chart.repository},
-            namespace=chart.namespace,
-            create_namespace=True,
-            values=merge_values(values, operator.values),
-            atomic=True,
-            cleanup_on_fail=True,
-            timeout=HELM_TIMEOUT_SECONDS,
-            skip_crds=crds is not None,  # applied by the stack, so they follow the version
-            opts=pulumi.ResourceOptions(
+        self.releases[key] = helm_release(
+            RELEASES[key],
+            operator,
+            values,
+            pulumi.ResourceOptions(
                 parent=self,
                 provider=self._args.provider,
                 depends_on=[self._args.system_nodes, *filter(None, [crds])],
             ),
+            skip_crds=crds is not None,  # applied by the stack, so they follow the version
         )
+
+
+def helm_release(
+    chart: HelmChart,
+    operator: HelmOperator,
+    values: dict[str, Any],
+    opts: pulumi.ResourceOptions,
+    skip_crds: bool = False,
+) -> k8s.helm.v3.Release:
+    """A real Helm release of `chart` at its pinned version (or the config's), atomic: a failed
+    install rolls back. An OCI chart is named by its full reference, a repository chart by name."""
+    oci = chart.repository.startswith("oci://")
+    return k8s.helm.v3.Release(
+        chart.release,
+        name=chart.release,
+        chart=f"{chart.repository}/{chart.chart}" if oci else chart.chart,
+        repository_opts=None if oci else {"repo": chart.repository},
+        version=operator.version or chart.version,
+        namespace=chart.namespace,
+        create_namespace=True,
+        values=merge_values(values, operator.values),
+        atomic=True,
+        cleanup_on_fail=True,
+        timeout=HELM_TIMEOUT_SECONDS,
+        skip_crds=skip_crds,
+        opts=opts,
+    )

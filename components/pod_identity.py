@@ -20,6 +20,39 @@ from components.iam import service_trust
 from conventions import PART_OF, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 
 
+def pod_identity(
+    name: str,
+    description: str,
+    policy: pulumi.Input[str],
+    cluster: Cluster,
+    namespace: pulumi.Input[str],
+    service_account: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+) -> tuple[aws.iam.Role, aws.iam.RolePolicy, aws.eks.PodIdentityAssociation]:
+    """A role that EKS Pod Identity gives one service account, with its inline policy."""
+    role = aws.iam.Role(
+        f"{name}-role",
+        description=description,
+        assume_role_policy=json.dumps(
+            service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
+        ),
+        opts=opts,
+    )
+    role_policy = aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=opts)
+    association = aws.eks.PodIdentityAssociation(
+        f"{name}-association",
+        cluster_name=cluster.cluster_name,
+        namespace=namespace,
+        service_account=service_account,
+        role_arn=role.arn,
+        # The agent add-on must run before pods can use the association.
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent, role_policy])
+        ),
+    )
+    return role, role_policy, association
+
+
 @dataclass(frozen=True)
 class TrainingPodIdentityArgs:
     cluster: Cluster
@@ -47,32 +80,16 @@ class TrainingPodIdentity(pulumi.ComponentResource):
             },
             opts=k8s_opts,
         )
-        self.role = aws.iam.Role(
-            f"{name}-role",
-            description="Training pods of trainstack (EKS Pod Identity)",
-            assume_role_policy=json.dumps(
-                service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
-            ),
-            opts=child,
-        )
-        self.policy = aws.iam.RolePolicy(
-            f"{name}-policy",
-            role=self.role.id,
-            policy=pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
+        self.role, self.policy, self.association = pod_identity(
+            name,
+            "Training pods of trainstack (EKS Pod Identity)",
+            pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
                 lambda a: json.dumps(training_policy(*a))
             ),
-            opts=child,
-        )
-        self.association = aws.eks.PodIdentityAssociation(
-            f"{name}-association",
-            cluster_name=args.cluster.cluster_name,
-            namespace=self.namespace.metadata["name"],
-            service_account=self.service_account.metadata["name"],
-            role_arn=self.role.arn,
-            # The agent add-on must run before pods can use the association.
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[args.cluster.pod_identity_agent, self.policy]
-            ),
+            args.cluster,
+            self.namespace.metadata["name"],
+            self.service_account.metadata["name"],
+            child,
         )
         self.namespace_name = TRAINING_NAMESPACE
         self.service_account_name = TRAINING_SERVICE_ACCOUNT
@@ -167,31 +184,15 @@ class ClusterAutoscalerIdentity(pulumi.ComponentResource):
         self, name: str, args: ClusterAutoscalerIdentityArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("trainstack:compute:ClusterAutoscalerIdentity", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        self.role = aws.iam.Role(
-            f"{name}-role",
-            description="Cluster autoscaler of trainstack (EKS Pod Identity)",
-            assume_role_policy=json.dumps(
-                service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
-            ),
-            opts=child,
-        )
-        self.policy = aws.iam.RolePolicy(
-            f"{name}-policy",
-            role=self.role.id,
-            policy=pulumi.Output.all(*args.autoscaling_group_names).apply(
+        self.role, self.policy, self.association = pod_identity(
+            name,
+            "Cluster autoscaler of trainstack (EKS Pod Identity)",
+            pulumi.Output.all(*args.autoscaling_group_names).apply(
                 lambda names: json.dumps(autoscaler_policy(args.region, args.account_id, list(names)))
             ),
-            opts=child,
-        )
-        self.association = aws.eks.PodIdentityAssociation(
-            f"{name}-association",
-            cluster_name=args.cluster.cluster_name,
-            namespace=args.namespace,
-            service_account=args.service_account,
-            role_arn=self.role.arn,
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[args.cluster.pod_identity_agent, self.policy]
-            ),
+            args.cluster,
+            args.namespace,
+            args.service_account,
+            pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"roleArn": self.role.arn})

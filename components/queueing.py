@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.jobs import RAY_HEAD, Placement
-from components.operators import HELM_TIMEOUT_SECONDS, RELEASES, HelmChart, HelmOperator, merge_values
+from components.operators import RELEASES, HelmChart, HelmOperator, helm_release
 from conventions import (
     EFA_RESOURCE,
     GPU_RESOURCE,
@@ -358,21 +358,11 @@ class Queueing(pulumi.ComponentResource):
         if not operator.enabled:
             return None
         chart = RELEASES[key]
-        oci = chart.repository.startswith("oci://")
-        release = k8s.helm.v3.Release(
-            chart.release,
-            name=chart.release,
-            # An OCI chart is named by its full reference; a repository chart by name and repo.
-            chart=f"{chart.repository}/{chart.chart}" if oci else chart.chart,
-            repository_opts=None if oci else {"repo": chart.repository},
-            version=operator.version or chart.version,
-            namespace=chart.namespace,
-            create_namespace=True,
-            values=merge_values(values, operator.values),
-            atomic=True,
-            cleanup_on_fail=True,
-            timeout=HELM_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions(
+        release = helm_release(
+            chart,
+            operator,
+            values,
+            pulumi.ResourceOptions(
                 parent=self, provider=self._args.provider, depends_on=[self._args.system_nodes, *deps]
             ),
         )

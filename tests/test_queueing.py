@@ -5,6 +5,7 @@ what Kueue would do with the stack's jobs: which flavor each pod set gets and wh
 from __future__ import annotations
 
 import pytest
+import test_compute_plane
 import yaml
 from conftest import crd_errors, plan, policy_of, shared_dir
 from test_charts import pod_spec, render
@@ -38,15 +39,7 @@ CAPACITY_BLOCK = {
     "capacityReservationId": "cr-0123456789abcdef0",
     "availabilityZone": "us-east-1d",
 }
-BLOCK_FACTS = {
-    "reservation:cr-0123456789abcdef0": {
-        "type": "capacity-block",
-        "instanceType": "p5.48xlarge",
-        "availabilityZone": "us-east-1d",
-        "total": 2,
-        "endDate": "2099-01-01T00:00:00Z",
-    }
-}
+BLOCK_FACTS = test_compute_plane.CAPACITY_BLOCK  # the account holds the block
 MIXED_JOBS = [
     {"name": "on-cb", "kind": "PyTorchJob", "nodeGroup": "cb", "nodes": 2},
     {"name": "ray-gpu", "kind": "RayJob", "nodeGroup": "gpu"},
