@@ -153,7 +153,10 @@ class GroupStatus:
 
 
 def group_status(name: str, facts: dict, nodes: list[dict]) -> GroupStatus:
-    mine = [n for n in nodes if n.get("metadata", {}).get("labels", {}).get(NODE_GROUP_LABEL) == name]
+    """`facts`: the stack's outputs for the group. Its nodes carry the stack's group label, or (on a
+    cluster the stack did not create) the labels its nodeSelector names."""
+    selector = facts.get("nodeSelector") or {NODE_GROUP_LABEL: name}
+    mine = [n for n in nodes if selector.items() <= n.get("metadata", {}).get("labels", {}).items()]
     ready = [n for n in mine if node_ready(n)]  # a joining node has no devices yet
     maximum = int(facts.get("nodes", 0))
     return GroupStatus(

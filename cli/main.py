@@ -128,12 +128,29 @@ def connect(args: argparse.Namespace, outputs: dict) -> Cluster:
         return Cluster(
             kubeconfig_file(Path(args.kubeconfig)), namespace, args.timeout, f"--kubeconfig {args.kubeconfig}"
         )
+    if outputs.get("kubeconfigFile"):  # a stack on the user's own cluster (kind): its own file
+        path = outputs["kubeconfigFile"]
+        config = with_context(kubeconfig_file(Path(path)), outputs.get("kubeContext"), path)
+        return Cluster(config, namespace, args.timeout, f"the stack's kubeconfig file {path}")
     return Cluster(kubeconfig_from_outputs(outputs), namespace, args.timeout, "the outputs' kubeconfig")
+
+
+def with_context(kubeconfig: dict, context: str | None, source: str) -> dict:
+    """The kubeconfig with `context` current, as the stack's provider uses it."""
+    if context is None:
+        return kubeconfig
+    names = [c.get("name") for c in kubeconfig.get("contexts") or []]
+    if context not in names:
+        raise CliError(
+            f"{source} has no context {context} (it has: {', '.join(map(str, names)) or 'none'}): "
+            "is the cluster still there (`kind get clusters`)?"
+        )
+    return {**kubeconfig, "current-context": context}
 
 
 def kubeconfig_file(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.expanduser().read_text())
     except OSError as err:
         raise CliError(f"--kubeconfig {path}: {err.strerror or err}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:

@@ -118,10 +118,16 @@ class Placement:
 
 
 def system_placement(
-    instance_type: str, vcpus: int, memory_gib: int, hourly_usd: float, nodes: pulumi.Resource | None = None
+    instance_type: str,
+    vcpus: int,
+    memory_gib: int,
+    hourly_usd: float,
+    nodes: pulumi.Resource | None = None,
+    selector: dict[str, str] | None = None,
 ) -> Placement:
     """A CPU job shares the system nodes with the operators, CoreDNS and Ray heads: it asks for
-    half a node, so it schedules beside them."""
+    half a node, so it schedules beside them. `selector`: the nodes of a cluster the stack did not
+    create (default: the system node group's label)."""
     return Placement(
         SYSTEM_GROUP,
         instance_type,
@@ -130,7 +136,7 @@ def system_placement(
         max(1, vcpus // 2),
         max(1, memory_gib // 2),
         hourly_usd,
-        dict(SYSTEM_NODE_LABEL),
+        dict(selector or SYSTEM_NODE_LABEL),
         nodes,
     )
 
@@ -144,7 +150,10 @@ def gpu_placement(
     memory_gib: int,
     hourly_usd: float,
     nodes: pulumi.Resource | None = None,
+    selector: dict[str, str] | None = None,
 ) -> Placement:
+    """A GPU group's node; `selector`: how to find it on a cluster the stack did not create
+    (default: the labels the stack gives the groups it creates)."""
     return Placement(
         group,
         instance_type,
@@ -153,7 +162,7 @@ def gpu_placement(
         vcpus,
         memory_gib,
         hourly_usd,
-        {**GPU_NODE_LABEL, NODE_GROUP_LABEL: group},
+        dict(selector or {**GPU_NODE_LABEL, NODE_GROUP_LABEL: group}),
         nodes,
     )
 
@@ -170,6 +179,21 @@ class JobSpec:
     env: dict[str, str]
     wait: str  # none | admitted | running | succeeded
     timeout_minutes: int
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where a job keeps checkpoints: a node volume mirrored to S3 (the stack's bucket, or a URI
+    with credentials from a Secret the user made), or a node path the nodes share (kind)."""
+
+    uri: pulumi.Input[str] | None = None  # s3://.../checkpoints/<job>/
+    credentials_secret: str | None = None  # a Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
+    host_path: str | None = None  # <path>/<job> on every node, instead of S3
+
+    def volume(self) -> dict[str, Any]:
+        if self.host_path:
+            return {"name": "checkpoints", "hostPath": {"path": self.host_path, "type": "DirectoryOrCreate"}}
+        return {"name": "checkpoints", "emptyDir": {}}
 
 
 @dataclass(frozen=True)
@@ -196,7 +220,7 @@ class TrainingJobArgs:
     spec: JobSpec
     placement: Placement
     image: pulumi.Input[str]
-    checkpoint_uri: pulumi.Input[str]  # s3://<bucket>/checkpoints/<job>/
+    checkpoints: Checkpoints
     namespace: str
     service_account: str
     provider: k8s.Provider
@@ -252,8 +276,7 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
         str(spec.steps),
         "--checkpoint-dir",
         CHECKPOINT_DIR,
-        "--s3-checkpoints",
-        args.checkpoint_uri,
+        *(["--s3-checkpoints", args.checkpoints.uri] if args.checkpoints.uri else []),
         *(args.node_check.args() if args.node_check else []),
         *spec.args,
     ]
@@ -261,6 +284,12 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
 
 def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [*args.placement.env()]
+    secret = args.checkpoints.credentials_secret
+    if secret:  # outside EKS: the user's S3 credentials, by name, never in the stack
+        env += [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        ]
     if args.hf_token_secret:
         env.append(
             {
@@ -276,12 +305,13 @@ def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     return env
 
 
-def volumes(placement: Placement) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts): /dev/shm in memory, checkpoints on the node's disk (mirrored to S3)."""
+def volumes(placement: Placement, checkpoints: Checkpoints) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): /dev/shm in memory, checkpoints on the node's disk (mirrored to S3) or on
+    the nodes' shared path."""
     return (
         [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}},
-            {"name": "checkpoints", "emptyDir": {}},
+            checkpoints.volume(),
         ],
         [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "checkpoints", "mountPath": CHECKPOINT_DIR}],
     )
@@ -290,7 +320,7 @@ def volumes(placement: Placement) -> tuple[list[dict], list[dict]]:
 def pod_template(
     args: TrainingJobArgs, container: dict[str, Any], labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    vols, mounts = volumes(args.placement)
+    vols, mounts = volumes(args.placement, args.checkpoints)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
     return {
         "metadata": metadata,
@@ -364,7 +394,7 @@ def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
 def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
     spec, p = args.spec, args.placement
     worker = pod_template(args, {"name": "ray-worker"}, {RAY_ROLE_LABEL: "worker"})
-    head_vols, head_mounts = volumes(p)
+    head_vols, head_mounts = volumes(p, args.checkpoints)
     head = {
         "metadata": {"labels": {**PART_OF, JOB_LABEL: spec.name, RAY_ROLE_LABEL: "head"}},
         "spec": {

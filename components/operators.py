@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, SYSTEM_NODE_LABEL
+from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION
 
 HELM_TIMEOUT_SECONDS = 600
 
@@ -117,7 +117,9 @@ class HelmOperator:
 @dataclass(frozen=True)
 class ClusterOperatorsArgs:
     provider: k8s.Provider
-    system_nodes: pulumi.Resource  # operators wait for these, and only these
+    system_nodes: pulumi.Resource | None  # operators wait for these, and only these (None: already there)
+    system_selector: dict[str, str]  # where operators run: the system nodes' labels
+    any_gpu: bool
     any_efa: bool
     nvidia_device_plugin: HelmOperator
     efa_device_plugin: HelmOperator
@@ -153,8 +155,8 @@ def efa_device_plugin_values() -> dict[str, Any]:
     return {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION]}
 
 
-def kuberay_values() -> dict[str, Any]:
-    return {"nodeSelector": dict(SYSTEM_NODE_LABEL)}
+def kuberay_values(system_selector: dict[str, str]) -> dict[str, Any]:
+    return {"nodeSelector": dict(system_selector)}
 
 
 def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -168,18 +170,22 @@ def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
     return merged
 
 
-def on_system_nodes(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-    """Resource transform: run the training operator's Deployment on the system nodes."""
-    if args.type_ != "kubernetes:apps/v1:Deployment":
-        return None
-    props = args.props
-    meta = props.get("metadata") or {}
-    if (meta.get("namespace"), meta.get("name")) != TRAINING_OPERATOR_DEPLOYMENT:
-        return None
-    patched = copy.deepcopy(props)
-    pod_spec = patched.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
-    pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **SYSTEM_NODE_LABEL}
-    return pulumi.ResourceTransformResult(props=patched, opts=args.opts)
+def on_system_nodes(system_selector: dict[str, str]):
+    """A resource transform that runs the training operator's Deployment on the system nodes."""
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != "kubernetes:apps/v1:Deployment":
+            return None
+        props = args.props
+        meta = props.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) != TRAINING_OPERATOR_DEPLOYMENT:
+            return None
+        patched = copy.deepcopy(props)
+        pod_spec = patched.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+        pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **system_selector}
+        return pulumi.ResourceTransformResult(props=patched, opts=args.opts)
+
+    return transform
 
 
 class ClusterOperators(pulumi.ComponentResource):
@@ -187,7 +193,8 @@ class ClusterOperators(pulumi.ComponentResource):
         super().__init__("trainstack:operators:ClusterOperators", name, None, opts)
         self._args = args
         self.releases: dict[str, k8s.helm.v3.Release] = {}
-        self._helm("nvidiaDevicePlugin", args.nvidia_device_plugin, nvidia_device_plugin_values())
+        if args.any_gpu:  # a CPU-only cluster (kind) has nothing for it to do
+            self._helm("nvidiaDevicePlugin", args.nvidia_device_plugin, nvidia_device_plugin_values())
         if args.any_efa:
             self._helm("efaDevicePlugin", args.efa_device_plugin, efa_device_plugin_values())
         self.kuberay_crds = None
@@ -199,7 +206,7 @@ class ClusterOperators(pulumi.ComponentResource):
                     parent=self, provider=args.provider, transforms=[force_crd_apply]
                 ),
             )
-        self._helm("kuberay", args.kuberay, kuberay_values(), crds=self.kuberay_crds)
+        self._helm("kuberay", args.kuberay, kuberay_values(args.system_selector), crds=self.kuberay_crds)
 
         self.installed_charts = {key: RELEASES[key] for key in self.releases}
         self.device_plugins = [r for k, r in self.releases.items() if k.endswith("DevicePlugin")]
@@ -216,8 +223,8 @@ class ClusterOperators(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     provider=args.provider,
-                    depends_on=[args.system_nodes],
-                    transforms=[on_system_nodes],
+                    depends_on=[*filter(None, [args.system_nodes])],
+                    transforms=[on_system_nodes(args.system_selector)],
                 ),
             )
         self.register_outputs(
@@ -240,7 +247,7 @@ class ClusterOperators(pulumi.ComponentResource):
             pulumi.ResourceOptions(
                 parent=self,
                 provider=self._args.provider,
-                depends_on=[self._args.system_nodes, *filter(None, [crds])],
+                depends_on=[*filter(None, [self._args.system_nodes, crds])],
             ),
             skip_crds=crds is not None,  # applied by the stack, so they follow the version
         )

@@ -2,7 +2,8 @@
 
 Pods get the stack's bucket (list it, read/write objects), nothing else. Images are pulled by the
 kubelet with the node role, so pods need no ECR access. The node role stays minimal; pods never
-reach it (IMDS hop limit 1).
+reach it (IMDS hop limit 1). On an EKS cluster the stack did not create, the association may name a
+role the user brings; on a cluster outside AWS there is no association at all.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def pod_identity(
     name: str,
     description: str,
     policy: pulumi.Input[str],
-    cluster: Cluster,
+    cluster: EksAccess,
     namespace: pulumi.Input[str],
     service_account: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
@@ -47,24 +48,38 @@ def pod_identity(
         role_arn=role.arn,
         # The agent add-on must run before pods can use the association.
         opts=pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent, role_policy])
+            opts, pulumi.ResourceOptions(depends_on=[*cluster.agent, role_policy])
         ),
     )
     return role, role_policy, association
 
 
 @dataclass(frozen=True)
+class EksAccess:
+    """What a Pod Identity association needs of its EKS cluster."""
+
+    cluster_name: pulumi.Input[str]
+    agent: list[pulumi.Resource]  # the pod identity agent add-on, when the stack installs it
+
+    @staticmethod
+    def of(cluster: Cluster) -> EksAccess:
+        return EksAccess(cluster.cluster_name, [cluster.pod_identity_agent])
+
+
+@dataclass(frozen=True)
 class TrainingPodIdentityArgs:
-    cluster: Cluster
-    bucket_arn: pulumi.Input[str]
+    provider: k8s.Provider
+    eks: EksAccess | None  # None: a cluster outside EKS, no AWS identity for the pods
+    bucket_arn: pulumi.Input[str] | None = None
     kms_key_arn: pulumi.Input[str] | None = None
+    role_arn: str | None = None  # a role the user brings, instead of one for the stack's bucket
 
 
 class TrainingPodIdentity(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrainingPodIdentityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:compute:TrainingPodIdentity", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.cluster.provider)
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
 
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
@@ -80,20 +95,33 @@ class TrainingPodIdentity(pulumi.ComponentResource):
             },
             opts=k8s_opts,
         )
-        self.role, self.policy, self.association = pod_identity(
-            name,
-            "Training pods of trainstack (EKS Pod Identity)",
-            pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
-                lambda a: json.dumps(training_policy(*a))
-            ),
-            args.cluster,
-            self.namespace.metadata["name"],
-            self.service_account.metadata["name"],
-            child,
-        )
+        self.role = self.policy = self.association = None
+        self.role_arn: pulumi.Input[str] | None = args.role_arn
+        if args.eks is not None and args.role_arn is not None:
+            self.association = aws.eks.PodIdentityAssociation(
+                f"{name}-association",
+                cluster_name=args.eks.cluster_name,
+                namespace=self.namespace.metadata["name"],
+                service_account=self.service_account.metadata["name"],
+                role_arn=args.role_arn,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=args.eks.agent),
+            )
+        elif args.eks is not None:
+            self.role, self.policy, self.association = pod_identity(
+                name,
+                "Training pods of trainstack (EKS Pod Identity)",
+                pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
+                    lambda a: json.dumps(training_policy(*a))
+                ),
+                args.eks,
+                self.namespace.metadata["name"],
+                self.service_account.metadata["name"],
+                child,
+            )
+            self.role_arn = self.role.arn
         self.namespace_name = TRAINING_NAMESPACE
         self.service_account_name = TRAINING_SERVICE_ACCOUNT
-        self.register_outputs({"roleArn": self.role.arn})
+        self.register_outputs({"roleArn": self.role_arn})
 
 
 def training_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:
@@ -190,7 +218,7 @@ class ClusterAutoscalerIdentity(pulumi.ComponentResource):
             pulumi.Output.all(*args.autoscaling_group_names).apply(
                 lambda names: json.dumps(autoscaler_policy(args.region, args.account_id, list(names)))
             ),
-            args.cluster,
+            EksAccess.of(args.cluster),
             args.namespace,
             args.service_account,
             pulumi.ResourceOptions(parent=self),

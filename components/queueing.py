@@ -27,7 +27,6 @@ from conventions import (
     GPU_TOLERATION,
     PART_OF,
     SYSTEM_GROUP,
-    SYSTEM_NODE_LABEL,
     autoscaler_discovery_tags,
     cluster_queue_name,
 )
@@ -102,7 +101,9 @@ class QueueSpec:
         if self.group == SYSTEM_GROUP:
             return {self.flavor: _add(nodes, HEAD)}
         heads = _times(HEAD, self.max_nodes)
-        return {self.flavor: nodes, SYSTEM_FLAVOR: {r: heads.get(r, 0) for r in nodes}}
+        # The system flavor first: a Ray head fits it; a GPU pod does not (no GPU quota there) and
+        # goes on to the group's flavor, on clusters whose node labels share no key as well.
+        return {SYSTEM_FLAVOR: {r: heads.get(r, 0) for r in nodes}, self.flavor: nodes}
 
 
 def job_demand(p: Placement, nodes: int, kind: str) -> dict[str, Amounts]:
@@ -208,9 +209,9 @@ def kueue_manager_config(pods_ready_timeout_minutes: int) -> dict[str, Any]:
     }
 
 
-def kueue_values(pods_ready_timeout_minutes: int) -> dict[str, Any]:
+def kueue_values(pods_ready_timeout_minutes: int, system_selector: dict[str, str]) -> dict[str, Any]:
     return {
-        "controllerManager": {"nodeSelector": dict(SYSTEM_NODE_LABEL)},
+        "controllerManager": {"nodeSelector": dict(system_selector)},
         "managerConfig": {
             "controllerManagerConfigYaml": yaml.safe_dump(
                 kueue_manager_config(pods_ready_timeout_minutes), sort_keys=False
@@ -220,7 +221,12 @@ def kueue_values(pods_ready_timeout_minutes: int) -> dict[str, Any]:
 
 
 def autoscaler_values(
-    cluster_name: str, region: str, kubernetes_version: str, idle_minutes: int, provision_minutes: int
+    cluster_name: str,
+    region: str,
+    kubernetes_version: str,
+    idle_minutes: int,
+    provision_minutes: int,
+    system_selector: dict[str, str],
 ) -> dict[str, Any]:
     return {
         "cloudProvider": "aws",
@@ -228,7 +234,7 @@ def autoscaler_values(
         "autoDiscovery": {"clusterName": cluster_name, "tags": list(autoscaler_discovery_tags(cluster_name))},
         "image": {"tag": AUTOSCALER_IMAGE_TAGS[kubernetes_version]},
         "rbac": {"serviceAccount": {"name": AUTOSCALER_SERVICE_ACCOUNT[1]}},
-        "nodeSelector": dict(SYSTEM_NODE_LABEL),
+        "nodeSelector": dict(system_selector),
         "extraArgs": {
             "enable-provisioning-requests": True,
             "scale-down-unneeded-time": f"{idle_minutes}m",
@@ -259,6 +265,7 @@ class QueueingArgs:
     kueue: HelmOperator
     cluster_autoscaler: HelmOperator
     cluster_name: str
+    system_selector: dict[str, str]  # where Kueue and the autoscaler run
     region: str
     kubernetes_version: str
     idle_node_minutes: int
@@ -273,7 +280,12 @@ class Queueing(pulumi.ComponentResource):
         self._args = args
         self.releases: dict[str, k8s.helm.v3.Release] = {}
         self.installed_charts: dict[str, HelmChart] = {}
-        kueue = self._helm("kueue", args.kueue, kueue_values(args.pods_ready_timeout_minutes), args.operators)
+        kueue = self._helm(
+            "kueue",
+            args.kueue,
+            kueue_values(args.pods_ready_timeout_minutes, args.system_selector),
+            args.operators,
+        )
         provisioned = any(q.provisioned for q in args.queues)
         self.provisioning_crd = None
         if provisioned:  # the autoscaler is on: QueueSpec.provisioned says so
@@ -291,6 +303,7 @@ class Queueing(pulumi.ComponentResource):
                     args.kubernetes_version,
                     args.idle_node_minutes,
                     args.max_node_provision_minutes,
+                    args.system_selector,
                 ),
                 [self.provisioning_crd, *filter(None, [args.autoscaler_identity])],
             )
@@ -363,7 +376,9 @@ class Queueing(pulumi.ComponentResource):
             operator,
             values,
             pulumi.ResourceOptions(
-                parent=self, provider=self._args.provider, depends_on=[self._args.system_nodes, *deps]
+                parent=self,
+                provider=self._args.provider,
+                depends_on=[*filter(None, [self._args.system_nodes]), *deps],
             ),
         )
         self.releases[key] = release

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -196,6 +197,7 @@ class OfflineAccount:
             "aws:eks/getCluster:getCluster": self.cluster,
             "aws:eks/getNodeGroups:getNodeGroups": self.node_groups,
             "aws:eks/getNodeGroup:getNodeGroup": self.node_group,
+            "aws:eks/getAddon:getAddon": self.addon,
             "aws:ssm/getParametersByPath:getParametersByPath": self.parameters_by_path,
             "aws:servicequotas/getServiceQuota:getServiceQuota": self.service_quota,
         }
@@ -224,7 +226,23 @@ class OfflineAccount:
             "name": args["name"],
             "version": str(fact["version"]),
             "status": "ACTIVE",
+            "endpoint": f"https://{hashlib.sha1(args['name'].encode()).hexdigest()[:32].upper()}.gr7.{self.region}.eks.amazonaws.com",
+            "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"}],
             "vpcConfig": {"subnetIds": subnets, "vpcId": "vpc-0c0000000000000000"},
+        }
+
+    def addon(self, args: dict[str, Any]) -> dict[str, Any]:
+        """An add-on of a running cluster: the fact's `addons` (default: the pod identity agent)."""
+        fact = self._cluster_fact(args["clusterName"])
+        if args["addonName"] not in fact.get("addons", ["eks-pod-identity-agent"]):
+            raise LookupError(
+                f"ResourceNotFoundException: No addon: {args['addonName']} found in cluster: {args['clusterName']}"
+            )
+        return {
+            "id": f"{args['clusterName']}:{args['addonName']}",
+            "clusterName": args["clusterName"],
+            "addonName": args["addonName"],
+            "addonVersion": "v1.3.10-eksbuild.3",
         }
 
     def node_groups(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -242,6 +242,24 @@ def write_plan(run: PlanRun, out_dir: Path) -> int:
     return count
 
 
+def cost_lines(cfg) -> list[str]:
+    if cfg.existing_cluster.named:
+        where = "the kind cluster" if cfg.image.builder == "kind" else "the cluster"
+        aws = (
+            "no AWS at all" if not cfg.existing_cluster.uses_aws else "only its bucket and registry (storage)"
+        )
+        return [
+            f"Estimated cost while idle: nothing hourly; {where} and its nodes are its owner's, the stack adds {aws}."
+        ]
+    cost = hourly_cost(cfg, datetime.date.today())
+    lines = ["Estimated cost while idle, no job admitted (us-east-1 on-demand):"]
+    for c in cost:
+        unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"
+        lines.append(f"  {c.quantity:3d} x {c.item:55s} {unit}")
+    lines.append(f"  idle total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
+    return lines
+
+
 def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     lines = [f"Offline plan of stack '{run.stack}': {len(run.resources)} resources", "", "Resource tree:"]
     children: dict[str | None, list[Registration]] = {}
@@ -260,14 +278,12 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     checks = [m for m in run.messages if m.startswith("Account checks")]
     if checks:
         lines += ["", *checks]
-    image_gb = image_compressed_gb(cfg.image.base_image)
+    elif not cfg.existing_cluster.uses_aws:
+        lines += ["", "Account checks: none; a kubeconfig stack uses no AWS account."]
+    # A kind image is loaded onto the nodes, never pulled.
+    image_gb = 0.0 if cfg.image.builder == "kind" else image_compressed_gb(cfg.image.base_image)
     lines += ["", *describe(critical_path(run.resources, until_training(run.resources), image_gb))]
-    cost = hourly_cost(cfg, datetime.date.today())
-    lines += ["", "Estimated cost while idle, no job admitted (us-east-1 on-demand):"]
-    for c in cost:
-        unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"
-        lines.append(f"  {c.quantity:3d} x {c.item:55s} {unit}")
-    lines.append(f"  idle total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
+    lines += ["", *cost_lines(cfg)]
     jobs = run.outputs.get("jobs") or {}
     if jobs:
         lines += ["", f"Jobs ({run.outputs.get('gpusTotal', 0)} GPUs at the GPU node groups' maximum size):"]
@@ -279,7 +295,7 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
                 f"(queue {job['queue']}), {job['gpus']} GPUs, +${job['hourlyUsd']:.2f}/h while it runs"
                 + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
             )
-    if cfg.docker_hub_access_token is None:
+    if cfg.docker_hub_access_token is None and cfg.image.builder in ("codebuild", "docker"):
         lines += [
             "",
             f"Note: the base image {cfg.image.base_image} is pulled from Docker Hub anonymously "
@@ -295,6 +311,17 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
         lines += [f"  - {p}" for p in placeholders]
     lines += ["", f"Wrote {out_dir}/resources.json and {manifest_count} manifest(s) in {out_dir}/manifests/"]
     return "\n".join(lines)
+
+
+def named_cluster_fact(cfg, facts: dict) -> dict:
+    """The offline account holds the EKS cluster a stack names (1.36, three AZs), unless a fact
+    says otherwise: planning an existing-cluster stack needs no fact of its own."""
+    name = cfg.existing_cluster.eks_cluster_name
+    key = f"eks-cluster:{name}"
+    if name is None or key in facts:
+        return facts
+    zones = [f"{cfg.region}{c}" for c in "abc"]
+    return {**facts, key: {"version": "1.36", "zones": zones}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         cfg = parse_config(args.stack, values, frozenset(secret_keys))
+        facts = named_cluster_fact(cfg, facts)
         run = run_program(args.stack, values, secret_keys, facts=facts)
     except pulumi.RunError as err:  # ConfigError, or a fact of the account (an AZ, say)
         print(f"error: {err}", file=sys.stderr)

@@ -132,17 +132,76 @@ def check_account(
     checks += _reservations(cfg, session)
     if cfg.image.source_repository:
         checks.append(_source_credential(cfg, session))
+    checks.append(_aws_cli_check(live))
+    _conclude(cfg, account_id, checks)
+    return AccountFacts(vpc_zones, existing_subnet_zones, group_zones, creator)
+
+
+def check_existing_cluster(
+    cfg: StackConfig, account_id: str, opts: pulumi.InvokeOptions, session: Callable[[], Any], live: bool
+) -> None:
+    """The checks that make sense on an EKS cluster the stack did not create: it exists here, it can
+    give the training pods an identity (the Pod Identity agent add-on, which the stack does not
+    install on someone else's cluster), the CodeBuild credential, the aws CLI. Quotas, AZs and
+    reservations are the cluster owner's."""
+    name = cfg.existing_cluster.eks_cluster_name
+    key = f"{PROJECT}:existingCluster.eksClusterName"
+    clusters = aws.eks.get_clusters(opts=opts).names
+    checks = []
+    if name not in clusters:
+        checks.append(
+            Check(
+                "EKS cluster",
+                f"{name} in {cfg.region}",
+                ", ".join(clusters) or "no cluster",
+                f"{key} = {name}: no EKS cluster of that name in {cfg.region} for account {account_id}; "
+                f"allowed: {', '.join(clusters) or 'a cluster of this account and region (or set aws:region)'}",
+            )
+        )
+    else:
+        version = aws.eks.get_cluster(name=name, opts=opts).version
+        checks.append(Check("EKS cluster", f"{name} in {cfg.region}", f"{name}, Kubernetes {version}"))
+        checks.append(_pod_identity_agent(name, key, opts))
+    if cfg.image.source_repository:
+        checks.append(_source_credential(cfg, session))
+    checks.append(_aws_cli_check(live))
+    _conclude(cfg, account_id, checks)
+
+
+def _pod_identity_agent(name: str, key: str, opts: pulumi.InvokeOptions) -> Check:
+    needs = "the eks-pod-identity-agent add-on (training pods get the bucket through Pod Identity)"
+    try:
+        found = aws.eks.get_addon(cluster_name=name, addon_name="eks-pod-identity-agent", opts=opts)
+    except Exception as err:  # the provider answers ResourceNotFoundException for a missing add-on
+        said = str(err)
+        if not any(s in said for s in ("ResourceNotFound", "not found", "couldn't find")):
+            raise
+        return Check(
+            "Pod Identity agent",
+            needs,
+            "not installed",
+            f"{key} = {name}: the cluster has no eks-pod-identity-agent add-on, so training pods would get "
+            "no AWS identity; allowed: a cluster with it (its owner runs: aws eks create-addon "
+            f"--cluster-name {name} --addon-name eks-pod-identity-agent)",
+        )
+    return Check("Pod Identity agent", needs, f"{found.addon_version}")
+
+
+def _aws_cli_check(live: bool) -> Check:
     if live:
-        checks.append(_aws_cli(shutil.which, _cli_version))
-    else:  # the offline plan: this machine may never run `pulumi up`; report, do not stop
-        where = shutil.which("aws")
-        checks.append(Check("aws CLI", AWS_CLI_NEEDS, f"{where or 'not on PATH'} (not run offline)"))
+        return _aws_cli(shutil.which, _cli_version)
+    # The offline plan: this machine may never run `pulumi up`; report, do not stop.
+    where = shutil.which("aws")
+    return Check("aws CLI", AWS_CLI_NEEDS, f"{where or 'not on PATH'} (not run offline)")
+
+
+def _conclude(cfg: StackConfig, account_id: str, checks: list[Check]) -> None:
+    """Log the report; stop with every problem found, before anything is created."""
     done = tuple(checks)
     pulumi.log.info(report(cfg, account_id, done))
     problems = [c.problem for c in done if c.problem]
     if problems:
         raise AccountCheckError(cfg.stack, problems)
-    return AccountFacts(vpc_zones, existing_subnet_zones, group_zones, creator)
 
 
 def _zones(

@@ -38,7 +38,10 @@ def idle_nodes(cfg: StackConfig, group) -> int:
 
 def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
     """What the idle stack costs per hour on `today`: the control plane's price follows its
-    version's support (extended support is six times standard)."""
+    version's support (extended support is six times standard). On a cluster the stack did not
+    create, nothing: the cluster and its nodes are its owner's."""
+    if cfg.existing_cluster.named:
+        return []
     system = cfg.cluster.system_node_group
     status, control_plane = support_status(cfg.cluster.kubernetes_version, today)
     lines = [

@@ -6,12 +6,16 @@
       ->  queueing plane (Kueue queues per node group, cluster autoscaler)
       ->  jobs plane (PyTorchJob / RayJob / RayCluster, each through its group's queue)
 
-Each plane gets only what it needs from the one before. Returns the stack outputs.
+On a cluster trainstack did not create (`existingCluster`) the compute plane only attaches: the
+provider comes from the named cluster and the node groups are described, not created; a kubeconfig
+stack (kind) uses no AWS at all. Each plane gets only what it needs from the one before. Returns
+the stack outputs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -19,12 +23,14 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.attached_cluster import AttachedCluster, AttachedClusterArgs
 from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket, ArtifactBucketArgs
 from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs import (
+    Checkpoints,
     JobSpec,
     NodeCheck,
     Placement,
@@ -33,21 +39,24 @@ from components.jobs import (
     gpu_placement,
     system_placement,
 )
+from components.kind_image import KindImage, KindImageArgs
 from components.network import Network, NetworkArgs
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from components.pod_identity import (
     ClusterAutoscalerIdentity,
     ClusterAutoscalerIdentityArgs,
+    EksAccess,
     TrainingPodIdentity,
     TrainingPodIdentityArgs,
 )
 from components.principals import same_principal
 from components.queueing import AUTOSCALER_SERVICE_ACCOUNT, Queueing, QueueingArgs, QueueSpec
 from components.registry import ImageRegistry, ImageRegistryArgs
-from conventions import SYSTEM_GROUP, SYSTEM_NODE_LABEL
-from stacks.account import STACK_TAG, AccountFacts, check_account, eks_cluster_name
+from conventions import SYSTEM_GROUP
+from stacks.account import STACK_TAG, AccountFacts, check_account, check_existing_cluster, eks_cluster_name
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
+from stacks.config.checks import catalog_placement
 
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
 
@@ -71,29 +80,59 @@ class Account:
 
 @dataclass(frozen=True)
 class BuildPlane:
-    bucket: ArtifactBucket
-    registry: ImageRegistry
-    image: ImageBuild
+    bucket: ArtifactBucket | None  # None: a kubeconfig stack, no AWS
+    registry: ImageRegistry | None
+    image: ImageBuild | KindImage | None  # None: image.builder none, every job names its image
+
+    @property
+    def image_uri(self) -> pulumi.Output[str] | None:
+        return self.image.image_uri if self.image else None
 
 
 @dataclass(frozen=True)
 class ComputePlane:
-    cluster: Cluster
-    node_groups: list[GpuNodeGroup]
+    """The cluster as the later planes see it, created or attached."""
+
+    provider: k8s.Provider
+    system_nodes: pulumi.Resource | None  # operators wait for these (None: the cluster's own)
+    placements: dict[str, Placement]  # per group (system included): what one node offers a job
     pod_identity: TrainingPodIdentity
-    autoscaler_identity: ClusterAutoscalerIdentity | None
+    cluster_name: pulumi.Input[str]
+    kubeconfig: pulumi.Output[str] | None  # None: the user's kubeconfig file (kubeconfig_file)
+    kubeconfig_file: str | None = None
+    kube_context: str | None = None
+    node_groups: list[GpuNodeGroup] = field(default_factory=list)  # the ones the stack created
+    autoscaler_identity: ClusterAutoscalerIdentity | None = None
 
 
 def build_stack(cfg: StackConfig) -> dict[str, Any]:
+    if cfg.existing_cluster.named:
+        return attached_stack(cfg)
     account = aws_account(cfg)
     facts = account_checks(cfg, account)
     ci = ci_access(cfg, account)
     build = build_plane(cfg, account)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
-    operators = operators_plane(cfg, compute.cluster)
+    operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
     jobs = jobs_plane(cfg, build, compute, operators, queues)
     return outputs(cfg, build, compute, operators, queues, jobs) | ci_outputs(ci)
+
+
+def attached_stack(cfg: StackConfig) -> dict[str, Any]:
+    """The same planes on a cluster trainstack did not create: nothing of the cluster is created or
+    changed; an EKS one is checked first, a kubeconfig one (kind) uses no AWS account at all."""
+    account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None
+    if account is not None:
+        existing_cluster_checks(cfg, account)
+        build = build_plane(cfg, account)
+    else:
+        build = local_build_plane(cfg)
+    compute = attached_compute_plane(cfg, account, build.bucket)
+    operators = operators_plane(cfg, compute)
+    queues = queueing_plane(cfg, compute, operators)
+    jobs = jobs_plane(cfg, build, compute, operators, queues)
+    return outputs(cfg, build, compute, operators, queues, jobs)
 
 
 def aws_account(cfg: StackConfig) -> Account:
@@ -116,6 +155,17 @@ def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:
         cfg,
         account.account_id,
         account.caller_arn,
+        account.invoke_opts,
+        session=lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region),
+        live=not under_mock_engine(),
+    )
+
+
+def existing_cluster_checks(cfg: StackConfig, account: Account) -> None:
+    """The EKS cluster exists and can take the stack's pods' identity; the CodeBuild credential."""
+    check_existing_cluster(
+        cfg,
+        account.account_id,
         account.invoke_opts,
         session=lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region),
         live=not under_mock_engine(),
@@ -179,6 +229,8 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
         ),
         account.opts,
     )
+    if cfg.image.builder == "none":
+        return BuildPlane(bucket, registry, None)
     image = ImageBuild(
         "image",
         ImageBuildArgs(
@@ -201,6 +253,21 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
         account.opts,
     )
     return BuildPlane(bucket, registry, image)
+
+
+def local_build_plane(cfg: StackConfig) -> BuildPlane:
+    """No AWS: the image is built by the local Docker and loaded into kind (or named per job)."""
+    if cfg.image.builder != "kind":
+        return BuildPlane(None, None, None)
+    image = KindImage(
+        "image",
+        KindImageArgs(
+            context_dir=PROJECT_ROOT / cfg.image.context,
+            base_image=cfg.image.base_image,
+            kind_cluster_name=cfg.existing_cluster.kind_cluster_name,
+        ),
+    )
+    return BuildPlane(None, None, image)
 
 
 def compute_plane(
@@ -279,7 +346,8 @@ def compute_plane(
     pod_identity = TrainingPodIdentity(
         "training-pods",
         TrainingPodIdentityArgs(
-            cluster=cluster,
+            provider=cluster.provider,
+            eks=EksAccess.of(cluster),
             bucket_arn=bucket.arn,
             kms_key_arn=bucket.kms_key.arn if bucket.kms_key else None,
         ),
@@ -300,21 +368,83 @@ def compute_plane(
             ),
             account.opts,
         )
-    return ComputePlane(cluster, node_groups, pod_identity, autoscaler_identity)
+    return ComputePlane(
+        provider=cluster.provider,
+        system_nodes=cluster.system_nodes,
+        placements=placements(cfg, cluster, node_groups),
+        pod_identity=pod_identity,
+        cluster_name=cluster.cluster_name,
+        kubeconfig=cluster.kubeconfig,
+        node_groups=node_groups,
+        autoscaler_identity=autoscaler_identity,
+    )
+
+
+def attached_compute_plane(
+    cfg: StackConfig, account: Account | None, bucket: ArtifactBucket | None
+) -> ComputePlane:
+    """The named cluster's provider, its described nodes, and the stack's own namespace and service
+    account on it (with Pod Identity on EKS)."""
+    e = cfg.existing_cluster
+    cluster = AttachedCluster(
+        "existing-cluster",
+        AttachedClusterArgs(
+            eks_cluster_name=e.eks_cluster_name,
+            kubeconfig_path=str((PROJECT_ROOT / Path(e.kubeconfig).expanduser()).resolve())
+            if e.kubeconfig
+            else None,
+            context=e.context,
+            region=cfg.region,
+            aws_profile=cfg.aws_profile,
+        ),
+        account.opts if account else None,
+        account.invoke_opts if account else None,
+    )
+    eks = EksAccess(cluster.cluster_name, []) if e.eks_cluster_name else None
+    pod_identity = TrainingPodIdentity(
+        "training-pods",
+        TrainingPodIdentityArgs(
+            provider=cluster.provider,
+            eks=eks,
+            bucket_arn=bucket.arn if bucket else None,
+            kms_key_arn=bucket.kms_key.arn if bucket and bucket.kms_key else None,
+            role_arn=e.pod_role_arn,
+        ),
+        account.opts if account else None,
+    )
+    nodes = e.system_nodes
+    found = {
+        SYSTEM_GROUP: system_placement("", nodes.cpus, nodes.memory_gib, 0.0, selector=nodes.node_selector)
+    }
+    for g in cfg.gpu_node_groups:
+        hourly = 0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0
+        found[g.name] = catalog_placement(g, hourly)
+    return ComputePlane(
+        provider=cluster.provider,
+        system_nodes=None,
+        placements=found,
+        pod_identity=pod_identity,
+        cluster_name=cluster.cluster_name,
+        kubeconfig=cluster.kubeconfig,
+        kubeconfig_file=cluster.kubeconfig_file,
+        kube_context=cluster.context,
+    )
 
 
 def helm_operator(c) -> HelmOperator:
     return HelmOperator(c.enabled, c.version, c.values)
 
 
-def operators_plane(cfg: StackConfig, cluster: Cluster) -> ClusterOperators:
+def operators_plane(cfg: StackConfig, compute: ComputePlane) -> ClusterOperators:
     ops = cfg.operators
     helm = helm_operator
     return ClusterOperators(
         "operators",
         ClusterOperatorsArgs(
-            provider=cluster.provider,
-            system_nodes=cluster.system_nodes,
+            provider=compute.provider,
+            system_nodes=compute.system_nodes,
+            system_selector=compute.placements[SYSTEM_GROUP].node_selector,
+            any_gpu=bool(cfg.gpu_node_groups),
             any_efa=any(g.efa for g in cfg.gpu_node_groups),
             nvidia_device_plugin=helm(ops.nvidia_device_plugin),
             efa_device_plugin=helm(ops.efa_device_plugin),
@@ -325,20 +455,16 @@ def operators_plane(cfg: StackConfig, cluster: Cluster) -> ClusterOperators:
     )
 
 
-def placements(cfg: StackConfig, compute: ComputePlane) -> dict[str, Placement]:
+def placements(cfg: StackConfig, cluster: Cluster, node_groups: list[GpuNodeGroup]) -> dict[str, Placement]:
     """What one node of each group offers a job's pods (GPU facts as EC2 reports them)."""
     system = cfg.cluster.system_node_group
     cpu = INSTANCE_TYPES[system.instance_type]
     found = {
         SYSTEM_GROUP: system_placement(
-            system.instance_type,
-            cpu.vcpus,
-            cpu.memory_gib,
-            cpu.hourly_usd or 0.0,
-            compute.cluster.system_nodes,
+            system.instance_type, cpu.vcpus, cpu.memory_gib, cpu.hourly_usd or 0.0, cluster.system_nodes
         )
     }
-    for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True):
+    for ng, g in zip(node_groups, cfg.gpu_node_groups, strict=True):
         found[g.name] = gpu_placement(
             g.name,
             g.instance_type,
@@ -353,9 +479,8 @@ def placements(cfg: StackConfig, compute: ComputePlane) -> dict[str, Placement]:
 
 
 def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOperators) -> Queueing:
-    by_group = placements(cfg, compute)
-    system = cfg.cluster.system_node_group
-    specs = [QueueSpec(by_group[SYSTEM_GROUP], system.desired_size, provisioned=False)]
+    by_group = compute.placements
+    specs = [QueueSpec(by_group[SYSTEM_GROUP], cfg.system_node_count, provisioned=False)]
     specs += [
         QueueSpec(by_group[g.name], g.node_count, provisioned=cfg.autoscaled(g)) for g in cfg.gpu_node_groups
     ]
@@ -364,8 +489,8 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
     return Queueing(
         "queueing",
         QueueingArgs(
-            provider=compute.cluster.provider,
-            system_nodes=compute.cluster.system_nodes,
+            provider=compute.provider,
+            system_nodes=compute.system_nodes,
             operators=[r for r in (operators.training_operator, operators.kuberay_crds) if r is not None],
             namespace=pods.namespace,
             namespace_name=pods.namespace_name,
@@ -373,6 +498,7 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
             kueue=helm_operator(cfg.operators.kueue),
             cluster_autoscaler=helm_operator(cfg.operators.cluster_autoscaler),
             cluster_name=eks_cluster_name(cfg),
+            system_selector=by_group[SYSTEM_GROUP].node_selector,
             region=cfg.region,
             kubernetes_version=cc.kubernetes_version,
             idle_node_minutes=q.idle_node_minutes,
@@ -388,7 +514,7 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
 def jobs_plane(
     cfg: StackConfig, build: BuildPlane, compute: ComputePlane, operators: ClusterOperators, queues: Queueing
 ) -> list[TrainingJob]:
-    pods, provider = compute.pod_identity, compute.cluster.provider
+    pods, provider = compute.pod_identity, compute.provider
     k8s_opts = pulumi.ResourceOptions(provider=provider, depends_on=[pods.namespace])
     hf_secret = None
     if cfg.hf_token is not None:
@@ -398,7 +524,7 @@ def jobs_plane(
             string_data={"HF_TOKEN": pulumi.Output.secret(cfg.hf_token)},
             opts=k8s_opts,
         )
-    by_group = placements(cfg, compute)
+    by_group = compute.placements
     groups = {g.name: g for g in cfg.gpu_node_groups}
     jobs = []
     for j in cfg.jobs:
@@ -435,10 +561,8 @@ def jobs_plane(
                         j.timeout_minutes,
                     ),
                     placement=placement,
-                    image=j.image or build.image.image_uri,
-                    checkpoint_uri=pulumi.Output.concat(
-                        "s3://", build.bucket.bucket_name, f"/{CHECKPOINT_PREFIX}{j.name}/"
-                    ),
+                    image=j.image or build.image_uri,
+                    checkpoints=checkpoints(cfg, build, j.name),
                     namespace=pods.namespace_name,
                     service_account=pods.service_account_name,
                     provider=provider,
@@ -449,11 +573,22 @@ def jobs_plane(
                     env_secret=env_secret.metadata.name if env_secret else None,
                     hf_token_secret=hf_secret.metadata.name if hf_secret else None,
                     node_check=node_check,
-                    head_selector=dict(SYSTEM_NODE_LABEL),
+                    head_selector=dict(by_group[SYSTEM_GROUP].node_selector),
                 ),
             )
         )
     return jobs
+
+
+def checkpoints(cfg: StackConfig, build: BuildPlane, job: str) -> Checkpoints:
+    """A job's checkpoints: in the stack's bucket; on a kubeconfig stack on the nodes' shared path
+    or under the user's S3 URI. A relaunch finds them under the same job name."""
+    e = cfg.existing_cluster
+    if e.checkpoint_host_path:
+        return Checkpoints(host_path=f"{e.checkpoint_host_path.rstrip('/')}/{job}")
+    if e.s3:
+        return Checkpoints(f"{e.s3.uri.rstrip('/')}/{CHECKPOINT_PREFIX}{job}/", e.s3.credentials_secret)
+    return Checkpoints(pulumi.Output.concat("s3://", build.bucket.bucket_name, f"/{CHECKPOINT_PREFIX}{job}/"))
 
 
 def ci_outputs(ci: GitHubCiAccess | None) -> dict[str, Any]:
@@ -475,28 +610,12 @@ def outputs(
     queues: Queueing,
     jobs: list[TrainingJob],
 ) -> dict[str, Any]:
-    cluster, pods = compute.cluster, compute.pod_identity
-    return {
-        "bucketName": build.bucket.bucket_name,
-        "repositoryUrl": build.registry.repository_url,
-        "imageUri": build.image.image_uri,
-        "clusterName": cluster.cluster_name,
-        "kubeconfig": cluster.kubeconfig,
+    pods = compute.pod_identity
+    found = {
+        "clusterName": compute.cluster_name,
         "trainingNamespace": pods.namespace_name,
         "trainingServiceAccount": pods.service_account_name,
-        "trainingRoleArn": pods.role.arn,
-        "gpuNodeGroups": {
-            ng.group_name: {
-                "nodeGroupName": ng.node_group_name,
-                "instanceType": g.instance_type,
-                "nodes": g.node_count,
-                "minNodes": g.min_nodes if ng.autoscaled else g.node_count,
-                "autoscaled": ng.autoscaled,
-                "gpusPerNode": ng.gpu_count,
-                "efaInterfacesPerNode": ng.efa_count,
-            }
-            for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True)
-        },
+        "gpuNodeGroups": gpu_group_outputs(cfg, compute),
         "operators": {
             **{
                 key: f"{r.namespace}/{r.release}"
@@ -505,8 +624,38 @@ def outputs(
             "trainingOperator": operators.training_operator_url,
         },
         "jobs": {j.spec_name: j.summary for j in jobs},
-        "gpusTotal": sum(
-            ng.gpu_count * g.node_count
-            for ng, g in zip(compute.node_groups, cfg.gpu_node_groups, strict=True)
-        ),
+        "gpusTotal": sum(compute.placements[g.name].gpus * g.node_count for g in cfg.gpu_node_groups),
     }
+    if compute.kubeconfig is not None:
+        found["kubeconfig"] = compute.kubeconfig
+    if compute.kubeconfig_file is not None:  # the user's own file: `trainstack` reads it from there
+        found["kubeconfigFile"] = compute.kubeconfig_file
+        found["kubeContext"] = compute.kube_context
+    if pods.role_arn is not None:
+        found["trainingRoleArn"] = pods.role_arn
+    if build.bucket is not None:
+        found["bucketName"] = build.bucket.bucket_name
+    if build.registry is not None:
+        found["repositoryUrl"] = build.registry.repository_url
+    if build.image is not None:
+        found["imageUri"] = build.image.image_uri
+    return found
+
+
+def gpu_group_outputs(cfg: StackConfig, compute: ComputePlane) -> dict[str, dict[str, Any]]:
+    created = {ng.group_name: ng for ng in compute.node_groups}
+    found = {}
+    for g in cfg.gpu_node_groups:
+        p, ng = compute.placements[g.name], created.get(g.name)
+        autoscaled = ng is not None and ng.autoscaled
+        found[g.name] = {
+            # The stack's node group, or (existing cluster) how its nodes are found.
+            **({"nodeGroupName": ng.node_group_name} if ng else {"nodeSelector": dict(p.node_selector)}),
+            "instanceType": g.instance_type,
+            "nodes": g.node_count,
+            "minNodes": g.min_nodes if autoscaled else g.node_count,
+            "autoscaled": autoscaled,
+            "gpusPerNode": p.gpus,
+            "efaInterfacesPerNode": p.efa,
+        }
+    return found

@@ -202,7 +202,7 @@ def test_kuberay_and_training_operator_run_on_system_nodes(prod_plan):
     system_labels = prod_plan.one(NG, "eks-system").inputs["labels"]
     assert releases(prod_plan)["kuberay-operator"].inputs["values"]["nodeSelector"] == system_labels
     (directory,) = prod_plan.by_type(DIRECTORY)
-    assert [t.__name__ for t in directory.transforms] == ["on_system_nodes"]
+    assert [t.__qualname__ for t in directory.transforms] == ["on_system_nodes.<locals>.transform"]
     # The upstream Deployment as the overlay renders it, patched by the transform the program attached.
     deployment = {
         "apiVersion": "apps/v1",
@@ -224,7 +224,11 @@ def test_kuberay_and_training_operator_run_on_system_nodes(prod_plan):
     other = pulumi.ResourceTransformArgs(
         custom=True, type_="kubernetes:v1:Service", name="x", props={}, opts=pulumi.ResourceOptions()
     )
-    assert on_system_nodes(other) is None
+    assert transform(other) is None
+    # On a cluster the stack did not create, its described system nodes.
+    assert on_system_nodes({"pool": "cpu"})(args).props["spec"]["template"]["spec"]["nodeSelector"] == {
+        "pool": "cpu"
+    }
 
 
 def value_paths(values: Any, prefix: str = "") -> list[str]:

@@ -1,8 +1,8 @@
 """The typed stack config: one schema for everything a `Pulumi.<stack>.yaml` can set.
 
 One module per plane holds that plane's settings and its own checks (`network`, `cluster`,
-`node_groups`, `build`, `operators`, `queueing`, `jobs`, `ci`); `checks` runs them in plane order with the rules
-that span planes. `load_config` reads the Pulumi config of the running stack, checks it and returns
+`existing`, `node_groups`, `build`, `operators`, `queueing`, `jobs`, `ci`); `checks` runs them in
+plane order with the rules that span planes. `load_config` reads the Pulumi config of the running stack, checks it and returns
 a frozen `StackConfig`, or raises one `ConfigError` that lists every problem. It runs before any
 resource is registered. Defaults describe the cheap `dev` stack: one g6.xlarge node, no EFA.
 """
@@ -21,6 +21,7 @@ from stacks.config.build import ImageConfig, RegistryConfig, StorageConfig
 from stacks.config.checks import check
 from stacks.config.ci import CiConfig
 from stacks.config.cluster import EKS_ADDON_VERSIONS, ClusterConfig, cluster_template_values
+from stacks.config.existing import ExistingClusterConfig
 from stacks.config.jobs import JobConfig
 from stacks.config.names import PROFILE_KEY, PROJECT, PROJECT_ROOT, REGION_KEY, STACK_NAME, STACK_NAME_RULE
 from stacks.config.network import NetworkConfig
@@ -52,6 +53,11 @@ class StackConfig:
     secret_job_env: bool = False  # `trainstack:jobs` holds a secret: every job env value is one
     tags: dict[str, str] = setting("tags", "Tags added to every AWS resource.", factory=dict)
     network: NetworkConfig = setting("network", "VPC and subnets.", factory=NetworkConfig)
+    existing_cluster: ExistingClusterConfig = setting(
+        "existingCluster",
+        "A cluster trainstack did not create to deploy onto (then network and cluster are unused).",
+        factory=ExistingClusterConfig,
+    )
     cluster: ClusterConfig = setting("cluster", "EKS control plane and system nodes.", factory=ClusterConfig)
     gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = setting(
         "gpuNodeGroups", "GPU node groups, one entry each.", factory=default_gpu_node_groups
@@ -82,9 +88,20 @@ class StackConfig:
         None,
     )
 
+    @property
+    def system_node_count(self) -> int:
+        """System nodes CPU jobs may use: the system group's at creation, or the described ones."""
+        if self.existing_cluster.named:
+            return self.existing_cluster.system_nodes.count
+        return self.cluster.system_node_group.desired_size
+
     def autoscaled(self, group: GpuNodeGroupConfig) -> bool:
         """The cluster autoscaler sizes the group per job from its minNodes; else it keeps every node."""
-        return self.operators.cluster_autoscaler.enabled and not group.sized_by_eks
+        return (
+            self.operators.cluster_autoscaler.enabled
+            and not group.sized_by_eks
+            and not self.existing_cluster.named  # its node groups are not the stack's to scale
+        )
 
 
 TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.metadata]

@@ -28,8 +28,11 @@ _IMAGE_REF = re.compile(
 
 @dataclass(frozen=True)
 class ImageConfig:
-    builder: Literal["codebuild", "docker"] = setting(
-        "builder", "Build in AWS CodeBuild, or locally with Docker (pulumi-docker).", "codebuild"
+    builder: Literal["codebuild", "docker", "kind", "none"] = setting(
+        "builder",
+        "Build in AWS CodeBuild; locally with Docker (pulumi-docker) and push to ECR; locally and load "
+        "into kind (existingCluster.kubeconfig); or none (every job names its image).",
+        "codebuild",
     )
     context: str = setting("context", "Build context directory, relative to the project.", "workload")
     base_image: str = setting(

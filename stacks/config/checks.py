@@ -14,6 +14,7 @@ from stacks.catalog import INSTANCE_TYPES
 from stacks.config.build import check_image, check_registry, check_storage
 from stacks.config.ci import check_ci
 from stacks.config.cluster import check_cluster
+from stacks.config.existing import check_existing_cluster
 from stacks.config.jobs import JobConfig, check_job_env_and_wait, check_job_name, check_job_run
 from stacks.config.names import PROJECT
 from stacks.config.network import check_network
@@ -43,8 +44,10 @@ def check(c: StackConfig, r: Reader) -> None:
 def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     _check_tags(c.tags, r)
     check_network(c.network, r)
+    check_existing_cluster(c.existing_cluster, r)
     check_cluster(c.cluster, r)
-    check_node_groups(c.gpu_node_groups, c.region, r)
+    check_node_groups(c.gpu_node_groups, c.region, c.existing_cluster.named, r)
+    _check_builder(c, r)
     by_name = {g.name: g for g in c.gpu_node_groups} if groups_sound else None
     _check_jobs(c, by_name, r)
     check_image(c.image, c.docker_hub_access_token is not None, r)
@@ -53,6 +56,32 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_ci(c.ci, r)
     check_registry(c.registry, c.storage.protect, r)
     check_storage(c.storage, r)
+
+
+def _check_builder(c: StackConfig, r: Reader) -> None:
+    """What builds the image follows where the stack runs: a kubeconfig stack uses no AWS, kind
+    loads only into kind, and with no build every job names its image."""
+    e, builder, k = c.existing_cluster, c.image.builder, f"{PROJECT}:image.builder"
+    if e.kubeconfig is not None and builder in ("codebuild", "docker"):
+        r.problem(
+            k, builder, "a kubeconfig stack uses no AWS account (no ECR, no CodeBuild)", "kind, or none"
+        )
+    if builder == "kind" and (e.kubeconfig is None or e.kind_cluster_name is None):
+        r.problem(
+            k,
+            builder,
+            "the image is loaded into a kind cluster",
+            "with existingCluster.kubeconfig and existingCluster.kindClusterName; or codebuild, docker",
+        )
+    if builder == "none":
+        for i, j in enumerate(c.jobs):
+            if j.image is None:
+                r.problem(
+                    f"{PROJECT}:jobs[{i}].image",
+                    None,
+                    "image.builder is none: nothing builds one",
+                    "an image reference",
+                )
 
 
 def _aws_tag_text(text: str) -> bool:
@@ -97,22 +126,31 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
 def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> dict[str, QueueSpec]:
     """Each group's queue as the catalog sizes it (the program sizes it from EC2's answer, the same
     figures); empty when the groups did not parse."""
-    system = c.cluster.system_node_group
-    if by_name is None or system.instance_type not in INSTANCE_TYPES:
+    if by_name is None:
         return {}
-    cpu = INSTANCE_TYPES[system.instance_type]
-    placement = system_placement(system.instance_type, cpu.vcpus, cpu.memory_gib, 0.0)
-    queues = {SYSTEM_GROUP: QueueSpec(placement, system.desired_size, provisioned=False)}
+    system = c.cluster.system_node_group
+    if c.existing_cluster.named:
+        nodes = c.existing_cluster.system_nodes
+        placement = system_placement("", nodes.cpus, nodes.memory_gib, 0.0, selector=nodes.node_selector)
+    elif system.instance_type in INSTANCE_TYPES:
+        cpu = INSTANCE_TYPES[system.instance_type]
+        placement = system_placement(system.instance_type, cpu.vcpus, cpu.memory_gib, 0.0)
+    else:
+        return {}
+    queues = {SYSTEM_GROUP: QueueSpec(placement, c.system_node_count, provisioned=False)}
     for g in by_name.values():
         if g.instance_type in INSTANCE_TYPES:
-            queues[g.name] = QueueSpec(_catalog_placement(g), g.node_count, provisioned=c.autoscaled(g))
+            queues[g.name] = QueueSpec(catalog_placement(g), g.node_count, provisioned=c.autoscaled(g))
     return queues
 
 
-def _catalog_placement(g: GpuNodeGroupConfig) -> Placement:
+def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float = 0.0) -> Placement:
+    """A group's node as the catalog describes it; on an existing cluster, found by its selector."""
     it = g.instance
     efa = it.max_efa_interfaces if g.efa else 0
-    return gpu_placement(g.name, g.instance_type, it.gpus, efa, it.vcpus, it.memory_gib, 0.0)
+    return gpu_placement(
+        g.name, g.instance_type, it.gpus, efa, it.vcpus, it.memory_gib, hourly_usd, selector=g.node_selector
+    )
 
 
 def _check_job_fits_queue(j: JobConfig, queues: dict[str, QueueSpec], k: str, r: Reader) -> None:

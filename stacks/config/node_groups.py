@@ -56,6 +56,11 @@ class GpuNodeGroupConfig:
         "AZ of the group's nodes (required with a reservation); default: a VPC AZ offering the type.",
         None,
     )
+    node_selector: dict[str, str] | None = setting(
+        "nodeSelector",
+        "On an existingCluster only (required there): the labels that select this group's nodes.",
+        None,
+    )
 
     @property
     def instance(self):
@@ -79,10 +84,32 @@ def default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
     return (GpuNodeGroupConfig(name="gpu", instance_type="g6.xlarge"),)
 
 
-def check_node_groups(groups: tuple[GpuNodeGroupConfig, ...], region: str, r: Reader) -> None:
+# What only a group trainstack creates can have, with the default that means "not set".
+CREATED_ONLY = (
+    ("minNodes", "min_nodes", 0),
+    ("capacityType", "capacity_type", "ON_DEMAND"),
+    ("capacityReservationId", "capacity_reservation_id", None),
+    ("placementGroup", "placement_group", False),
+    ("diskSizeGiB", "disk_size_gib", 200),
+    ("availabilityZone", "availability_zone", None),
+)
+
+
+def check_node_groups(groups: tuple[GpuNodeGroupConfig, ...], region: str, existing: bool, r: Reader) -> None:
+    """`existing`: the groups are described nodes of a cluster trainstack did not create."""
     k = f"{PROJECT}:gpuNodeGroups"
-    if not groups:
+    if not groups and not existing:
         r.problem(k, [], "at least one GPU node group is needed", "a list of node groups")
+    for i, g in enumerate(groups):
+        if existing:
+            _check_described_group(g, f"{k}[{i}]", r)
+        elif g.node_selector is not None:
+            r.problem(
+                f"{k}[{i}].nodeSelector",
+                g.node_selector,
+                "trainstack labels the nodes it creates; a selector is for existingCluster groups",
+                "unset",
+            )
     for name, n in Counter(g.name for g in groups).items():
         if n > 1:
             r.problem(k, name, f"name used by {n} node groups", "unique names")
@@ -159,6 +186,27 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
         )
     if not 50 <= g.disk_size_gib <= 16384:
         r.problem(f"{k}.diskSizeGiB", g.disk_size_gib, "out of range", "50-16384")
+
+
+def _check_described_group(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
+    """Nodes someone else made: found by a selector; only what the stack creates is refused."""
+    from stacks.config.existing import check_selector
+
+    if g.node_selector is None:
+        r.problem(
+            f"{k}.nodeSelector",
+            None,
+            "on an existing cluster the stack finds a group's nodes by their labels",
+            "a map of node label to value, e.g. {node.kubernetes.io/instance-type: p5.48xlarge}",
+        )
+    else:
+        check_selector(g.node_selector, f"{k}.nodeSelector", r)
+    for key, attr, default in CREATED_ONLY:
+        value = getattr(g, attr)
+        if value != default:
+            r.problem(
+                f"{k}.{key}", value, "only for node groups trainstack creates", "unset on an existingCluster"
+            )
 
 
 def _check_reservation(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
