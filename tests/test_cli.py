@@ -771,3 +771,39 @@ def test_doctor_passes_an_idle_stack_whose_gpu_groups_are_at_zero(tmp_path):
     c.pods, c.custom, c.logs, c.workloads = [], {}, {}, []
     code, checks = doctor(c, tmp_path)
     assert failing(checks) == {} and code == 0
+
+
+def test_status_on_a_kind_stack_reads_the_users_kubeconfig_file_and_context(tmp_path):
+    """A local stack's outputs name the kubeconfig file and context, not a kubeconfig: the command
+    uses the same file, with the stack's context current, and finds nodes by the described labels."""
+    c = healthy()
+    c.nodes = [node("kind-worker", None), node("kind-worker2", None)]
+    for n in c.nodes:
+        n["metadata"]["labels"]["kubernetes.io/os"] = "linux"
+    with KubeServer(c) as server:
+        config = server.kubeconfig()
+        config["contexts"].append({"name": "kind-trainstack", "context": {"cluster": "fake", "user": "fake"}})
+        config["current-context"] = "some-other-cluster"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        outputs = {
+            **copy.deepcopy(OUTPUTS),
+            "kubeconfigFile": str(kubeconfig),
+            "kubeContext": "kind-trainstack",
+            "gpuNodeGroups": {"cpu": {"nodeSelector": {"kubernetes.io/os": "linux"}, "instanceType": "m6i.large",
+                                      "nodes": 2, "minNodes": 2, "gpusPerNode": 0, "efaInterfacesPerNode": 0}},
+        }  # fmt: skip
+        path = tmp_path / "outputs.json"
+        path.write_text(json.dumps(outputs))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["status", "--json", "--outputs", str(path)])
+    data = json.loads(out.getvalue())
+    assert code == 0 and data["jobs"][0]["phase"] == "Running"
+    assert (data["nodeGroups"][0]["nodes"], data["nodeGroups"][0]["ready"]) == (2, 2)
+    outputs["kubeContext"] = "kind-gone"
+    path.write_text(json.dumps(outputs))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["status", "--outputs", str(path)])
+    assert code == 2 and f"{kubeconfig} has no context kind-gone" in err.getvalue()
