@@ -128,16 +128,17 @@ def system_placement(
     """A CPU job shares the system nodes with the operators, CoreDNS and Ray heads: it asks for
     half a node, so it schedules beside them. `selector`: the nodes of a cluster the stack did not
     create (default: the system node group's label)."""
-    return Placement(
+    half_cpus, half_memory = max(1, vcpus // 2), max(1, memory_gib // 2)
+    return gpu_placement(
         SYSTEM_GROUP,
         instance_type,
         0,
         0,
-        max(1, vcpus // 2),
-        max(1, memory_gib // 2),
+        half_cpus,
+        half_memory,
         hourly_usd,
-        dict(selector or SYSTEM_NODE_LABEL),
         nodes,
+        selector or SYSTEM_NODE_LABEL,
     )
 
 

@@ -91,6 +91,12 @@ class Reader:
     def problem(self, key: str, value: Any, reason: str, allowed: str) -> None:
         self.problems.append(Problem(key, value, reason, allowed))
 
+    def ranges(self, prefix: str, rows: tuple[tuple[str, int, int, int], ...]) -> None:
+        """(key, value, lowest, highest) rows: a problem for each value outside its range."""
+        for key, value, low, high in rows:
+            if not low <= value <= high:
+                self.problem(f"{prefix}.{key}", value, "out of range", f"{low}-{high}")
+
     def shape_problem(self, key: str, value: Any, reason: str, allowed: str) -> None:
         self.malformed_keys.append(key)
         self.problem(key, value, reason, allowed)

@@ -6,6 +6,8 @@ against the CRDs, and a config that cannot work is refused with its key."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT, crd_errors, plan, policy_of, stack_values
@@ -170,31 +172,26 @@ def test_account_checks_on_an_existing_cluster_stop_before_anything_is_created()
     )
 
 
-def test_the_existing_plan_prints_checks_that_apply_and_no_hourly_cost(tmp_path):
-    import subprocess
-    import sys
-
+def plan_command(stack: str, out) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "offline.plan", "--stack", "existing", "--out", str(tmp_path)],
+        [sys.executable, "-m", "offline.plan", "--stack", stack, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_the_existing_plan_prints_checks_that_apply_and_no_hourly_cost(tmp_path):
+    proc = plan_command("existing", tmp_path)
     assert "ok    EKS cluster: needs ml-platform in us-east-1" in proc.stdout
     assert "quota" not in proc.stdout.split("Account checks")[1].split("Estimated")[0]
     assert (
         "Estimated cost while idle: nothing hourly; the cluster and its nodes are its owner's" in proc.stdout
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "offline.plan", "--stack", "local", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = plan_command("local", tmp_path)
     assert "Account checks: none; a kubeconfig stack uses no AWS account." in proc.stdout
     assert "the stack adds no AWS at all" in proc.stdout
 

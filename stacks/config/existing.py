@@ -124,13 +124,10 @@ def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
         r.problem(f"{k}.kubeconfig", e.kubeconfig, "empty path", "the path of a kubeconfig file")
     s = e.system_nodes
     check_selector(s.node_selector, f"{k}.systemNodes.nodeSelector", r)
-    for field, value, low, high in (
-        ("cpus", s.cpus, 1, 512),
-        ("memoryGiB", s.memory_gib, 1, 4096),
-        ("count", s.count, 1, 1000),
-    ):
-        if not low <= value <= high:
-            r.problem(f"{k}.systemNodes.{field}", value, "out of range", f"{low}-{high}")
+    r.ranges(
+        f"{k}.systemNodes",
+        (("cpus", s.cpus, 1, 512), ("memoryGiB", s.memory_gib, 1, 4096), ("count", s.count, 1, 1000)),
+    )
     eks_only = (("podRoleArn", e.pod_role_arn),)
     kubeconfig_only = (
         ("checkpointHostPath", e.checkpoint_host_path),

@@ -33,11 +33,11 @@ class QueueingConfig:
 
 
 def check_queueing(q: QueueingConfig, r: Reader) -> None:
-    k = f"{PROJECT}:queueing"
-    for key, value, low, high in (
-        ("idleNodeMinutes", q.idle_node_minutes, 1, 1440),
-        ("podsReadyTimeoutMinutes", q.pods_ready_timeout_minutes, 1, 240),
-        ("maxNodeProvisionMinutes", q.max_node_provision_minutes, 5, 120),
-    ):
-        if not low <= value <= high:
-            r.problem(f"{k}.{key}", value, "out of range", f"{low}-{high}")
+    r.ranges(
+        f"{PROJECT}:queueing",
+        (
+            ("idleNodeMinutes", q.idle_node_minutes, 1, 1440),
+            ("podsReadyTimeoutMinutes", q.pods_ready_timeout_minutes, 1, 240),
+            ("maxNodeProvisionMinutes", q.max_node_provision_minutes, 5, 120),
+        ),
+    )
