@@ -268,7 +268,7 @@ def test_checkpoints_sync_to_s3_and_resume_from_there(tmp_path, moto_server):
     assert max(losses(records)) == 30
 
 
-@pytest.mark.slow(seconds=65)
+@pytest.mark.slow(seconds=45)
 def test_ray_train_trains_and_resumes(tmp_path):
     script = f"""
 import sys
@@ -277,11 +277,11 @@ common = ["--num-workers", "2", "--checkpoint-every", "10", "--log-every", "5",
           "--checkpoint-dir", {str(tmp_path / "ckpt")!r}, "--data-cache", {str(tmp_path / "data")!r},
           "--storage-path", {str(tmp_path / "ray")!r}]
 assert main(common + ["--steps", "20"]) == 0
-assert main(common + ["--steps", "30"]) == 0
 # Ray restores its latest reported checkpoint into a worker group (a restart, or a rerun with the
-# same name and storage): here onto a fresh, empty volume.
+# same name and storage): here onto a fresh, empty volume. (Resuming from the job's own volume is
+# the same loop as under torchrun, tested there.)
 fresh = [a if a != {str(tmp_path / "ckpt")!r} else {str(tmp_path / "fresh")!r} for a in common]
-assert main(fresh + ["--steps", "35"]) == 0
+assert main(fresh + ["--steps", "30"]) == 0
 """
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run(
@@ -295,11 +295,11 @@ assert main(fresh + ["--steps", "35"]) == 0
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     starts = [r for r in metrics_of(out) if r.get("event") == "start"]
-    assert {r["resumed_from"] for r in starts} == {0, 20, 30}  # the third run: from Ray's checkpoint
+    assert [r["resumed_from"] for r in starts] == [0, 20]  # the second run: from Ray's checkpoint
     loss = losses(metrics_of(out))
     assert loss[20] < loss[5]
-    assert checkpoint.complete_steps(tmp_path / "ckpt") == [10, 20, 30]
-    assert checkpoint.complete_steps(tmp_path / "fresh")[-1] == 35
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == [10, 20]
+    assert checkpoint.complete_steps(tmp_path / "fresh")[-1] == 30
     # Ray Train holds the checkpoints too, assembled from each worker's own files (no copies).
     reported = [p for p in (tmp_path / "ray").rglob("checkpoint_*") if p.is_dir()]
     assert reported
