@@ -13,6 +13,7 @@ a Capacity Block group itself, to the block; the autoscaler never sees it.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 import pulumi
@@ -21,6 +22,7 @@ import pulumi_eks as eks
 
 from components.cluster import Cluster
 from components.names import EKS_NODE_GROUP_NAME_MAX, fit
+from components.shared_storage import lustre_client_user_data
 from conventions import (
     ACCELERATOR_LABEL,
     AWS_GPU_LABEL,
@@ -53,6 +55,7 @@ class GpuNodeGroupArgs:
     kubernetes_version: str  # with a launch template pulumi-eks does not default it
     subnet_id: pulumi.Input[str]  # one subnet in an AZ that offers the type: one AZ, as EFA needs
     vpc_id: pulumi.Input[str]
+    lustre_client: bool = False  # its jobs mount FSx for Lustre: install the client on the nodes
 
 
 def efa_network_interfaces(efa_count: int, security_group_ids: list[pulumi.Input[str]]) -> list[dict]:
@@ -193,6 +196,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             self.placement_group = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
             template["placement"] = {"group_name": self.placement_group.name}
 
+        if args.lustre_client:
+            template["user_data"] = base64.b64encode(lustre_client_user_data().encode()).decode()
         self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", **template, opts=child)
 
         labels = gpu_labels(args, gpu_model)

@@ -39,6 +39,7 @@ from conventions import (
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
+DATASETS_DIR = "/datasets"  # the bucket's datasets/, read-only (Mountpoint for S3)
 # Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
 TERMINATION_GRACE_SECONDS = 600
 # Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the operator's
@@ -190,11 +191,19 @@ class Checkpoints:
     uri: pulumi.Input[str] | None = None  # s3://.../checkpoints/<job>/
     credentials_secret: str | None = None  # a Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
     host_path: str | None = None  # <path>/<job> on every node, instead of S3
+    claim: str | None = None  # a shared file system (FSx) that exports to S3 itself, and
+    sub_path: str | None = None  # the job's directory in it
 
     def volume(self) -> dict[str, Any]:
+        if self.claim:
+            return {"name": "checkpoints", "persistentVolumeClaim": {"claimName": self.claim}}
         if self.host_path:
             return {"name": "checkpoints", "hostPath": {"path": self.host_path, "type": "DirectoryOrCreate"}}
         return {"name": "checkpoints", "emptyDir": {}}
+
+    def mount(self) -> dict[str, Any]:
+        mount = {"name": "checkpoints", "mountPath": CHECKPOINT_DIR}
+        return mount | {"subPath": self.sub_path} if self.sub_path else mount
 
 
 @dataclass(frozen=True)
@@ -239,6 +248,7 @@ class TrainingJobArgs:
     )
     hf_token_secret: pulumi.Input[str] | None = None  # a Secret with HF_TOKEN
     node_check: NodeCheck | None = None  # the default trainer checks its nodes first
+    datasets_claim: str | None = None  # the bucket's datasets, mounted read-only at /datasets
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
 
 
@@ -306,22 +316,28 @@ def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     return env
 
 
-def volumes(placement: Placement, checkpoints: Checkpoints) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts): /dev/shm in memory, checkpoints on the node's disk (mirrored to S3) or on
-    the nodes' shared path."""
-    return (
-        [
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}},
-            checkpoints.volume(),
-        ],
-        [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "checkpoints", "mountPath": CHECKPOINT_DIR}],
-    )
+def volumes(
+    placement: Placement, checkpoints: Checkpoints, datasets_claim: str | None = None
+) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): /dev/shm in memory, checkpoints on the node's disk (mirrored to S3), a
+    shared file system or the nodes' shared path; the bucket's datasets read-only, when mounted."""
+    vols = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}},
+        checkpoints.volume(),
+    ]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, checkpoints.mount()]
+    if datasets_claim:
+        vols.append(
+            {"name": "datasets", "persistentVolumeClaim": {"claimName": datasets_claim, "readOnly": True}}
+        )
+        mounts.append({"name": "datasets", "mountPath": DATASETS_DIR, "readOnly": True})
+    return vols, mounts
 
 
 def pod_template(
     args: TrainingJobArgs, container: dict[str, Any], labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    vols, mounts = volumes(args.placement, args.checkpoints)
+    vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
     return {
         "metadata": metadata,

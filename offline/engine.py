@@ -332,6 +332,17 @@ class OfflineMocks(mocks.Mocks):
             computed = self._cluster_outputs(args.name, state)
         elif t == "eks:index:ManagedNodeGroup":
             computed = {"nodeGroup": self._node_group_child(args.name, state)}
+        elif t == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            # FSx names a file system fs-<17 hex>, its DNS name after it, and a mount name of its own.
+            digest = hashlib.sha1(args.name.encode()).hexdigest()
+            file_system_id = f"fs-0{digest[:16]}"
+            computed = {
+                "dnsName": f"{file_system_id}.fsx.{self.region}.amazonaws.com",
+                "mountName": digest[16:24],
+                "arn": _arn("fsx", f"file-system/{file_system_id}", self.region),
+            }
+            state.update(computed)
+            return file_system_id, state
         elif t == "pulumi-python:dynamic:Resource" and "image_tag" in state:
             repo = state["repository_url"]
             computed = {"image_uri": f"{repo}@{fake_digest(repo, state['image_tag'])}", "build_id": ""}

@@ -26,6 +26,8 @@ TYPICAL_MINUTES = {
     "kubernetes:kustomize/v2:Directory": 1.25,  # an operator's manifests, awaited like a release
     "pulumi-python:dynamic:Resource": 7.5,  # CodeBuild of a CUDA PyTorch image: 5-10 min uncached
     "docker:index/image:Image": 7.5,
+    "aws:fsx/lustreFileSystem:LustreFileSystem": 10.0,  # up to 10 min, beside the cluster
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": 7.0,  # up to 7 min
 }
 CPU_NODE_GROUP_MINUTES = 2.25  # 1.5-3 min
 GPU_NODE_GROUP_MINUTES = 5.0  # ~5 min to join

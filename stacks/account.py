@@ -123,6 +123,8 @@ def check_account(
     checks: list[Check] = []
     running = _running_cluster(cfg, opts)
     vpc_zones, existing_subnet_zones, group_zones = _zones(cfg, running, opts, checks)
+    if cfg.fsx_groups:
+        checks.append(_fsx_zone(cfg, group_zones))
     creator = _creator(cfg, caller_arn, opts, checks)
     checks.append(_kubernetes_version(cfg, running))
     checks += _group_floors(cfg, running)
@@ -135,6 +137,22 @@ def check_account(
     checks.append(_aws_cli_check(live))
     _conclude(cfg, account_id, checks)
     return AccountFacts(vpc_zones, existing_subnet_zones, group_zones, creator)
+
+
+def _fsx_zone(cfg: StackConfig, group_zones: dict[str, str]) -> Check:
+    """An FSx file system lives in one AZ: every group that mounts it must be there, or its nodes
+    would reach it across AZs (slower, and billed per GB both ways)."""
+    where = {g: group_zones[g] for g in cfg.fsx_groups}
+    zones = sorted(set(where.values()))
+    found = ", ".join(f"{g} in {z}" for g, z in where.items())
+    problem = None
+    if len(zones) > 1:
+        problem = (
+            f"{PROJECT}:storage.fsx.nodeGroups: {found}; an FSx for Lustre file system lives in one AZ; "
+            f"allowed: the same availabilityZone on each of them (one of {', '.join(zones)}), or only the "
+            "groups of one AZ in storage.fsx.nodeGroups"
+        )
+    return Check("FSx AZ", "one AZ for the groups that mount FSx", found, problem)
 
 
 def check_existing_cluster(

@@ -73,6 +73,11 @@ CPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.gpus == 0)
 # Hourly costs of the managed pieces a stack keeps running (same reference file).
 NAT_GATEWAY_HOURLY_USD = 0.045
 
+# FSx for Lustre PERSISTENT_2 SSD, per GB-month of capacity by throughput tier (MB/s/TiB), us-east-1:
+# 125 from storage.md's sources; 250/500/1000 are indicative figures it could not confirm.
+FSX_GB_MONTH_USD = {125: 0.145, 250: 0.20, 500: 0.29, 1000: 0.53}
+HOURS_PER_MONTH = 730
+
 # What a node pulls for the training image, estimated: the PyTorch base (compressed, by its flavor)
 # plus the layers workload/Dockerfile adds (EFA stack, gcc, Ray and the other requirements). The
 # image build prints the real figure (ECR's imageSizeInBytes) after each push.

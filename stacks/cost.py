@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from stacks.catalog import INSTANCE_TYPES, NAT_GATEWAY_HOURLY_USD
+from stacks.catalog import FSX_GB_MONTH_USD, HOURS_PER_MONTH, INSTANCE_TYPES, NAT_GATEWAY_HOURLY_USD
 from stacks.config import StackConfig
 from stacks.config.cluster import support_status
 
@@ -53,6 +53,16 @@ def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
             INSTANCE_TYPES[system.instance_type].hourly_usd,
         ),
     ]
+    fsx = cfg.storage.fsx
+    if cfg.fsx_groups:  # billed per GB of capacity, used or not
+        per_gib_hour = FSX_GB_MONTH_USD[fsx.throughput_per_tib] / HOURS_PER_MONTH
+        lines.append(
+            CostLine(
+                f"GiB of FSx for Lustre (PERSISTENT_2, {fsx.throughput_per_tib} MB/s/TiB)",
+                fsx.storage_capacity_gib,
+                per_gib_hour,
+            )
+        )
     for g in cfg.gpu_node_groups:
         price = None if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd
         lines.append(

@@ -52,6 +52,7 @@ from components.pod_identity import (
 from components.principals import same_principal
 from components.queueing import AUTOSCALER_SERVICE_ACCOUNT, Queueing, QueueingArgs, QueueSpec
 from components.registry import ImageRegistry, ImageRegistryArgs
+from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
 from conventions import SYSTEM_GROUP
 from stacks.account import STACK_TAG, AccountFacts, check_account, check_existing_cluster, eks_cluster_name
 from stacks.catalog import INSTANCE_TYPES
@@ -90,6 +91,15 @@ class BuildPlane:
 
 
 @dataclass(frozen=True)
+class SharedStorage:
+    """What jobs mount besides their own volumes."""
+
+    fsx: FsxCheckpoints | None
+    fsx_groups: frozenset[str]  # GPU groups whose jobs keep checkpoints on it
+    datasets: S3Datasets | None
+
+
+@dataclass(frozen=True)
 class ComputePlane:
     """The cluster as the later planes see it, created or attached."""
 
@@ -103,6 +113,7 @@ class ComputePlane:
     kube_context: str | None = None
     node_groups: list[GpuNodeGroup] = field(default_factory=list)  # the ones the stack created
     autoscaler_identity: ClusterAutoscalerIdentity | None = None
+    storage: SharedStorage | None = None
 
 
 def build_stack(cfg: StackConfig) -> dict[str, Any]:
@@ -338,6 +349,7 @@ def compute_plane(
                 kubernetes_version=cc.kubernetes_version,
                 subnet_id=network.private_subnet_by_zone[facts.group_zones[g.name]],
                 vpc_id=network.vpc_id,
+                lustre_client=g.name in cfg.fsx_groups,
             ),
             account.opts,
         )
@@ -377,7 +389,53 @@ def compute_plane(
         kubeconfig=cluster.kubeconfig,
         node_groups=node_groups,
         autoscaler_identity=autoscaler_identity,
+        storage=shared_storage(cfg, account, facts, network, cluster, bucket, pod_identity),
     )
+
+
+def shared_storage(
+    cfg: StackConfig,
+    account: Account,
+    facts: AccountFacts,
+    network: Network,
+    cluster: Cluster,
+    bucket: ArtifactBucket,
+    pods: TrainingPodIdentity,
+) -> SharedStorage:
+    """FSx for Lustre in the AZ of the groups that mount it (the account checks made sure it is
+    one), and the datasets through Mountpoint."""
+    fsx = None
+    if cfg.fsx_groups:
+        zone = facts.group_zones[sorted(cfg.fsx_groups)[0]]
+        f = cfg.storage.fsx
+        fsx = FsxCheckpoints(
+            "checkpoints-fsx",
+            FsxCheckpointsArgs(
+                cluster=cluster,
+                subnet_id=network.private_subnet_by_zone[zone],
+                vpc_id=network.vpc_id,
+                client_security_group_ids=[cluster.cluster_security_group_id],
+                storage_capacity_gib=f.storage_capacity_gib,
+                throughput_per_tib=f.throughput_per_tib,
+                bucket=bucket,
+                account_id=account.account_id,
+                region=cfg.region,
+                namespace=pods.namespace,
+                namespace_name=pods.namespace_name,
+                protect=cfg.storage.protect,
+            ),
+            account.opts,
+        )
+    datasets = None
+    if cfg.storage.datasets_mount:
+        datasets = S3Datasets(
+            "datasets-s3",
+            S3DatasetsArgs(
+                cluster=cluster, bucket=bucket, namespace=pods.namespace, namespace_name=pods.namespace_name
+            ),
+            account.opts,
+        )
+    return SharedStorage(fsx, frozenset(cfg.fsx_groups), datasets)
 
 
 def attached_compute_plane(
@@ -544,6 +602,7 @@ def jobs_plane(
         provisioned = group is not None and cfg.autoscaled(group)
         # Device plugins: a job's pods need the GPUs and EFA interfaces advertised.
         extra = [r for r in (hf_secret, env_secret, pods.association, *operators.device_plugins) if r]
+        extra += storage_claims(compute.storage)
         jobs.append(
             TrainingJob(
                 f"job-{j.name}",
@@ -562,7 +621,10 @@ def jobs_plane(
                     ),
                     placement=placement,
                     image=j.image or build.image_uri,
-                    checkpoints=checkpoints(cfg, build, j.name),
+                    checkpoints=checkpoints(cfg, build, compute.storage, j.node_group, j.name),
+                    datasets_claim=compute.storage.datasets.claim_name
+                    if compute.storage and compute.storage.datasets
+                    else None,
                     namespace=pods.namespace_name,
                     service_account=pods.service_account_name,
                     provider=provider,
@@ -580,10 +642,22 @@ def jobs_plane(
     return jobs
 
 
-def checkpoints(cfg: StackConfig, build: BuildPlane, job: str) -> Checkpoints:
+def storage_claims(storage: SharedStorage | None) -> list[pulumi.Resource]:
+    """The claims a job's pods mount: they must be bound before the pods start."""
+    if storage is None:
+        return []
+    return [s.claim for s in (storage.fsx, storage.datasets) if s is not None]
+
+
+def checkpoints(
+    cfg: StackConfig, build: BuildPlane, storage: SharedStorage | None, group: str, job: str
+) -> Checkpoints:
     """A job's checkpoints: in the stack's bucket; on a kubeconfig stack on the nodes' shared path
     or under the user's S3 URI. A relaunch finds them under the same job name."""
     e = cfg.existing_cluster
+    if storage is not None and storage.fsx is not None and group in storage.fsx_groups:
+        # The file system exports to S3 itself: no per-rank upload, and a relaunch finds them there.
+        return Checkpoints(claim=storage.fsx.claim_name, sub_path=f"{CHECKPOINT_PREFIX}{job}")
     if e.checkpoint_host_path:
         return Checkpoints(host_path=f"{e.checkpoint_host_path.rstrip('/')}/{job}")
     if e.s3:

@@ -89,6 +89,14 @@ class StackConfig:
     )
 
     @property
+    def fsx_groups(self) -> tuple[str, ...]:
+        """GPU groups whose jobs keep checkpoints on the FSx file system (none when it is off)."""
+        fsx = self.storage.fsx
+        if not fsx.enabled:
+            return ()
+        return fsx.node_groups or tuple(g.name for g in self.gpu_node_groups)
+
+    @property
     def system_node_count(self) -> int:
         """System nodes CPU jobs may use: the system group's at creation, or the described ones."""
         if self.existing_cluster.named:

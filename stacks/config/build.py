@@ -60,6 +60,23 @@ class RegistryConfig:
     force_delete: bool = setting("forceDelete", "Allow deleting the repository with its images.", False)
 
 
+FSX_THROUGHPUTS = (125, 250, 500, 1000)  # MB/s per TiB, PERSISTENT_2 SSD
+
+
+@dataclass(frozen=True)
+class FsxConfig:
+    enabled: bool = setting("enabled", "A shared FSx for Lustre file system for checkpoints.", False)
+    storage_capacity_gib: int = setting(
+        "storageCapacityGiB", "Size: 1200, 2400, or a multiple of 2400 GiB (it only grows, by 2400).", 1200
+    )
+    throughput_per_tib: int = setting(
+        "throughputPerTiB", "MB/s per TiB of storage: 125, 250, 500 or 1000 (baseline = size x this).", 125
+    )
+    node_groups: tuple[str, ...] = setting(
+        "nodeGroups", "GPU groups whose jobs mount it (default: all); all must be in one AZ.", factory=tuple
+    )
+
+
 @dataclass(frozen=True)
 class StorageConfig:
     encryption: Literal["SSE-S3", "KMS"] = setting("encryption", "Bucket encryption.", "SSE-S3")
@@ -71,6 +88,14 @@ class StorageConfig:
     )
     protect: bool = setting(
         "protect", "Protect the bucket and registry from deletion (Pulumi protect, no force-destroy).", False
+    )
+    fsx: FsxConfig = setting(
+        "fsx", "FSx for Lustre at /checkpoints, linked to the bucket's checkpoints/.", factory=FsxConfig
+    )
+    datasets_mount: bool = setting(
+        "datasetsMount",
+        "Mount the bucket's datasets/ read-only at /datasets in every job (Mountpoint for S3).",
+        False,
     )
 
 
@@ -146,6 +171,22 @@ def check_registry(reg: RegistryConfig, protected: bool, r: Reader) -> None:
 
 def check_storage(st: StorageConfig, r: Reader) -> None:
     p = PROJECT
+    fsx, k = st.fsx, f"{p}:storage.fsx"
+    size = fsx.storage_capacity_gib
+    if not (size in (1200, 2400) or (size > 0 and size % 2400 == 0)) or size > 2_400_000:
+        r.problem(
+            f"{k}.storageCapacityGiB",
+            size,
+            "not a size FSx for Lustre (PERSISTENT_2) takes",
+            "1200, 2400, or a multiple of 2400",
+        )
+    if fsx.throughput_per_tib not in FSX_THROUGHPUTS:
+        r.problem(
+            f"{k}.throughputPerTiB",
+            fsx.throughput_per_tib,
+            "not a PERSISTENT_2 throughput tier",
+            ", ".join(map(str, FSX_THROUGHPUTS)),
+        )
     if not 0 <= st.checkpoint_retention_days <= 3650:
         r.problem(
             f"{p}:storage.checkpointRetentionDays",

@@ -56,6 +56,29 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_ci(c.ci, r)
     check_registry(c.registry, c.storage.protect, r)
     check_storage(c.storage, r)
+    _check_shared_storage(c, r)
+
+
+def _check_shared_storage(c: StackConfig, r: Reader) -> None:
+    """FSx and Mountpoint live in the stack's VPC and cluster: not on a cluster it did not create."""
+    fsx, k = c.storage.fsx, f"{PROJECT}:storage"
+    if c.existing_cluster.named and (fsx.enabled or c.storage.datasets_mount):
+        key = f"{k}.fsx.enabled" if fsx.enabled else f"{k}.datasetsMount"
+        r.problem(
+            key,
+            True,
+            "shared storage is created in the stack's own VPC and cluster",
+            "false on an existingCluster",
+        )
+    names = [g.name for g in c.gpu_node_groups]
+    for name in fsx.node_groups:
+        if name not in names:
+            r.problem(
+                f"{k}.fsx.nodeGroups",
+                name,
+                "no GPU node group has that name",
+                ", ".join(names) or "a GPU group",
+            )
 
 
 def _check_builder(c: StackConfig, r: Reader) -> None:
