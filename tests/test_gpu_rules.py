@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "workload"))
 from trainer import preflight
 from trainer.data import TokenWindows, write_synthetic_dataset
 from trainer.model import MODEL_SIZES, Transformer
-from trainer.train import Agreement, DistContext, Window, validation_loss
+from trainer.train import Agreement, Decision, DistContext, Window, validation_loss
 
 CONTROL = object()  # the gloo control group
 
@@ -45,7 +45,9 @@ def test_the_trainers_collectives_follow_each_groups_device(monkeypatch, tmp_pat
     window = Window(0.0, TRAINING_DEVICE)
     window.add(torch.ones((), device=TRAINING_DEVICE))
     with emulated_nccl(monkeypatch) as spy:
-        assert Agreement(ctx, checkpoint_seconds=0).decide(stop=True) == (True, True)
+        # (Meta tensors read as 1: every flag comes back set.)
+        decision = Agreement(ctx, checkpoint_seconds=0).decide(stop=True, writing=False, uploading=True)
+        assert decision == Decision(stop=True, checkpoint_due=True, any_writing=True, any_uploading=True)
         window.metrics(10, ctx, tokens_per_step=64, batch_size=2, fpt=1.0, peak=None)
         validation_loss(model, data, ctx, batches=2, batch_size=2)
     assert [c[1:] for c in spy.calls] == [("default", "meta")] * 3

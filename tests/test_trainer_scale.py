@@ -232,3 +232,49 @@ def test_metrics_report_window_loss_validation_samples_and_goodput(tmp_path):
         assert 0 < r["goodput"] <= 1
     assert logged[1]["checkpoint_stall_s"] > 0  # the step-10 save is counted against the next window
     assert logged[1]["val_loss"] < logged[0]["val_loss"]
+
+
+def test_a_checkpoint_is_complete_as_soon_as_every_rank_has_written_it(tmp_path, monkeypatch, capsys):
+    """A fault between two saves resumes from the newest written checkpoint, not the one before
+    it: its marker no longer waits for the next save. Writes here finish at once (a done future),
+    so the marker must follow on the very next step; the crash at step 25 then leaves 10 and 20."""
+    import concurrent.futures
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from trainer.train import DistContext, train
+
+    def written_now(state, checkpoint_id, process_group):
+        dcp.save(state, checkpoint_id=checkpoint_id, process_group=process_group)
+        done = concurrent.futures.Future()
+        done.set_result(None)
+        return done
+
+    monkeypatch.setattr(dcp, "async_save", written_now)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        ctx = DistContext(0, 1, 0, torch.device("cpu"), dist.new_group(backend="gloo"))
+        args = parse_args(
+            ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--no-compile",
+             "--checkpoint-dir", str(tmp_path / "ckpt"), "--data-cache", str(tmp_path / "data")]
+        )  # fmt: skip
+
+        def crash_at_25(record: dict) -> None:
+            if record.get("step") == 25:
+                raise RuntimeError("node lost")
+
+        with pytest.raises(RuntimeError, match="node lost"):
+            train(args, ctx, report=crash_at_25)
+    finally:
+        dist.destroy_process_group()
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == [10, 20]
+    events = [
+        json.loads(x.removeprefix("metrics "))
+        for x in capsys.readouterr().out.splitlines()
+        if x.startswith("metrics ")
+    ]
+    assert [(e["step"], e["at_step"]) for e in events if e.get("event") == "checkpoint_complete"] == [
+        (10, 11),
+        (20, 21),
+    ]

@@ -213,6 +213,14 @@ class CheckpointStore:
 
         return run
 
+    def uploading(self) -> bool:
+        """This rank's S3 upload is still running (it never blocks)."""
+        return self._upload is not None and self._upload[1].is_alive()
+
+    def has_upload(self) -> bool:
+        """An upload was started and its S3 marker is not written yet."""
+        return self._upload is not None
+
     def settle_uploads(self) -> None:
         """Collective: wait for every rank's pending upload, then rank 0 uploads the marker."""
         if self._upload is None:
@@ -247,6 +255,10 @@ class CheckpointStore:
 class PendingSave:
     def __init__(self, store: CheckpointStore, step: int, path: Path, keep: int, future):
         self.store, self.step, self.path, self.keep, self.future = store, step, path, keep, future
+
+    def written(self) -> bool:
+        """This rank's files are on disk (never blocks)."""
+        return self.future is None or self.future.done()
 
     def finish(self, background_upload: bool = False) -> Path:
         """Collective: wait for the files, mark the checkpoint complete, prune, mirror it to S3.

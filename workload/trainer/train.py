@@ -225,23 +225,33 @@ class StopRequested:
 
 
 class Agreement:
-    """Per-step decisions every rank must share: stop (SIGTERM on any node) and checkpoint now
-    (time-based, by rank 0's clock). One tiny MAX all-reduce per step."""
+    """Per-step decisions every rank must share: stop (SIGTERM on any node), checkpoint now
+    (time-based, by rank 0's clock), and whether any rank is still writing or uploading a
+    checkpoint (so a finished one is marked complete at once, not at the next save). One tiny MAX
+    all-reduce per step."""
 
     def __init__(self, ctx: DistContext, checkpoint_seconds: float):
         self.ctx = ctx
         self.checkpoint_seconds = checkpoint_seconds
         self.last_checkpoint = time.monotonic()
 
-    def decide(self, stop: bool) -> tuple[bool, bool]:
+    def decide(self, stop: bool, writing: bool = False, uploading: bool = False) -> Decision:
         due = (
             self.ctx.rank == 0
             and self.checkpoint_seconds > 0
             and time.monotonic() - self.last_checkpoint >= self.checkpoint_seconds
         )
-        flags = torch.tensor([int(stop), int(due)], device=self.ctx.device)
+        flags = torch.tensor([int(stop), int(due), int(writing), int(uploading)], device=self.ctx.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        return bool(flags[0]), bool(flags[1])
+        return Decision(*(bool(flags[i]) for i in range(len(flags))))
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: bool
+    checkpoint_due: bool
+    any_writing: bool  # some rank's checkpoint files are still being written
+    any_uploading: bool  # some rank's S3 upload is still running
 
 
 @torch.no_grad()
@@ -342,7 +352,19 @@ def train(
                 group["lr"] = lr_at(step, args)
             window.add(train_step(model, optimizer, inputs, targets))
             step += 1
-            stopping, due = agree.decide(stop.requested)
+            decision = agree.decide(
+                stop.requested, pending is not None and not pending.written(), store.uploading()
+            )
+            stopping, due = decision.stop, decision.checkpoint_due
+            # Every rank's files are written: mark the checkpoint complete now (a fault before the
+            # next save resumes from it); its upload goes on in the background, and its S3 marker
+            # follows as soon as every rank's upload is done.
+            if pending is not None and not decision.any_writing and not decision.any_uploading:
+                finish(pending)
+                log(ctx, {"event": "checkpoint_complete", "step": pending.step, "at_step": step})
+                pending = None
+            elif pending is None and store.has_upload() and not decision.any_uploading:
+                store.settle_uploads()
 
             if step % args.log_every == 0 or step == args.steps:
                 metrics = window.metrics(step, ctx, tokens_per_step, args.batch_size, fpt, peak)
