@@ -221,6 +221,20 @@ def test_killed_run_resumes_without_redoing_steps(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_rank_that_hangs_is_ended_by_the_step_watchdog(tmp_path):
+    """Rank 1 stops at step 5 (as on a GPU that fell off the bus); rank 0 waits in the next
+    all-reduce. Both watchdogs end their ranks after 5 s without a step, with every thread's stack,
+    and torchrun sees a failed worker (it would restart them, within maxRestarts) instead of a job
+    that hangs until someone notices."""
+    proc = torchrun(tmp_path, "--steps", "40", "--inject-hang-step", "5", "--step-timeout", "5")
+    out, _ = proc.communicate(timeout=240)  # a bound for the test, far above the watchdog's
+    assert proc.returncode != 0, out[-3000:]
+    assert "watchdog: rank 1 made no progress" in out and "limit 5 s" in out
+    assert "Thread 0x" in out and "in _watch" in out  # faulthandler's dump of every thread
+    assert "exitcode  : 86" in out or "exitcode: 86" in out, out[-3000:]
+
+
+@pytest.mark.slow
 def test_torn_checkpoint_is_never_loaded(tmp_path):
     run_to_end(tmp_path, "--steps", "10", "--checkpoint-every", "10")
     torn = checkpoint.step_dir(tmp_path / "ckpt", 30)

@@ -19,6 +19,8 @@ the training collectives on a tight one (`--collective-timeout`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import math
 import os
@@ -53,6 +55,10 @@ PEAK_BF16_FLOPS = (
 )
 SYNTHETIC_TOKENS = 2_000_000
 PREFLIGHT_EXIT_CODE = 3
+# A rank that stopped making progress (a hung collective, a dead peer, a stuck loader) exits with
+# this, after dumping every thread's stack: torchrun restarts the workers, which resume from the
+# newest complete checkpoint.
+WATCHDOG_EXIT_CODE = 86
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--float8", action="store_true", help="float8 linear layers (torchao; H100/H200 class GPUs)"
     )
+    p.add_argument(
+        "--step-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds without a finished step before the rank dumps its stacks and exits (0: off); "
+        "checkpoint saves pause it",
+    )
+    p.add_argument("--inject-hang-step", type=int, default=0, help=argparse.SUPPRESS)  # fault drills, tests
     # Set by the stack on groups whose nodes it checks: the job's own nodes are checked before step 0.
     p.add_argument("--preflight-gpus-per-node", type=int, default=0, help="GPUs each node must show")
     p.add_argument("--preflight-efa-per-node", type=int, default=0, help="EFA devices each pod must get")
@@ -267,6 +281,49 @@ def validation_loss(model, data: TokenWindows, ctx: DistContext, batches: int, b
     return total.item() / (batches * ctx.world_size)
 
 
+class StepWatchdog:
+    """Ends a rank that stops making progress within `timeout` seconds of its last step, whatever
+    it waits on (NCCL's own timeout covers only its collectives): every thread's stack goes to
+    stderr, then the process exits WATCHDOG_EXIT_CODE without cleanup, as a hung one must."""
+
+    def __init__(self, timeout: float, rank: int):
+        self.timeout, self.rank = timeout, rank
+        self.last = time.monotonic()
+        self.paused = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="step-watchdog", daemon=True)
+        if timeout > 0:
+            self._thread.start()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    @contextlib.contextmanager
+    def pause(self):
+        """Around long waits that are progress (a checkpoint save and its upload)."""
+        self.paused = True
+        try:
+            yield
+        finally:
+            self.paused = False
+            self.beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(5.0, self.timeout / 4)):
+            idle = time.monotonic() - self.last
+            if not self.paused and idle > self.timeout:
+                sys.stderr.write(
+                    f"watchdog: rank {self.rank} made no progress for {idle:.0f} s (limit {self.timeout:g} s); "
+                    "stacks follow, then exit for a restart from the newest checkpoint\n"
+                )
+                faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+                sys.stderr.flush()
+                os._exit(WATCHDOG_EXIT_CODE)
+
+
 class PreflightFailed(SystemExit):
     """The job's nodes failed the check: no step runs over TCP or on missing devices. Exit code 3,
     a permanent failure under the PyTorchJob's ExitCode restart policy (signals are 128+)."""
@@ -343,8 +400,11 @@ def train(
             on_checkpoint(save.step, path)
 
     step = start
+    watchdog = StepWatchdog(args.step_timeout, ctx.rank)
     try:
         while step < args.steps:
+            if args.inject_hang_step and step == args.inject_hang_step and ctx.rank == ctx.world_size - 1:
+                threading.Event().wait()  # a rank that never returns, as on a dead GPU
             fetch_start = time.perf_counter()
             inputs, targets = (t.to(ctx.device, non_blocking=True) for t in loader.next())
             window.data_wait += time.perf_counter() - fetch_start
@@ -352,6 +412,7 @@ def train(
                 group["lr"] = lr_at(step, args)
             window.add(train_step(model, optimizer, inputs, targets))
             step += 1
+            watchdog.beat()
             decision = agree.decide(
                 stop.requested, pending is not None and not pending.written(), store.uploading()
             )
@@ -360,11 +421,13 @@ def train(
             # next save resumes from it); its upload goes on in the background, and its S3 marker
             # follows as soon as every rank's upload is done.
             if pending is not None and not decision.any_writing and not decision.any_uploading:
-                finish(pending)
+                with watchdog.pause():
+                    finish(pending)
                 log(ctx, {"event": "checkpoint_complete", "step": pending.step, "at_step": step})
                 pending = None
             elif pending is None and store.has_upload() and not decision.any_uploading:
-                store.settle_uploads()
+                with watchdog.pause():
+                    store.settle_uploads()
 
             if step % args.log_every == 0 or step == args.steps:
                 metrics = window.metrics(step, ctx, tokens_per_step, args.batch_size, fpt, peak)
@@ -381,14 +444,15 @@ def train(
             every = args.checkpoint_every and step % args.checkpoint_every == 0
             if every or due or stopping or step == args.steps:
                 stall_start = time.perf_counter()
-                if pending is not None:
-                    finish(pending)
-                last = stopping or step == args.steps
-                # The last save (end, SIGTERM) is finished before exit; the others overlap training.
-                pending = store.save(step, model, optimizer, args.keep_checkpoints, background=not last)
-                if last:
-                    finish(pending, last=True)
-                    pending = None
+                with watchdog.pause():
+                    if pending is not None:
+                        finish(pending)
+                    last = stopping or step == args.steps
+                    # The last save (end, SIGTERM) is finished before exit; the others overlap training.
+                    pending = store.save(step, model, optimizer, args.keep_checkpoints, background=not last)
+                    if last:
+                        finish(pending, last=True)
+                        pending = None
                 agree.last_checkpoint = time.monotonic()
                 window.checkpoint_stall += time.perf_counter() - stall_start
                 log(ctx, {"event": "checkpoint", "step": step})
@@ -396,6 +460,7 @@ def train(
                 log(ctx, {"event": "stopped", "step": step, "reason": "SIGTERM"})
                 break
     finally:
+        watchdog.stop()
         loader.close()
     # Not on an error path: these are collectives, and a rank that failed would leave them hanging.
     if pending is not None:
