@@ -610,6 +610,37 @@ def check_logs(view: ClusterView) -> list[Check]:
     return checks
 
 
+# Node conditions the EKS node monitoring agent sets (False: a fault it found, such as an NVIDIA XID
+# error, a GPU off the bus, an EFA link down); node auto repair replaces such nodes.
+HEALTH_CONDITIONS = (
+    "AcceleratedHardwareReady",
+    "NetworkingReady",
+    "KernelReady",
+    "ContainerRuntimeReady",
+    "StorageReady",
+)
+
+
+def check_node_health(view: ClusterView) -> list[Check]:
+    faults = []
+    for n in view.nodes:
+        for c in n.get("status", {}).get("conditions", []):
+            if c.get("type") in HEALTH_CONDITIONS and c.get("status") == "False":
+                what = f"{c.get('reason', '')}: {c.get('message', '')}".strip(": ")
+                faults.append(f"{n['metadata']['name']} {c['type']} ({what})")
+    return [
+        Check(
+            "node health (EKS node monitoring agent)",
+            not faults,
+            "; ".join(faults) if faults else "no GPU, network, kernel, runtime or storage fault reported",
+            "node auto repair replaces a faulty GPU node (gpuNodeGroups[].autoRepair, on by default); the job's "
+            "watchdog and torchrun restart it from its newest checkpoint. Without repair: kubectl drain the node"
+            if faults
+            else "",
+        )
+    ]
+
+
 def check_queues(view: ClusterView) -> list[Check]:
     """Why each job waits, if it does: behind other jobs (fine), or for something that will not
     come by itself (a queue it can never fit, nodes the autoscaler cannot get, pods never ready)."""
@@ -625,6 +656,7 @@ def check_queues(view: ClusterView) -> list[Check]:
 def doctor(view: ClusterView) -> list[Check]:
     return [
         *check_nodes(view),
+        *check_node_health(view),
         *check_queues(view),
         *check_device_plugins(view),
         *check_operators(view),

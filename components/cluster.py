@@ -51,6 +51,8 @@ class ClusterArgs:
     system_disk_size_gib: int
     deletion_protection: bool
     aws_profile: str | None = None  # aws:profile: the kubeconfig's `aws eks get-token` needs it too
+    node_monitoring_agent: bool = True  # GPU/EFA/kubelet faults as node conditions (for auto repair)
+    gpu_metrics: bool = False  # CloudWatch Container Insights with the DCGM exporter
     # GitHub Actions roles: deploy administers the cluster, preview only reads it (Secrets excluded).
     ci_deploy_role_arn: pulumi.Input[str] | None = None
     ci_preview_role_arn: pulumi.Input[str] | None = None
@@ -212,6 +214,36 @@ class Cluster(pulumi.ComponentResource):
             )
             for addon in ("coredns", "eks-pod-identity-agent")
         )
+        # Health add-ons whose builds per Kubernetes version are not confirmed here: EKS's default
+        # for the cluster's version at creation, kept on later runs (no version input to drift).
+        self.health_addons = []
+        if args.node_monitoring_agent:
+            self.health_addons.append(self._health_addon(name, "eks-node-monitoring-agent", args))
+        if args.gpu_metrics:
+            # Its CloudWatch agent writes metrics as its own service account, not the node role.
+            agent = aws.iam.Role(
+                f"{name}-cloudwatch-agent",
+                description="CloudWatch agent of trainstack (EKS Pod Identity)",
+                assume_role_policy=json.dumps(
+                    service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
+                ),
+                opts=child,
+            )
+            aws.iam.RolePolicyAttachment(
+                f"{name}-cloudwatch-agent-policy",
+                role=agent.name,
+                policy_arn="arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
+                opts=child,
+            )
+            self.health_addons.append(
+                self._health_addon(
+                    name,
+                    "amazon-cloudwatch-observability",
+                    args,
+                    [{"role_arn": agent.arn, "service_account": "cloudwatch-agent"}],
+                    [self.pod_identity_agent],
+                )
+            )
 
         # pulumi-eks's `kubeconfig` output never names a profile: with only aws:profile set, its
         # `aws eks get-token` would run as the default credentials. This one carries the profile.
@@ -228,3 +260,21 @@ class Cluster(pulumi.ComponentResource):
             opts=child,
         )
         self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})
+
+    def _health_addon(
+        self,
+        name: str,
+        addon: str,
+        args: ClusterArgs,
+        identities: list[dict] | None = None,
+        deps: list[pulumi.Resource] | None = None,
+    ) -> aws.eks.Addon:
+        return aws.eks.Addon(
+            f"{name}-{addon}",
+            cluster_name=args.cluster_name,
+            addon_name=addon,
+            pod_identity_associations=identities,
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, self.system_nodes, *(deps or [])]),
+        )

@@ -56,6 +56,7 @@ class GpuNodeGroupArgs:
     subnet_id: pulumi.Input[str]  # one subnet in an AZ that offers the type: one AZ, as EFA needs
     vpc_id: pulumi.Input[str]
     lustre_client: bool = False  # its jobs mount FSx for Lustre: install the client on the nodes
+    auto_repair: bool = True  # EKS replaces a node the monitoring agent marks unhealthy
 
 
 def efa_network_interfaces(efa_count: int, security_group_ids: list[pulumi.Input[str]]) -> list[dict]:
@@ -96,6 +97,25 @@ def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     if args.efa:
         labels[EFA_LABEL] = "true"
     return labels
+
+
+# One node at a time, and none when half the group is unhealthy (a systemic fault, such as a bad
+# AMI or an AZ event, is a person's to look at, not a reason to churn every node).
+NODE_REPAIR = {
+    "enabled": True,
+    "maxParallelNodesRepairedCount": 1,
+    "maxUnhealthyNodeThresholdPercentage": 50,
+}
+
+
+def with_node_repair(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """Resource transform: node auto repair on the node group pulumi-eks creates (its Python SDK has
+    no argument for it; EKS's NodeGroup takes `nodeRepairConfig`)."""
+    if args.type_ != "aws:eks/nodeGroup:NodeGroup":
+        return None
+    return pulumi.ResourceTransformResult(
+        props={**args.props, "nodeRepairConfig": dict(NODE_REPAIR)}, opts=args.opts
+    )
 
 
 def node_template_tags(cluster_name: str, labels: dict[str, str], gpus: int, efa: int) -> dict[str, str]:
@@ -224,7 +244,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             labels=labels,
             taints=[GPU_TAINT],
             # Only the cluster: GPU nodes join on their own, in parallel with the system nodes.
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(
+                parent=self, transforms=[with_node_repair] if args.auto_repair else None
+            ),
         )
         self.autoscaling_group_name = self.node_group.node_group.apply(
             lambda ng: ng.resources.apply(lambda rs: rs[0].autoscaling_groups[0].name)

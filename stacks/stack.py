@@ -326,6 +326,8 @@ def compute_plane(
             system_disk_size_gib=system.disk_size_gib,
             deletion_protection=cfg.storage.protect,
             aws_profile=cfg.aws_profile,
+            node_monitoring_agent=cc.node_monitoring_agent,
+            gpu_metrics=cc.gpu_metrics,
             ci_deploy_role_arn=ci_deploy_entry(ci, account, facts.creator.arn),
             ci_preview_role_arn=ci.preview_role.arn if ci else None,
         ),
@@ -350,6 +352,7 @@ def compute_plane(
                 subnet_id=network.private_subnet_by_zone[facts.group_zones[g.name]],
                 vpc_id=network.vpc_id,
                 lustre_client=g.name in cfg.fsx_groups,
+                auto_repair=g.auto_repair,
             ),
             account.opts,
         )

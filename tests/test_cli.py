@@ -807,3 +807,21 @@ def test_status_on_a_kind_stack_reads_the_users_kubeconfig_file_and_context(tmp_
     with contextlib.redirect_stderr(err):
         code = main(["status", "--outputs", str(path)])
     assert code == 2 and f"{kubeconfig} has no context kind-gone" in err.getvalue()
+
+
+def test_doctor_reports_gpu_faults_the_node_monitoring_agent_found(tmp_path):
+    c = healthy()
+    c.nodes[1]["status"]["conditions"].append(
+        {
+            "type": "AcceleratedHardwareReady",
+            "status": "False",
+            "reason": "NvidiaXID79Error",
+            "message": "GPU has fallen off the bus",
+            "lastTransitionTime": CREATED,
+        }
+    )
+    found = finding(tmp_path, c, "node health (EKS node monitoring agent)")
+    assert found["detail"] == (
+        "ip-10-0-2-1 AcceleratedHardwareReady (NvidiaXID79Error: GPU has fallen off the bus)"
+    )
+    assert "node auto repair replaces" in found["fix"]

@@ -6,7 +6,8 @@ import json
 from collections import Counter
 
 import pytest
-from conftest import plan, policy_of, stack_values
+import yaml
+from conftest import ROOT, plan, policy_of, stack_values
 
 from offline.engine import EKS_CLUSTER_SECURITY_GROUP, OfflineMocks, ProviderRefusal, run_program
 from stacks.config import EKS_ADDON_VERSIONS
@@ -513,3 +514,45 @@ def test_training_pods_cannot_touch_the_build_context(prod_plan):
         s for s in policy_of(prod_plan, "training-pods-policy")["Statement"] if "s3:ListBucket" in s["Action"]
     ]
     assert listing["Condition"] == {"StringLikeIfExists": {"s3:prefix": ["checkpoints/*", "datasets/*"]}}
+
+
+def test_gpu_groups_get_node_auto_repair_unless_turned_off(prod_plan):
+    """pulumi-eks's Python SDK has no node repair argument: a transform puts EKS's
+    nodeRepairConfig on the NodeGroup it creates."""
+    import pulumi
+
+    ng = prod_plan.one(NG, "gpu-p5")
+    (transform,) = ng.transforms
+    args = pulumi.ResourceTransformArgs(
+        custom=True, type_="aws:eks/nodeGroup:NodeGroup", name="gpu-p5", props={"nodeGroupName": "x"},
+        opts=pulumi.ResourceOptions(),
+    )  # fmt: skip
+    repaired = transform(args).props
+    assert repaired["nodeRepairConfig"] == {
+        "enabled": True, "maxParallelNodesRepairedCount": 1, "maxUnhealthyNodeThresholdPercentage": 50,
+    }  # fmt: skip
+    assert repaired["nodeGroupName"] == "x"
+    other = pulumi.ResourceTransformArgs(
+        custom=True,
+        type_="aws:ec2/launchTemplate:LaunchTemplate",
+        name="lt",
+        props={},
+        opts=pulumi.ResourceOptions(),
+    )
+    assert transform(other) is None
+    off = plan("prod", gpuNodeGroups=[{**PROD_P5, "autoRepair": False}])
+    assert off.one(NG, "gpu-p5").transforms == []
+
+
+def test_the_node_monitoring_agent_is_on_and_gpu_metrics_are_optional(prod_plan):
+    addons = {r.inputs["addonName"]: r for r in prod_plan.by_type("aws:eks/addon:Addon")}
+    assert "eks-node-monitoring-agent" in addons and "amazon-cloudwatch-observability" not in addons
+    assert "addonVersion" not in addons["eks-node-monitoring-agent"].inputs  # EKS's default, kept
+    cluster = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"]["trainstack:cluster"]
+    metrics = plan("prod", cluster={**cluster, "gpuMetrics": True, "nodeMonitoringAgent": False})
+    addons = {r.inputs["addonName"]: r for r in metrics.by_type("aws:eks/addon:Addon")}
+    assert "eks-node-monitoring-agent" not in addons
+    (identity,) = addons["amazon-cloudwatch-observability"].inputs["podIdentityAssociations"]
+    assert identity["serviceAccount"] == "cloudwatch-agent"
+    attached = metrics.one("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "eks-cloudwatch-agent-policy")
+    assert attached.inputs["policyArn"] == "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"

@@ -145,6 +145,18 @@ class ClusterConfig:
     system_node_group: SystemNodeGroupConfig = setting(
         "systemNodeGroup", "CPU node group for cluster operators.", factory=SystemNodeGroupConfig
     )
+    node_monitoring_agent: bool = setting(
+        "nodeMonitoringAgent",
+        "The EKS node monitoring agent add-on: GPU (XID, DCGM), EFA, kubelet and storage faults become node "
+        "conditions that node auto repair acts on.",
+        True,
+    )
+    gpu_metrics: bool = setting(
+        "gpuMetrics",
+        "The CloudWatch observability add-on (Container Insights, DCGM exporter on GPU nodes): GPU and EFA "
+        "metrics in CloudWatch.",
+        False,
+    )
 
 
 def check_cluster(c: ClusterConfig, r: Reader) -> None:

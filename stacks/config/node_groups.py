@@ -56,6 +56,12 @@ class GpuNodeGroupConfig:
         "AZ of the group's nodes (required with a reservation); default: a VPC AZ offering the type.",
         None,
     )
+    auto_repair: bool = setting(
+        "autoRepair",
+        "EKS node auto repair: a node the monitoring agent marks unhealthy is replaced (one at a time; "
+        "never more than half the group).",
+        True,
+    )
     node_selector: dict[str, str] | None = setting(
         "nodeSelector",
         "On an existingCluster only (required there): the labels that select this group's nodes.",
