@@ -187,14 +187,7 @@ class FsxCheckpoints(pulumi.ComponentResource):
             FSX_CSI_SERVICE_ACCOUNT,
             child,
         )
-        self.driver = aws.eks.Addon(
-            f"{name}-csi-driver",
-            cluster_name=args.cluster.cluster_name,
-            addon_name="aws-fsx-csi-driver",
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster.system_nodes, association]),
-        )
+        self.driver = csi_driver(f"{name}-csi-driver", "aws-fsx-csi-driver", args.cluster, association, self)
         k8s_opts = pulumi.ResourceOptions(
             parent=self, provider=args.cluster.provider, depends_on=[self.driver]
         )
@@ -219,18 +212,16 @@ class FsxCheckpoints(pulumi.ComponentResource):
             },
             opts=k8s_opts,
         )
-        self.claim = k8s.core.v1.PersistentVolumeClaim(
+        self.claim = static_claim(
             f"{name}-pvc",
-            metadata={"name": FSX_CLAIM, "namespace": args.namespace_name, "labels": PART_OF},
-            spec={
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": self.volume.metadata["name"],
-                "resources": {"requests": {"storage": f"{args.storage_capacity_gib}Gi"}},
-            },
-            opts=pulumi.ResourceOptions(
-                parent=self, provider=args.cluster.provider, depends_on=[self.volume, args.namespace]
-            ),
+            FSX_CLAIM,
+            "ReadWriteMany",
+            f"{args.storage_capacity_gib}Gi",
+            self.volume,
+            args.cluster,
+            args.namespace,
+            args.namespace_name,
+            self,
         )
         self.claim_name = FSX_CLAIM
         self.csi_role = role
@@ -263,13 +254,8 @@ class S3Datasets(pulumi.ComponentResource):
             S3_CSI_SERVICE_ACCOUNT,
             pulumi.ResourceOptions(parent=self),
         )
-        self.driver = aws.eks.Addon(
-            f"{name}-csi-driver",
-            cluster_name=args.cluster.cluster_name,
-            addon_name="aws-mountpoint-s3-csi-driver",
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster.system_nodes, association]),
+        self.driver = csi_driver(
+            f"{name}-csi-driver", "aws-mountpoint-s3-csi-driver", args.cluster, association, self
         )
         k8s_opts = pulumi.ResourceOptions(
             parent=self, provider=args.cluster.provider, depends_on=[self.driver]
@@ -290,21 +276,59 @@ class S3Datasets(pulumi.ComponentResource):
             },
             opts=k8s_opts,
         )
-        self.claim = k8s.core.v1.PersistentVolumeClaim(
+        self.claim = static_claim(
             f"{name}-pvc",
-            metadata={"name": DATASETS_CLAIM, "namespace": args.namespace_name, "labels": PART_OF},
-            spec={
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": self.volume.metadata["name"],
-                "resources": {"requests": {"storage": "1Ti"}},
-            },
-            opts=pulumi.ResourceOptions(
-                parent=self, provider=args.cluster.provider, depends_on=[self.volume, args.namespace]
-            ),
+            DATASETS_CLAIM,
+            "ReadOnlyMany",
+            "1Ti",
+            self.volume,
+            args.cluster,
+            args.namespace,
+            args.namespace_name,
+            self,
         )
         self.claim_name = DATASETS_CLAIM
         self.register_outputs({"claim": DATASETS_CLAIM})
+
+
+def csi_driver(
+    name: str, addon: str, cluster: Cluster, identity: pulumi.Resource, parent: pulumi.Resource
+) -> aws.eks.Addon:
+    """A CSI driver as an EKS add-on (EKS's default build for the cluster version), once its
+    service account's Pod Identity exists and nodes can run its controller."""
+    return aws.eks.Addon(
+        name,
+        cluster_name=cluster.cluster_name,
+        addon_name=addon,
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="OVERWRITE",
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[cluster.system_nodes, identity]),
+    )
+
+
+def static_claim(
+    name: str,
+    claim: str,
+    access: str,
+    size: str,
+    volume: k8s.core.v1.PersistentVolume,
+    cluster: Cluster,
+    namespace: pulumi.Resource,
+    namespace_name: str,
+    parent: pulumi.Resource,
+) -> k8s.core.v1.PersistentVolumeClaim:
+    """A claim bound to exactly `volume` (no storage class: never provisioned dynamically)."""
+    return k8s.core.v1.PersistentVolumeClaim(
+        name,
+        metadata={"name": claim, "namespace": namespace_name, "labels": PART_OF},
+        spec={
+            "accessModes": [access],
+            "storageClassName": "",
+            "volumeName": volume.metadata["name"],
+            "resources": {"requests": {"storage": size}},
+        },
+        opts=pulumi.ResourceOptions(parent=parent, provider=cluster.provider, depends_on=[volume, namespace]),
+    )
 
 
 def dataset_read_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:
