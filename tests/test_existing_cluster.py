@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 from conftest import ROOT, crd_errors, plan, policy_of, stack_values
@@ -173,15 +172,17 @@ def test_account_checks_on_an_existing_cluster_stop_before_anything_is_created()
 
 
 def plan_command(stack: str, out) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "offline.plan", "--stack", stack, "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc
+    """`make plan STACK=<stack>`, in this process (the command's own code, without a new Python)."""
+    import contextlib
+    import io
+
+    from offline.plan import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["--stack", stack, "--out", str(out)])
+    assert code == 0, stderr.getvalue()
+    return subprocess.CompletedProcess(["make", "plan"], code, stdout.getvalue(), stderr.getvalue())
 
 
 def test_the_existing_plan_prints_checks_that_apply_and_no_hourly_cost(tmp_path):

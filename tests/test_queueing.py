@@ -348,7 +348,11 @@ def test_the_offline_engine_names_each_groups_asg_as_eks_does(mixed_plan):
 # --- the charts, rendered ------------------------------------------------------------------------
 
 
-def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_pods_ready(prod_plan, tmp_path):
+def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_the_charts_defaults(
+    prod_plan, tmp_path
+):
+    """The chart takes the manager config as one string: whatever the stack leaves out is gone, so
+    every setting of the chart's default stays, and the stack's own are added."""
     objects = render(prod_plan, "kueue", tmp_path)
     assert pod_spec(objects, "Deployment")["nodeSelector"] == SYSTEM_NODE_LABEL
     (config_map,) = [
@@ -361,24 +365,13 @@ def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_pods_rea
     assert "kubeflow.org/pytorchjob" in config["integrations"]["frameworks"]
     assert config["waitForPodsReady"]["timeout"] == "20m"
     assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
-
-
-def test_kueues_config_keeps_every_setting_of_the_charts_default(prod_plan, tmp_path):
-    """The chart takes the manager config as one string: whatever the stack leaves out is gone."""
     chart = shared_dir("charts", "TRAINSTACK_CHARTS_DIR") / "kueue-0.19.2"
     default = yaml.safe_load(
         yaml.safe_load((chart / "values.yaml").read_text())["managerConfig"]["controllerManagerConfigYaml"]
     )
-    objects = render(prod_plan, "kueue", tmp_path)
-    (config_map,) = [
-        o
-        for o in objects
-        if o["kind"] == "ConfigMap" and "controller_manager_config.yaml" in o.get("data", {})
-    ]
-    ours = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
     for key, value in default.items():
         if key != "integrations":
-            assert ours[key] == value, key
+            assert config[key] == value, key
     # Every default integration the stack's jobs use stays on.
     assert {"batch/job", "ray.io/rayjob", "ray.io/raycluster"} <= set(default["integrations"]["frameworks"])
 
