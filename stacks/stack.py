@@ -396,6 +396,29 @@ def compute_plane(
     )
 
 
+def placements(cfg: StackConfig, cluster: Cluster, node_groups: list[GpuNodeGroup]) -> dict[str, Placement]:
+    """What one node of each group offers a job's pods (GPU facts as EC2 reports them)."""
+    system = cfg.cluster.system_node_group
+    cpu = INSTANCE_TYPES[system.instance_type]
+    found = {
+        SYSTEM_GROUP: system_placement(
+            system.instance_type, cpu.vcpus, cpu.memory_gib, cpu.hourly_usd or 0.0, cluster.system_nodes
+        )
+    }
+    for ng, g in zip(node_groups, cfg.gpu_node_groups, strict=True):
+        found[g.name] = gpu_placement(
+            g.name,
+            g.instance_type,
+            ng.gpu_count,
+            ng.efa_count,
+            ng.vcpus,
+            ng.memory_gib,
+            0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0,
+            ng,
+        )
+    return found
+
+
 def shared_storage(
     cfg: StackConfig,
     account: Account,
@@ -514,29 +537,6 @@ def operators_plane(cfg: StackConfig, compute: ComputePlane) -> ClusterOperators
             training_operator_ref=ops.training_operator.ref,
         ),
     )
-
-
-def placements(cfg: StackConfig, cluster: Cluster, node_groups: list[GpuNodeGroup]) -> dict[str, Placement]:
-    """What one node of each group offers a job's pods (GPU facts as EC2 reports them)."""
-    system = cfg.cluster.system_node_group
-    cpu = INSTANCE_TYPES[system.instance_type]
-    found = {
-        SYSTEM_GROUP: system_placement(
-            system.instance_type, cpu.vcpus, cpu.memory_gib, cpu.hourly_usd or 0.0, cluster.system_nodes
-        )
-    }
-    for ng, g in zip(node_groups, cfg.gpu_node_groups, strict=True):
-        found[g.name] = gpu_placement(
-            g.name,
-            g.instance_type,
-            ng.gpu_count,
-            ng.efa_count,
-            ng.vcpus,
-            ng.memory_gib,
-            0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0,
-            ng,
-        )
-    return found
 
 
 def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOperators) -> Queueing:
