@@ -88,6 +88,16 @@ class ImageBuildArgs:
     archive_dir: Path  # where the zipped context is written before upload
 
 
+def docker_build(context_dir: Path, base_image: str) -> dict:
+    """How the local Docker builds the training image (pulumi-docker), for ECR or for kind."""
+    return {
+        "context": str(context_dir),
+        "dockerfile": str(context_dir / "Dockerfile"),
+        "args": {"BASE_IMAGE": base_image},
+        "platform": "linux/amd64",
+    }
+
+
 def docker_hub_cache_path(base_image: str, prefix: str) -> str:
     """The path of a Docker Hub image inside an ECR pull-through cache (official images live
     under `library/` on Docker Hub)."""
@@ -116,12 +126,7 @@ class ImageBuild(pulumi.ComponentResource):
         image = docker.Image(
             name,
             image_name=pulumi.Output.concat(repo.repository_url, ":", self.image_tag),
-            build={
-                "context": str(args.context_dir),
-                "dockerfile": str(args.context_dir / "Dockerfile"),
-                "args": {"BASE_IMAGE": args.base_image},
-                "platform": "linux/amd64",
-            },
+            build=docker_build(args.context_dir, args.base_image),
             registry={
                 "server": repo.repository_url,
                 "username": token.user_name,

@@ -15,7 +15,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.image import context_archive, image_tag
+from components.image import context_archive, docker_build, image_tag
 
 LOCAL_REPOSITORY = "trainstack"
 
@@ -37,12 +37,7 @@ class KindImage(pulumi.ComponentResource):
         image = docker.Image(
             name,
             image_name=reference,
-            build={
-                "context": str(args.context_dir),
-                "dockerfile": str(args.context_dir / "Dockerfile"),
-                "args": {"BASE_IMAGE": args.base_image},
-                "platform": "linux/amd64",
-            },
+            build=docker_build(args.context_dir, args.base_image),
             skip_push=True,  # kind nodes cannot pull from the local Docker: the image is loaded
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -45,8 +45,6 @@ PROVISIONING_CHECK = "trainstack-provisioning"
 # Trainer v2's TrainJob), so it is named here; a Kueue without it would leave PyTorchJobs unqueued.
 KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob", "ray.io/rayjob", "ray.io/raycluster")
 RAY_KINDS = ("RayJob", "RayCluster")
-HEAD_MILLICPU = int(RAY_HEAD["cpu"].removesuffix("m"))
-HEAD_MEMORY_GIB = int(RAY_HEAD["memory"].removesuffix("Gi"))
 SYSTEM_FLAVOR = cluster_queue_name(SYSTEM_GROUP)
 
 Amounts = dict[str, int]  # cpu in millicores, memory in GiB, devices in units
@@ -70,7 +68,11 @@ def per_node(p: Placement) -> Amounts:
     return amounts
 
 
-HEAD: Amounts = {"cpu": HEAD_MILLICPU, "memory": HEAD_MEMORY_GIB}
+# A Ray head's requests (components/jobs.py RAY_HEAD), in the units above.
+HEAD: Amounts = {
+    "cpu": int(RAY_HEAD["cpu"].removesuffix("m")),
+    "memory": int(RAY_HEAD["memory"].removesuffix("Gi")),
+}
 
 
 @dataclass(frozen=True)
@@ -278,7 +280,6 @@ class Queueing(pulumi.ComponentResource):
     def __init__(self, name: str, args: QueueingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:queueing:Queueing", name, None, opts)
         self._args = args
-        self.releases: dict[str, k8s.helm.v3.Release] = {}
         self.installed_charts: dict[str, HelmChart] = {}
         kueue = self._helm(
             "kueue",
@@ -381,7 +382,6 @@ class Queueing(pulumi.ComponentResource):
                 depends_on=[*filter(None, [self._args.system_nodes]), *deps],
             ),
         )
-        self.releases[key] = release
         self.installed_charts[key] = chart
         return release
 

@@ -167,7 +167,7 @@ class FsxCheckpoints(pulumi.ComponentResource):
         )
         # The CSI driver's controller only provisions file systems dynamically; the static volume
         # below needs no FSx call, but the add-on wants its service account's identity.
-        role, _, association = pod_identity(
+        _, _, association = pod_identity(
             f"{name}-csi",
             "FSx CSI driver of trainstack (EKS Pod Identity)",
             json.dumps(
@@ -224,7 +224,6 @@ class FsxCheckpoints(pulumi.ComponentResource):
             self,
         )
         self.claim_name = FSX_CLAIM
-        self.csi_role = role
         self.register_outputs({"fileSystemId": self.file_system.id, "claim": FSX_CLAIM})
 
 

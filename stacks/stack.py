@@ -37,7 +37,6 @@ from components.jobs import (
     TrainingJob,
     TrainingJobArgs,
     gpu_placement,
-    system_placement,
 )
 from components.kind_image import KindImage, KindImageArgs
 from components.network import Network, NetworkArgs
@@ -55,9 +54,8 @@ from components.registry import ImageRegistry, ImageRegistryArgs
 from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
 from conventions import SYSTEM_GROUP
 from stacks.account import STACK_TAG, AccountFacts, check_account, check_existing_cluster, eks_cluster_name
-from stacks.catalog import INSTANCE_TYPES
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
-from stacks.config.checks import catalog_placement
+from stacks.config.checks import catalog_placement, config_system_placement
 
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
 
@@ -167,9 +165,14 @@ def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:
         account.account_id,
         account.caller_arn,
         account.invoke_opts,
-        session=lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region),
+        session=boto3_session(cfg),
         live=not under_mock_engine(),
     )
+
+
+def boto3_session(cfg: StackConfig):
+    """Made only when a check needs it: the stack's region and profile, as the provider uses."""
+    return lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region)
 
 
 def existing_cluster_checks(cfg: StackConfig, account: Account) -> None:
@@ -178,7 +181,7 @@ def existing_cluster_checks(cfg: StackConfig, account: Account) -> None:
         cfg,
         account.account_id,
         account.invoke_opts,
-        session=lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region),
+        session=boto3_session(cfg),
         live=not under_mock_engine(),
     )
 
@@ -398,23 +401,10 @@ def compute_plane(
 
 def placements(cfg: StackConfig, cluster: Cluster, node_groups: list[GpuNodeGroup]) -> dict[str, Placement]:
     """What one node of each group offers a job's pods (GPU facts as EC2 reports them)."""
-    system = cfg.cluster.system_node_group
-    cpu = INSTANCE_TYPES[system.instance_type]
-    found = {
-        SYSTEM_GROUP: system_placement(
-            system.instance_type, cpu.vcpus, cpu.memory_gib, cpu.hourly_usd or 0.0, cluster.system_nodes
-        )
-    }
+    found = {SYSTEM_GROUP: config_system_placement(cfg, cluster.system_nodes)}
     for ng, g in zip(node_groups, cfg.gpu_node_groups, strict=True):
         found[g.name] = gpu_placement(
-            g.name,
-            g.instance_type,
-            ng.gpu_count,
-            ng.efa_count,
-            ng.vcpus,
-            ng.memory_gib,
-            0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0,
-            ng,
+            g.name, g.instance_type, ng.gpu_count, ng.efa_count, ng.vcpus, ng.memory_gib, g.hourly_usd, ng
         )
     return found
 
@@ -496,13 +486,8 @@ def attached_compute_plane(
         ),
         account.opts if account else None,
     )
-    nodes = e.system_nodes
-    found = {
-        SYSTEM_GROUP: system_placement("", nodes.cpus, nodes.memory_gib, 0.0, selector=nodes.node_selector)
-    }
-    for g in cfg.gpu_node_groups:
-        hourly = 0.0 if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd or 0.0
-        found[g.name] = catalog_placement(g, hourly)
+    found = {SYSTEM_GROUP: config_system_placement(cfg)}
+    found |= {g.name: catalog_placement(g, g.hourly_usd) for g in cfg.gpu_node_groups}
     return ComputePlane(
         provider=cluster.provider,
         system_nodes=None,

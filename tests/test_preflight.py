@@ -87,12 +87,6 @@ def test_efa_devices_are_counted_as_the_pod_was_given_them(tmp_path, monkeypatch
     for name in ("uverbs0", "uverbs1", "rdma_cm"):
         (pod / name).touch()
     monkeypatch.setattr(preflight_module, "RDMA_DEVICES", pod)
-    args = preflight_module.parse_args(["--efa-per-node", "32"])
-    (problem,) = preflight_module.local_problems(args, preflight_module.torch.device("cpu"))
+    (problem,) = preflight_module.local_problems(0, 32, preflight_module.torch.device("cpu"))
     assert "2 EFA devices given to the pod" in problem and "32 expected" in problem
-    assert (
-        preflight_module.local_problems(
-            preflight_module.parse_args(["--efa-per-node", "2"]), preflight_module.torch.device("cpu")
-        )
-        == []
-    )
+    assert preflight_module.local_problems(0, 2, preflight_module.torch.device("cpu")) == []

@@ -7,6 +7,8 @@ from __future__ import annotations
 import typing
 from collections import Counter
 
+import pulumi
+
 from components.jobs import Placement, gpu_placement, system_placement
 from components.queueing import QueueSpec, job_demand, shortfall
 from conventions import SYSTEM_GROUP
@@ -149,22 +151,29 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
 def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> dict[str, QueueSpec]:
     """Each group's queue as the catalog sizes it (the program sizes it from EC2's answer, the same
     figures); empty when the groups did not parse."""
-    if by_name is None:
-        return {}
-    system = c.cluster.system_node_group
-    if c.existing_cluster.named:
-        nodes = c.existing_cluster.system_nodes
-        placement = system_placement("", nodes.cpus, nodes.memory_gib, 0.0, selector=nodes.node_selector)
-    elif system.instance_type in INSTANCE_TYPES:
-        cpu = INSTANCE_TYPES[system.instance_type]
-        placement = system_placement(system.instance_type, cpu.vcpus, cpu.memory_gib, 0.0)
-    else:
+    placement = config_system_placement(c)
+    if by_name is None or placement is None:
         return {}
     queues = {SYSTEM_GROUP: QueueSpec(placement, c.system_node_count, provisioned=False)}
     for g in by_name.values():
         if g.instance_type in INSTANCE_TYPES:
             queues[g.name] = QueueSpec(catalog_placement(g), g.node_count, provisioned=c.autoscaled(g))
     return queues
+
+
+def config_system_placement(c: StackConfig, nodes: pulumi.Resource | None = None) -> Placement | None:
+    """What a CPU job gets on a system node: the system group's type from the catalog, or the nodes
+    an existing cluster describes; None for a type outside the catalog (reported on its own)."""
+    if c.existing_cluster.named:
+        described = c.existing_cluster.system_nodes
+        return system_placement(
+            "", described.cpus, described.memory_gib, 0.0, nodes, selector=described.node_selector
+        )
+    system = c.cluster.system_node_group
+    cpu = INSTANCE_TYPES.get(system.instance_type)
+    if cpu is None:
+        return None
+    return system_placement(system.instance_type, cpu.vcpus, cpu.memory_gib, cpu.hourly_usd or 0.0, nodes)
 
 
 def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float = 0.0) -> Placement:

@@ -73,6 +73,11 @@ class GpuNodeGroupConfig:
         return INSTANCE_TYPES[self.instance_type]
 
     @property
+    def hourly_usd(self) -> float:
+        """What one node costs an hour while it runs: a Capacity Block is paid ahead."""
+        return 0.0 if self.capacity_type == "CAPACITY_BLOCK" else self.instance.hourly_usd or 0.0
+
+    @property
     def sized_by_eks(self) -> bool:
         """EKS sizes a Capacity Block group to its block; the cluster autoscaler never does."""
         return self.capacity_type == "CAPACITY_BLOCK"

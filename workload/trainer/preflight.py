@@ -54,21 +54,21 @@ def uses_efa(network: str | None) -> bool:
     return network is not None and "libfabric" in network.lower()
 
 
-def local_problems(args: argparse.Namespace, device: torch.device) -> list[str]:
+def local_problems(gpus_per_node: int, efa_per_node: int, device: torch.device) -> list[str]:
     problems = []
-    if args.gpus_per_node and device.type == "cuda":
+    if gpus_per_node and device.type == "cuda":
         seen = torch.cuda.device_count()
-        if seen != args.gpus_per_node:
+        if seen != gpus_per_node:
             problems.append(
-                f"{os.uname().nodename}: {seen} GPUs visible, {args.gpus_per_node} expected "
+                f"{os.uname().nodename}: {seen} GPUs visible, {gpus_per_node} expected "
                 "(check the pod's nvidia.com/gpu request and the NVIDIA device plugin on the node)"
             )
-    if args.efa_per_node:
+    if efa_per_node:
         seen = efa_devices_given()
-        if seen != args.efa_per_node:
+        if seen != efa_per_node:
             problems.append(
                 f"{os.uname().nodename}: {seen} EFA devices given to the pod ({RDMA_DEVICES}/uverbs*), "
-                f"{args.efa_per_node} expected "
+                f"{efa_per_node} expected "
                 "(check the pod's vpc.amazonaws.com/efa request and the EFA device plugin on the node)"
             )
     return problems
@@ -120,8 +120,7 @@ def check_nodes(
         os.environ.setdefault("NCCL_DEBUG", "INFO")
         os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
         os.environ["NCCL_DEBUG_FILE"] = str(log_dir / "nccl.%h.%p.log")
-    args = argparse.Namespace(gpus_per_node=gpus_per_node, efa_per_node=efa_per_node)
-    problems = local_problems(args, ctx.device)
+    problems = local_problems(gpus_per_node, efa_per_node, ctx.device)
     # Rounded once: the report and the message show the same figure, and the floor compares it.
     busbw = round(bus_bandwidth(ctx.device, size_mb, iters), 2)
     nccl_log = "".join(p.read_text(errors="replace") for p in log_dir.glob("nccl.*"))
