@@ -325,6 +325,7 @@ class ClusterView:
     jobs: dict[str, str] = field(default_factory=dict)  # the stack's jobs that exist: name -> kind
     workloads: list[dict] = field(default_factory=list)  # Kueue's, one per queued job
     provisioning_requests: list[dict] = field(default_factory=list)
+    node_events: list[dict] = field(default_factory=list)
 
 
 REQUIRED_CRDS = (
@@ -641,6 +642,48 @@ def check_node_health(view: ClusterView) -> list[Check]:
     ]
 
 
+# The node monitoring agent's XID reasons: NvidiaXID<code>Error for the codes it treats as fatal (it
+# also sets AcceleratedHardwareReady False, so node repair replaces the node); NvidiaXID<code>Warning,
+# an event only, for the rest (often the application's own fault: 13, 31, 43).
+XID_EVENT = re.compile(r"^NvidiaXID(\d+)(Error|Warning)$")
+NODE_REMOVED = "RemovingNode"  # the node lifecycle controller's event when a Node object goes
+
+
+def check_gpu_faults(view: ClusterView) -> list[Check]:
+    """XID errors of the last hour (what Kubernetes keeps of events), and which faulty nodes are
+    already gone: replaced by node repair (or the autoscaler), so the job only needed its restart."""
+    present = {n["metadata"]["name"] for n in view.nodes}
+    xids: dict[str, dict[str, int]] = {}
+    fatal, removed = set(), set()
+    for e in view.node_events:
+        name = e.get("involvedObject", {}).get("name", "")
+        if m := XID_EVENT.match(e.get("reason", "")):
+            codes = xids.setdefault(name, {})
+            codes[m.group(1)] = codes.get(m.group(1), 0) + (e.get("count") or 1)
+            if m.group(2) == "Error":
+                fatal.add(name)
+        elif e.get("reason") == NODE_REMOVED:
+            removed.add(name)
+    if not xids:
+        return [Check("GPU XID errors (last hour)", True, "none reported")]
+    replaced = sorted(n for n in fatal if n in removed or n not in present)
+    pending = sorted(n for n in fatal if n not in replaced)
+
+    def describe(node: str) -> str:
+        codes = ", ".join(f"XID {c}" + (f" x{k}" if k > 1 else "") for c, k in sorted(xids[node].items()))
+        state = " (replaced)" if node in replaced else " (awaiting repair)" if node in pending else ""
+        return f"{node}: {codes}{state}"
+
+    detail = "; ".join(describe(n) for n in sorted(xids))
+    fix = (
+        "node auto repair replaces a node with a fatal XID (gpuNodeGroups[].autoRepair); with it off, "
+        f"kubectl drain {pending[0]} and terminate its instance"
+        if pending
+        else ""
+    )
+    return [Check("GPU XID errors (last hour)", not pending, detail, fix)]
+
+
 def check_queues(view: ClusterView) -> list[Check]:
     """Why each job waits, if it does: behind other jobs (fine), or for something that will not
     come by itself (a queue it can never fit, nodes the autoscaler cannot get, pods never ready)."""
@@ -657,6 +700,7 @@ def doctor(view: ClusterView) -> list[Check]:
     return [
         *check_nodes(view),
         *check_node_health(view),
+        *check_gpu_faults(view),
         *check_queues(view),
         *check_device_plugins(view),
         *check_operators(view),

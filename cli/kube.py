@@ -138,6 +138,16 @@ class Cluster:
     def nodes(self) -> list[dict]:
         return self._json(self._call("listing nodes", self.core.list_node))["items"]
 
+    def node_events(self) -> list[dict]:
+        """Events about nodes (the node monitoring agent's XIDs, nodes removed); Kubernetes keeps
+        them an hour by default."""
+        found = self._call(
+            "listing node events",
+            self.core.list_event_for_all_namespaces,
+            field_selector="involvedObject.kind=Node",
+        )
+        return self._json(found)["items"]
+
     def daemonsets(self) -> list[dict]:
         return self._json(self._call("listing DaemonSets", self.apps.list_daemon_set_for_all_namespaces))[
             "items"

@@ -372,6 +372,7 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     pods = cluster.pods()
     view = analysis.ClusterView(
         nodes=cluster.nodes(),
+        node_events=cluster.node_events(),
         daemonsets=cluster.daemonsets(),
         deployments=cluster.deployments(),
         crds=cluster.crds(),

@@ -45,6 +45,16 @@ TERMINATION_GRACE_SECONDS = 600
 # Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the operator's
 # teardown of its pods and services. pulumi-kubernetes' default is 10 minutes, the grace alone.
 DELETE_TIMEOUT = f"{(TERMINATION_GRACE_SECONDS + 300) // 60}m"
+# A pod on a node that stopped answering is evicted after 60 s, not Kubernetes' default 300 s: the
+# pod is lost either way, and its replacement is what the surviving ranks wait for.
+NODE_LOSS_TOLERATIONS = [
+    {"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
+    for taint in ("unreachable", "not-ready")
+]
+# How long surviving launchers wait in the rendezvous for a lost node's replacement (torch's default
+# is 600 s): eviction, a new node from node repair or the autoscaler (~5 min), its image pull and
+# start, with margin. Past it the job fails rather than holding its GPUs idle.
+RENDEZVOUS_JOIN_TIMEOUT_SECONDS = 1800
 RAY_VERSION = "2.60.0"  # workload/requirements.txt
 RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to the operators
 
@@ -339,11 +349,13 @@ def pod_template(
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
+    placement = args.placement.pod_placement()
     return {
         "metadata": metadata,
         "spec": {
             "serviceAccountName": args.service_account,
-            **args.placement.pod_placement(),
+            **placement,
+            "tolerations": [*placement.get("tolerations", []), *NODE_LOSS_TOLERATIONS],
             "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
             "containers": [
                 {
@@ -362,7 +374,9 @@ def pod_template(
 
 def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
     spec, p = args.spec, args.placement
-    command = list(spec.command) or ["torchrun", "-m", "trainer.train"]
+    # torchrun through trainer.launch: a replacement node is admitted to the rendezvous, and losing
+    # worker-0 (which hosts it) exits retryable, so the operator recreates the pods.
+    command = list(spec.command) or ["python", "-m", "trainer.launch", "-m", "trainer.train"]
     container_args = list(spec.args) if spec.command else trainer_args(args)
     return {
         # One process per GPU (one on a CPU node); the operator passes it to torchrun as PET_NPROC_PER_NODE.
@@ -374,6 +388,7 @@ def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
             "minReplicas": spec.nodes,
             "maxReplicas": spec.nodes,
             "maxRestarts": 10,
+            "rdzvConf": [{"key": "join_timeout", "value": str(RENDEZVOUS_JOIN_TIMEOUT_SECONDS)}],
         },
         "pytorchReplicaSpecs": {
             "Worker": {

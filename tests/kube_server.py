@@ -25,6 +25,7 @@ class FakeCluster:
     custom: dict[tuple[str, str], dict] = field(default_factory=dict)  # (plural, name) -> object
     workloads: list[dict] | None = None  # Kueue's, in the namespace; None: no Kueue API (404)
     provisioning_requests: list[dict] | None = None  # None: no ProvisioningRequest API (404)
+    events: list[dict] = field(default_factory=list)  # all namespaces; fieldSelector on involvedObject.kind
     logs: dict[str, str] = field(default_factory=dict)
     previous_logs: dict[str, str] = field(default_factory=dict)
     follow_delay: float = 0.05
@@ -74,6 +75,11 @@ class Handler(BaseHTTPRequestHandler):
         ns = c.namespace
         if path == "/api/v1/nodes":
             return self._send(200, _list("NodeList", "v1", c.nodes))
+        if path == "/api/v1/events":
+            kind = dict(p.split("=", 1) for p in query.get("fieldSelector", "").split(",") if p)
+            wanted = kind.get("involvedObject.kind")
+            items = [e for e in c.events if wanted in (None, e["involvedObject"]["kind"])]
+            return self._send(200, _list("EventList", "v1", items))
         if path == f"/api/v1/namespaces/{ns}/pods":
             return self._send(200, _list("PodList", "v1", _selected(c.pods, query.get("labelSelector"))))
         if m := re.fullmatch(rf"/api/v1/namespaces/{ns}/pods/([^/]+)/log", path):

@@ -825,3 +825,41 @@ def test_doctor_reports_gpu_faults_the_node_monitoring_agent_found(tmp_path):
         "ip-10-0-2-1 AcceleratedHardwareReady (NvidiaXID79Error: GPU has fallen off the bus)"
     )
     assert "node auto repair replaces" in found["fix"]
+
+
+def node_event(node_name: str, reason: str, message: str, count: int = 1) -> dict:
+    """A core/v1 Event about a node, as the node monitoring agent or the node controller writes it."""
+    return {
+        "metadata": {"name": f"{node_name}.{reason.lower()}", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": node_name, "apiVersion": "v1"},
+        "reason": reason,
+        "message": message,
+        "count": count,
+        "type": "Warning",
+        "lastTimestamp": CREATED,
+    }
+
+
+def test_doctor_reports_xid_errors_and_the_nodes_repair_replaced(tmp_path):
+    c = healthy()
+    # ip-10-0-2-9 had XID 79 and is gone (node repair replaced it); ip-10-0-2-2 had XID 13 twice (a
+    # Warning: the application's fault, no repair); ip-10-0-2-1 has XID 48 and is still there.
+    c.events = [
+        node_event("ip-10-0-2-9", "NvidiaXID79Error", "GPU has fallen off the bus"),
+        node_event("ip-10-0-2-9", "RemovingNode", "Node ip-10-0-2-9 event: Removing Node from Controller"),
+        node_event("ip-10-0-2-2", "NvidiaXID13Warning", "Graphics Engine Exception", count=2),
+        {
+            **node_event("web-0", "Killing", "Stopping container"),
+            "involvedObject": {"kind": "Pod", "name": "web-0"},
+        },
+    ]
+    code, checks = doctor(c, tmp_path)
+    assert code == 0  # a Warning XID and a replaced node leave nothing to do
+    xid = {x["name"]: x for x in checks}["GPU XID errors (last hour)"]
+    assert xid["ok"] and xid["detail"] == "ip-10-0-2-2: XID 13 x2; ip-10-0-2-9: XID 79 (replaced)"
+
+    c.events.append(node_event("ip-10-0-2-1", "NvidiaXID48Error", "Double Bit ECC Error"))
+    found = finding(tmp_path, c, "GPU XID errors (last hour)")
+    assert "ip-10-0-2-1: XID 48 (awaiting repair)" in found["detail"]
+    assert "kubectl drain ip-10-0-2-1" in found["fix"]
+    assert "/api/v1/events" in c.requests

@@ -150,13 +150,15 @@ def test_torchrun_gets_one_process_per_gpu_and_the_node_count(kinds_plan):
         "minReplicas": 2,
         "maxReplicas": 2,
         "maxRestarts": 10,
+        # Survivors wait for a lost node's replacement past torch's 600 s default.
+        "rdzvConf": [{"key": "join_timeout", "value": "1800"}],
     }
     worker = spec["pytorchReplicaSpecs"]["Worker"]
     # Exit codes 1-127 (a failed node check) fail the job; a signal (128+) restarts the pod.
     assert worker["replicas"] == 2 and worker["restartPolicy"] == "ExitCode"
     container = worker["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch"
-    assert container["command"] == ["torchrun", "-m", "trainer.train"]
+    assert container["command"] == ["python", "-m", "trainer.launch", "-m", "trainer.train"]
     assert container["args"][:4] == ["--model", "1b", "--steps", "500"]
 
 
@@ -190,7 +192,13 @@ def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):
     pod = worker_pod(body(job(kinds_plan, "fsdp")))
     # Exactly its Kueue flavor's node labels: Kueue's injection at admission adds nothing.
     assert pod["nodeSelector"] == {"trainstack.dev/role": "gpu", "trainstack.dev/node-group": "p5"}
-    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    gpu, *node_loss = pod["tolerations"]
+    assert gpu == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    # Off a lost node in 60 s (Kubernetes' default is 300 s), so its replacement starts sooner.
+    assert {(t["key"], t["effect"], t["tolerationSeconds"]) for t in node_loss} == {
+        ("node.kubernetes.io/unreachable", "NoExecute", 60),
+        ("node.kubernetes.io/not-ready", "NoExecute", 60),
+    }
     assert pod["serviceAccountName"] == "trainer"
     assert pod["terminationGracePeriodSeconds"] >= 300  # the trainer saves on SIGTERM
     requests = pod["containers"][0]["resources"]["requests"]
@@ -206,7 +214,7 @@ def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):
     assert cpu["nodeSelector"] == {"trainstack.dev/role": "system"}
     # Half of an m6i.large (2 vCPU, 8 GiB): the operators and Ray heads share the system nodes.
     assert cpu["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
-    assert "tolerations" not in cpu
+    assert [t["effect"] for t in cpu["tolerations"]] == ["NoExecute", "NoExecute"]  # no GPU taint
     assert "limits" not in cpu["containers"][0]["resources"]
     assert body(job(kinds_plan, "cpu-smoke"))["spec"]["nprocPerNode"] == "1"
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
@@ -19,12 +17,14 @@ import pytest
 import torch
 from conftest import ROOT
 from moto import mock_aws
+from node_drill import TwoNodeJob
 
 WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
 
 from trainer import checkpoint, storage  # noqa: E402
 from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset  # noqa: E402
+from trainer.launch import RETRYABLE_EXIT_CODE  # noqa: E402
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count  # noqa: E402
 
 
@@ -73,23 +73,6 @@ def run_to_end(tmp: Path, *args: str, env: dict | None = None) -> list[dict]:
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     return metrics_of(out)
-
-
-def descendants(pid: int) -> list[int]:
-    """All processes below pid (torchrun starts each worker in a session of its own)."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(stat.parent.name)] = int(fields[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [p for p, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
 
 
 # --- model and data -------------------------------------------------------------------------
@@ -192,32 +175,45 @@ def test_torchrun_two_processes_loss_goes_down(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_without_redoing_steps(tmp_path):
-    reference = losses(run_to_end(tmp_path / "reference", "--steps", "40", "--checkpoint-every", "10"))
+def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_checkpoint(tmp_path):
+    """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them (tests/node_drill.py).
+    First a node that does not host the rendezvous is lost, launcher and workers, with no chance to
+    clean up: the survivor's torchrun restarts its workers and admits the replacement. Then worker-0
+    is lost with the store: the survivor exits 138 (retryable), and the recreated pods meet in a
+    new rendezvous. Each time the job resumes from the newest complete checkpoint, and it ends at
+    the right step with the losses of an uninterrupted run."""
+    args = ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--collective-timeout", "30"]
+    reference = losses(run_to_end(tmp_path / "reference", *args[:-2]))
 
-    run = tmp_path / "killed"
-    proc = torchrun(run, "--steps", "40", "--checkpoint-every", "10")
-    deadline = time.monotonic() + 240
-    while checkpoint.latest_complete(run / "ckpt") is None or checkpoint.latest_complete(run / "ckpt") < 20:
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
-        assert time.monotonic() < deadline, "no checkpoint at step 20 in time"
-        time.sleep(0.2)
-    for pid in [proc.pid, *descendants(proc.pid)]:  # no chance to clean up: as when a node dies
-        os.kill(pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
-    saved = checkpoint.latest_complete(run / "ckpt")
-    assert 20 <= saved < 40
+    job = TwoNodeJob(tmp_path / "job", args)
+    try:
+        job.start("worker-0", hosts_store=True)
+        job.start("worker-1")
+        job.wait_for_checkpoint(20)
+        job.lose("worker-1")
+        job.start("worker-1-replacement")
+        job.wait_for_checkpoint(30)
+        job.lose("worker-0")
+        assert job.exit_code("worker-1-replacement") == RETRYABLE_EXIT_CODE
+        assert "the rendezvous store (127.0.0.1:" in job.log("worker-1-replacement")
+        job.start("worker-0-replacement", hosts_store=True)
+        job.start("worker-1-recreated")
+        assert job.finish() == {"worker-0-replacement": 0, "worker-1-recreated": 0}
+    finally:
+        job.stop()
 
-    records = run_to_end(run, "--steps", "40", "--checkpoint-every", "10")
-    assert records[0]["resumed_from"] == saved
-    resumed = losses(records)
-    assert min(resumed) > saved  # nothing before the checkpoint is trained again
-    assert max(resumed) == 40
-    # Same data, same weights and optimizer state: the resumed run follows the uninterrupted one.
-    for step, value in resumed.items():
-        if step - saved >= 5:  # the first window after resume is a partial log interval
+    records = [
+        r
+        for name in ("worker-0", "worker-1-replacement", "worker-0-replacement", "worker-1-recreated")
+        for r in metrics_of(job.log(name))
+    ]
+    starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
+    assert starts == [0, 20, 30]  # each loss resumed from the newest complete checkpoint
+    trained = losses(records)
+    assert max(trained) == 40 and checkpoint.latest_complete(tmp_path / "job" / "ckpt") == 40
+    for step, value in trained.items():
+        if step % 10:  # a window that straddles a resume is partial; the others match
             assert value == pytest.approx(reference[step], abs=2e-3), (step, value, reference[step])
-    assert checkpoint.latest_complete(run / "ckpt") == 40
 
 
 @pytest.mark.slow

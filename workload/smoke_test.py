@@ -36,7 +36,7 @@ def main() -> int:
     import ray
     import ray.train.torch
     import tokenizers  # noqa: F401
-    from trainer import preflight, prepare_data, ray_train, train  # noqa: F401  (every entrypoint imports)
+    from trainer import launch, preflight, prepare_data, ray_train, train  # noqa: F401  (every entrypoint imports)
     from trainer.model import MODEL_SIZES, Transformer
 
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.backends.cuda.is_built() else "n/a"

@@ -1,0 +1,48 @@
+"""torchrun as a PyTorchJob pod runs it, so that losing a node ends in a resumed job, not a failed one.
+
+    python -m trainer.launch -m trainer.train --steps 2000 ...   # torchrun's own flags and PET_* env
+
+Two things stand between torchrun and a job that survives a node loss under the training operator:
+
+- torchrun shares its rendezvous TCPStore with the workers by default, and keeps the address it
+  learned in the first round. A replacement node then waits for an address nobody publishes in the
+  new round, and the survivors for the replacement, until the rendezvous times out (seen with torch
+  2.13; pytorch/pytorch#147064 reports the same). With the store not shared, rank 0 publishes a
+  fresh address every round and the replacement is admitted.
+- The c10d store lives in worker-0's launcher. When worker-0's node is lost, every other launcher
+  fails with a RendezvousConnectionError and exits 1, which the `ExitCode` restart policy treats as
+  permanent. Exiting 138 instead (the operator's code for a retryable failure) has the operator
+  recreate the pod: it meets worker-0's replacement in a new rendezvous and resumes from the newest
+  complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from torch.distributed import run
+from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
+
+# The training operator's user-defined retryable exit code (128 + SIGUSR1) under `ExitCode`.
+RETRYABLE_EXIT_CODE = 138
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    try:
+        run.main(argv)
+    except RendezvousConnectionError as exc:
+        print(
+            f"launch: the rendezvous store ({os.environ.get('PET_RDZV_ENDPOINT', 'worker-0')}) is gone: "
+            f"its node was lost ({exc}). Exiting {RETRYABLE_EXIT_CODE} so the pod is recreated and "
+            "joins the replacement's rendezvous.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return RETRYABLE_EXIT_CODE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
