@@ -13,9 +13,9 @@ interval, and a replacement starts at once. Printed per interval:
   worker start, checkpoint load);
 - recover: seconds until the job is back at the step it had reached.
 
-Then the same on EKS, modelled: a lost node's pod is evicted after 60 s (the jobs' toleration), a
-new node joins and pulls the image (the plan's timeline figures), and the lost steps are trained
-again at the given step time. The figures are printed, never asserted.
+Then a loss on EKS, modelled for larger intervals: a lost node's pod is evicted after 60 s (the
+jobs' toleration), a new node joins and pulls the image (the plan's timeline figures), and the
+lost steps are trained again at the given step time. The figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from node_drill import TwoNodeJob  # noqa: E402
 
 from offline.timeline import GPU_NODE_JOIN_MINUTES, NODE_CHECK_MINUTES, POD_START_MINUTES  # noqa: E402
-from stacks.catalog import BASE_IMAGE_COMPRESSED_GB, image_pull_minutes  # noqa: E402
+from stacks.catalog import ADDED_LAYERS_COMPRESSED_GB, BASE_IMAGE_COMPRESSED_GB, image_pull_minutes  # noqa: E402
 
 EVICTION_MINUTES = 1.0  # components.jobs.NODE_LOSS_TOLERATIONS
 
@@ -70,29 +70,27 @@ def main() -> int:
     p.add_argument(
         "--gpu-step-seconds", type=float, default=1.5, help="a real job's step time, for the model"
     )
+    p.add_argument("--eks-intervals", type=int, nargs="+", default=[50, 200, 500], help="intervals to model")
     a = p.parse_args()
 
     print(f"node loss one step before a checkpoint, {a.model} model, 2 nodes x 1 CPU process (gloo)")
     print(f"{'interval':>8} {'reached':>7} {'resumed':>7} {'lost':>5} {'resume s':>9} {'recover s':>9}")
-    rows = []
     for interval in a.intervals:
         with tempfile.TemporaryDirectory() as tmp:
             r = drill(interval, a.model, Path(tmp))
-        rows.append(r)
         print(
             f"{r['interval']:>8} {r['reached']:>7} {r['resumed_from']:>7} {r['steps_lost']:>5} "
             f"{r['resume_s']:>9.1f} {r['recover_s']:>9.1f}"
         )
 
-    pull = image_pull_minutes(BASE_IMAGE_COMPRESSED_GB["runtime"])
+    pull = image_pull_minutes(BASE_IMAGE_COMPRESSED_GB["runtime"] + ADDED_LAYERS_COMPRESSED_GB)
     replace = EVICTION_MINUTES + GPU_NODE_JOIN_MINUTES + pull + POD_START_MINUTES + NODE_CHECK_MINUTES
     print(
         f"\nOn EKS (modelled): eviction {EVICTION_MINUTES:g} + node {GPU_NODE_JOIN_MINUTES:g} + image pull "
         f"{pull:.1f} + start {POD_START_MINUTES + NODE_CHECK_MINUTES:g} = {replace:.1f} min before training "
         f"resumes (checkpoint load not counted), then the lost steps at {a.gpu_step_seconds:g} s each:"
     )
-    for r in rows:
-        interval = r["interval"]
+    for interval in a.eks_intervals:
         worst = replace + interval * a.gpu_step_seconds / 60
         mean = replace + interval / 2 * a.gpu_step_seconds / 60
         print(f"  every {interval:>4} steps: {mean:.1f} min on average, {worst:.1f} min at worst")
