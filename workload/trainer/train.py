@@ -8,7 +8,7 @@ Rank, world size and local rank come from the torchrun/PyTorchJob environment. G
 parameters with fp32 reductions, each block compiled. CPU: gloo, fp32, the same code. Rank 0 prints
 one `metrics {json}` line per log interval: window-averaged loss, validation loss, tokens/s and
 samples/s, step time, MFU (PaLM/torchtitan FLOPs convention), goodput (checkpoint stalls included)
-and data-loader stall time.
+and data-loader stall time. With a tracking URI, rank 0 also logs the run to MLflow (trainer.tracking).
 
 Across nodes the ranks agree on everything that ends or pauses training: a SIGTERM on any node
 (eviction, Spot reclaim) makes every rank save the same step and stop; checkpoint times come from
@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from trainer import checkpoint
+from trainer import checkpoint, tracking
 from trainer.data import Prefetcher, TokenWindows, resolve_dataset, write_synthetic_dataset
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, TRAINING_DEFAULTS, Transformer, flops_per_token
 
@@ -110,6 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preflight-gpus-per-node", type=int, default=0, help="GPUs each node must show")
     p.add_argument("--preflight-efa-per-node", type=int, default=0, help="EFA devices each pod must get")
     p.add_argument("--preflight-min-bus-bandwidth", type=float, default=0.0, help="GB/s floor; 0: no floor")
+    p.add_argument(
+        "--tracking-uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI", ""),
+        help="MLflow server; rank 0 logs the run there (default $MLFLOW_TRACKING_URI; empty: off)",
+    )
+    p.add_argument("--experiment", default=os.environ.get("MLFLOW_EXPERIMENT_NAME") or "trainstack")
     p.add_argument("--collective-timeout", type=float, default=300.0, help="seconds, training collectives")
     p.add_argument("--transfer-timeout", type=float, default=3600.0, help="seconds, downloads and uploads")
     args = p.parse_args(argv)
@@ -401,6 +407,7 @@ def train(
 
     step = start
     watchdog = StepWatchdog(args.step_timeout, ctx.rank)
+    tracker = tracking.tracker_for(args, ctx.rank, ctx.world_size, start)
     try:
         while step < args.steps:
             if args.inject_hang_step and step == args.inject_hang_step and ctx.rank == ctx.world_size - 1:
@@ -437,6 +444,8 @@ def train(
                         validation_loss(model, val, ctx, args.val_batches, args.batch_size), 4
                     )
                 log(ctx, metrics)
+                if tracker:
+                    tracker.record(metrics)
                 if report:
                     report(metrics)
                 window = Window(time.perf_counter(), ctx.device)
@@ -462,6 +471,8 @@ def train(
     finally:
         watchdog.stop()
         loader.close()
+        if tracker:  # bounded: a server that is down costs at most its close timeout
+            tracker.close(finished=step >= args.steps)
     # Not on an error path: these are collectives, and a rank that failed would leave them hanging.
     if pending is not None:
         finish(pending, last=True)

@@ -1,0 +1,221 @@
+"""Experiment tracking in MLflow: one run per job, from rank 0 only, that never stops training.
+
+With a tracking URI (`--tracking-uri`, default $MLFLOW_TRACKING_URI) rank 0 logs the job's
+parameters once, each metrics record as it is printed, and the checkpoint location. The run id is
+kept beside the checkpoints (`mlflow_run_id` in the checkpoint directory, and in S3 with
+`--s3-checkpoints`), so a relaunch or a node loss continues the same run rather than starting a
+second one. Without a URI nothing here runs and MLflow is never imported.
+
+Training never waits for the server. Records go through a bounded queue to a background thread;
+each request has a short timeout and few retries. While the server is down or slow, what cannot be
+sent is dropped, not retried later: records arriving while the queue is full, and a batch whose
+request failed. The log says when tracking stops and resumes, and at the end how many records were
+dropped. At exit the thread gets `close_timeout` seconds to send what is queued.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_ID_FILE = "mlflow_run_id"
+QUEUE_RECORDS = 10_000  # about a week of records at one per minute
+# MLflow's own defaults (120 s per request, 7 retries with backoff) would hold a record for minutes.
+CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
+RETRY_SECONDS = 30.0  # between attempts to reach a server that is down
+# Job identity, set by the stack on every pod.
+IDENTITY_ENV = {"job": "TRAINSTACK_JOB", "stack": "TRAINSTACK_STACK", "image": "TRAINSTACK_IMAGE"}
+JOB_TAG = "trainstack.job"
+STACK_TAG = "trainstack.stack"
+
+
+@dataclass(frozen=True)
+class RunIdStore:
+    """Where the run id lives: the checkpoint directory, and its S3 mirror when there is one."""
+
+    checkpoint_dir: Path
+    s3_uri: str = ""
+
+    def read(self) -> str | None:
+        local = self.checkpoint_dir / RUN_ID_FILE
+        if local.exists():
+            return local.read_text().strip() or None
+        if self.s3_uri:
+            from trainer import storage
+
+            bucket, prefix = storage.split_s3_uri(self.s3_uri)
+            if storage.exists(bucket, f"{prefix}/{RUN_ID_FILE}"):
+                storage.download_file(bucket, f"{prefix}/{RUN_ID_FILE}", local)
+                return local.read_text().strip() or None
+        return None
+
+    def write(self, run_id: str) -> None:
+        local = self.checkpoint_dir / RUN_ID_FILE
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(run_id)
+        if self.s3_uri:
+            from trainer import storage
+
+            bucket, prefix = storage.split_s3_uri(self.s3_uri)
+            storage.upload_file(local, bucket, f"{prefix}/{RUN_ID_FILE}")
+
+
+class Tracker:
+    """Rank 0's MLflow run. `record` never blocks; `close` waits at most `close_timeout`."""
+
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_ids: RunIdStore,
+        params: dict,
+        resumed_from: int,
+        close_timeout: float = 30.0,
+    ):
+        self.uri, self.experiment, self.run_ids = uri, experiment, run_ids
+        self.params, self.resumed_from, self.close_timeout = params, resumed_from, close_timeout
+        self.run_id: str | None = None
+        self.sent = self.dropped = 0
+        self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_RECORDS)
+        self._closing = threading.Event()
+        self._down_since: float | None = None
+        self._mlflow = None  # the MlflowClient, made on the thread (importing MLflow takes a second)
+        self._thread = threading.Thread(target=self._send_loop, name="mlflow-tracking", daemon=True)
+        self._thread.start()
+
+    def record(self, record: dict) -> None:
+        """Queue a metrics record (its numbers, at its step); drop it if the queue is full."""
+        metrics = {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, int | float)}
+        if "step" not in record or not metrics:
+            return
+        try:
+            self._queue.put_nowait((int(record["step"]), metrics))
+        except queue.Full:
+            self.dropped += 1
+
+    def close(self, finished: bool) -> None:
+        """Send what is queued (bounded), and mark the run FINISHED when training reached its end."""
+        self._queue.put(("end", finished))
+        self._closing.set()
+        self._thread.join(self.close_timeout)
+        if self._thread.is_alive():  # still waiting on the server: what is queued is dropped
+            self.dropped += self._queue.qsize() - 1
+            _say(f"the server did not take the last records within {self.close_timeout:g} s")
+        run = f"run {self.run_id}" if self.run_id else "no run (server unreachable)"
+        _say(
+            f"{run} in experiment {self.experiment!r} at {self.uri}: {self.sent} records sent, {self.dropped} dropped"
+        )
+
+    # --- the background thread -------------------------------------------------------------
+
+    def _client(self):
+        for key, value in CLIENT_ENV.items():
+            os.environ.setdefault(key, value)
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.uri)
+
+    def _open_run(self, client) -> str:
+        run_id = self.run_ids.read()
+        if run_id:
+            client.set_tag(run_id, "trainstack.resumed_from", str(self.resumed_from))
+            _say(f"continuing run {run_id} (resumed from step {self.resumed_from})")
+            return run_id
+        found = client.get_experiment_by_name(self.experiment)
+        experiment_id = found.experiment_id if found else client.create_experiment(self.experiment)
+        job = self.params.get("job") or "trainstack"
+        tags = {JOB_TAG: job, STACK_TAG: str(self.params.get("stack", ""))}
+        run = client.create_run(experiment_id, run_name=job, tags=tags)
+        run_id = run.info.run_id
+        from mlflow.entities import Param
+
+        params = [Param(k, str(v)) for k, v in self.params.items() if v not in (None, "")]
+        client.log_batch(run_id, params=params)
+        self.run_ids.write(run_id)
+        _say(f"started run {run_id} in experiment {self.experiment!r}")
+        return run_id
+
+    def _send_loop(self) -> None:
+        from mlflow.entities import Metric
+
+        self._connect()  # at the start: the run is open before the first record
+        while True:
+            item = self._queue.get()
+            if item[0] == "end":
+                if item[1] and self.run_id:
+                    self._attempt(lambda: self._mlflow.set_terminated(self.run_id, "FINISHED"))
+                return
+            step, metrics = item
+            if self._resting() or (self.run_id is None and not self._connect()):
+                self.dropped += 1
+                continue
+            now = int(time.time() * 1000)
+            batch = [Metric(k, v, now, step) for k, v in metrics.items()]
+            if self._attempt(lambda b=batch: self._mlflow.log_batch(self.run_id, metrics=b)):
+                self.sent += 1
+            else:
+                self.dropped += 1
+
+    def _resting(self) -> bool:
+        """The server failed less than RETRY_SECONDS ago: drop without asking it again."""
+        return self._down_since is not None and time.monotonic() - self._down_since < RETRY_SECONDS
+
+    def _connect(self) -> bool:
+        """Open the run (or find it again) once the server answers."""
+        return self._attempt(self._open)
+
+    def _open(self) -> None:
+        self._mlflow = self._mlflow or self._client()
+        self.run_id = self._open_run(self._mlflow)
+
+    def _attempt(self, call) -> bool:
+        try:
+            call()
+        except Exception as exc:  # any failure of the server or the client drops the records
+            self._went_down(exc)
+            return False
+        self._came_back()
+        return True
+
+    def _went_down(self, exc: Exception) -> None:
+        if self._down_since is None:
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            _say(
+                f"server unreachable ({first_line[:200]}); records are dropped until it answers, training goes on"
+            )
+        self._down_since = time.monotonic()
+
+    def _came_back(self) -> None:
+        if self._down_since is not None:
+            _say(f"server answers again; {self.dropped} records dropped so far")
+        self._down_since = None
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"tracking: {text}\n")
+    sys.stderr.flush()
+
+
+def tracker_for(args, rank: int, world_size: int, resumed_from: int) -> Tracker | None:
+    """Rank 0's tracker when a tracking URI is set; None otherwise (MLflow not imported)."""
+    if rank != 0 or not args.tracking_uri:
+        return None
+    identity = {name: os.environ.get(env, "") for name, env in IDENTITY_ENV.items()}
+    params = {
+        **identity,
+        "model": args.model,
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "steps": args.steps,
+        "lr": args.lr,
+        "world_size": world_size,
+        "checkpoint_every": args.checkpoint_every,
+        "checkpoints": args.s3_checkpoints or str(args.checkpoint_dir),
+    }
+    run_ids = RunIdStore(args.checkpoint_dir, args.s3_checkpoints)
+    return Tracker(args.tracking_uri, args.experiment, run_ids, params, resumed_from)
