@@ -10,6 +10,7 @@ from __future__ import annotations
 # Where jobs run and as whom.
 TRAINING_NAMESPACE = "training"
 TRAINING_SERVICE_ACCOUNT = "trainer"
+TRACKING_NAMESPACE = "mlflow"  # the MLflow server the stack runs (tracking.mode: server)
 
 # Every object the stack creates in the cluster.
 PART_OF = {"app.kubernetes.io/part-of": "trainstack"}

@@ -48,7 +48,12 @@ DELETE_TIMEOUT = f"{(TERMINATION_GRACE_SECONDS + 300) // 60}m"
 # A pod on a node that stopped answering is evicted after 60 s, not Kubernetes' default 300 s: the
 # pod is lost either way, and its replacement is what the surviving ranks wait for.
 NODE_LOSS_TOLERATIONS = [
-    {"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
+    {
+        "key": f"node.kubernetes.io/{taint}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 60,
+    }
     for taint in ("unreachable", "not-ready")
 ]
 # How long surviving launchers wait in the rendezvous for a lost node's replacement (torch's default
@@ -236,6 +241,31 @@ class NodeCheck:
 
 
 @dataclass(frozen=True)
+class JobTracking:
+    """Where a job's rank 0 logs its MLflow run, and the job's identity in it."""
+
+    uri: pulumi.Input[str]
+    experiment: str
+    stack: str
+    # A Secret with the server's credentials (MLFLOW_TRACKING_TOKEN, or _USERNAME and _PASSWORD).
+    credentials_secret: pulumi.Input[str] | None = None
+    credential_keys: tuple[str, ...] = ()
+
+    def env(self, job: str, image: pulumi.Input[str]) -> list[dict[str, Any]]:
+        env = [
+            {"name": "MLFLOW_TRACKING_URI", "value": self.uri},
+            {"name": "MLFLOW_EXPERIMENT_NAME", "value": self.experiment},
+            {"name": "TRAINSTACK_JOB", "value": job},
+            {"name": "TRAINSTACK_STACK", "value": self.stack},
+            {"name": "TRAINSTACK_IMAGE", "value": image},
+        ]
+        return env + [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": self.credentials_secret, "key": key}}}
+            for key in self.credential_keys
+        ]
+
+
+@dataclass(frozen=True)
 class TrainingJobArgs:
     spec: JobSpec
     placement: Placement
@@ -260,6 +290,7 @@ class TrainingJobArgs:
     node_check: NodeCheck | None = None  # the default trainer checks its nodes first
     datasets_claim: str | None = None  # the bucket's datasets, mounted read-only at /datasets
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
+    tracking: JobTracking | None = None  # MLflow, when the stack has a tracking server
 
 
 # What `pulumi up` waits for, per kind and mode (pulumi-kubernetes `pulumi.com/waitFor`).
@@ -318,6 +349,8 @@ def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
                 "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "HF_TOKEN"}},
             }
         )
+    if args.tracking:
+        env += args.tracking.env(args.spec.name, args.image)
     for name, value in args.spec.env.items():
         if args.env_secret:
             env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": args.env_secret, "key": name}}})

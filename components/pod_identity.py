@@ -24,13 +24,15 @@ from conventions import PART_OF, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 def pod_identity(
     name: str,
     description: str,
-    policy: pulumi.Input[str],
+    policy: pulumi.Input[str] | None,
     cluster: EksAccess,
     namespace: pulumi.Input[str],
     service_account: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
-) -> tuple[aws.iam.Role, aws.iam.RolePolicy, aws.eks.PodIdentityAssociation]:
-    """A role that EKS Pod Identity gives one service account, with its inline policy."""
+    managed_policy_arn: str | None = None,
+) -> tuple[aws.iam.Role, pulumi.Resource, aws.eks.PodIdentityAssociation]:
+    """A role that EKS Pod Identity gives one service account, with its inline policy (or, for a
+    driver whose permissions AWS maintains, that managed policy)."""
     role = aws.iam.Role(
         f"{name}-role",
         description=description,
@@ -39,7 +41,13 @@ def pod_identity(
         ),
         opts=opts,
     )
-    role_policy = aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=opts)
+    role_policy = (
+        aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=policy, opts=opts)
+        if policy is not None
+        else aws.iam.RolePolicyAttachment(
+            f"{name}-policy", role=role.name, policy_arn=managed_policy_arn, opts=opts
+        )
+    )
     association = aws.eks.PodIdentityAssociation(
         f"{name}-association",
         cluster_name=cluster.cluster_name,

@@ -346,6 +346,20 @@ class OfflineMocks(mocks.Mocks):
         elif t == "pulumi-python:dynamic:Resource" and "image_tag" in state:
             repo = state["repository_url"]
             computed = {"image_uri": f"{repo}@{fake_digest(repo, state['image_tag'])}", "build_id": ""}
+        elif t == "random:index/randomPassword:RandomPassword":
+            # Generated once at create and kept in the state: every later run reads the same value.
+            computed = {
+                "result": hashlib.sha256(args.name.encode()).hexdigest()[: int(state.get("length", 32))]
+            }
+        elif t == "aws:rds/instance:Instance":
+            identifier = state.get("identifier") or f"{args.name}-{suffix}"
+            address = f"{identifier}.c{hashlib.sha1(identifier.encode()).hexdigest()[:11]}.{self.region}.rds.amazonaws.com"
+            computed = {
+                "address": address,
+                "endpoint": f"{address}:5432",
+                "port": 5432,
+                "identifier": identifier,
+            }
         elif t == "docker:index/image:Image":
             computed = {"repoDigest": f"{state.get('imageName', '').split(':')[0]}@{fake_digest(args.name)}"}
         state.update(computed)

@@ -28,6 +28,7 @@ TYPICAL_MINUTES = {
     "docker:index/image:Image": 7.5,
     "aws:fsx/lustreFileSystem:LustreFileSystem": 10.0,  # up to 10 min, beside the cluster
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": 7.0,  # up to 7 min
+    "aws:rds/instance:Instance": 10.0,  # MLflow's database, beside the cluster (an estimate: 5-15 min)
 }
 CPU_NODE_GROUP_MINUTES = 2.25  # 1.5-3 min
 GPU_NODE_GROUP_MINUTES = 5.0  # ~5 min to join

@@ -78,6 +78,17 @@ NAT_GATEWAY_HOURLY_USD = 0.045
 FSX_GB_MONTH_USD = {125: 0.145, 250: 0.20, 500: 0.29, 1000: 0.53}
 HOURS_PER_MONTH = 730
 
+# The MLflow server's PostgreSQL (tracking.server), us-east-1 on-demand, Single-AZ: indicative list
+# prices, not in shared/reference. RDS gp3 storage, and EBS gp3 for the in-cluster database.
+RDS_POSTGRES_HOURLY_USD = {
+    "db.t4g.micro": 0.016,
+    "db.t4g.small": 0.032,
+    "db.t4g.medium": 0.065,
+    "db.m7g.large": 0.168,
+}
+RDS_GP3_GB_MONTH_USD = 0.115
+EBS_GP3_GB_MONTH_USD = 0.08
+
 # What a node pulls for the training image, estimated: the PyTorch base (compressed, by its flavor)
 # plus the layers workload/Dockerfile adds (EFA stack, gcc, Ray and the other requirements). The
 # image build prints the real figure (ECR's imageSizeInBytes) after each push.

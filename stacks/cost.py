@@ -7,7 +7,15 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from stacks.catalog import FSX_GB_MONTH_USD, HOURS_PER_MONTH, INSTANCE_TYPES, NAT_GATEWAY_HOURLY_USD
+from stacks.catalog import (
+    EBS_GP3_GB_MONTH_USD,
+    FSX_GB_MONTH_USD,
+    HOURS_PER_MONTH,
+    INSTANCE_TYPES,
+    NAT_GATEWAY_HOURLY_USD,
+    RDS_GP3_GB_MONTH_USD,
+    RDS_POSTGRES_HOURLY_USD,
+)
 from stacks.config import StackConfig
 from stacks.config.cluster import support_status
 
@@ -63,12 +71,39 @@ def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
                 per_gib_hour,
             )
         )
+    lines += tracking_cost(cfg)
     for g in cfg.gpu_node_groups:
         price = None if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd
         lines.append(
             CostLine(f"{g.instance_type} (node group {g.name}, {g.capacity_type})", idle_nodes(cfg, g), price)
         )
     return [line for line in lines if line.quantity]
+
+
+def tracking_cost(cfg: StackConfig) -> list[CostLine]:
+    """The MLflow server's database (the server itself runs on the system nodes)."""
+    t = cfg.tracking
+    if t.mode != "server":
+        return []
+    db = t.server
+    if db.database == "rds":
+        return [
+            CostLine(
+                f"{db.instance_class} (RDS PostgreSQL for MLflow)",
+                1,
+                RDS_POSTGRES_HOURLY_USD[db.instance_class],
+            ),
+            CostLine(
+                "GiB of RDS gp3 (MLflow's database)", db.storage_gib, RDS_GP3_GB_MONTH_USD / HOURS_PER_MONTH
+            ),
+        ]
+    return [
+        CostLine(
+            "GiB of EBS gp3 (MLflow's in-cluster PostgreSQL)",
+            db.storage_gib,
+            EBS_GP3_GB_MONTH_USD / HOURS_PER_MONTH,
+        )
+    ]
 
 
 def total(lines: list[CostLine]) -> float:

@@ -32,6 +32,7 @@ from components.image import ImageBuild, ImageBuildArgs
 from components.jobs import (
     Checkpoints,
     JobSpec,
+    JobTracking,
     NodeCheck,
     Placement,
     TrainingJob,
@@ -52,6 +53,7 @@ from components.principals import same_principal
 from components.queueing import AUTOSCALER_SERVICE_ACCOUNT, Queueing, QueueingArgs, QueueSpec
 from components.registry import ImageRegistry, ImageRegistryArgs
 from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
+from components.tracking import PORT_FORWARD, TrackingNetwork, TrackingServer, TrackingServerArgs
 from conventions import SYSTEM_GROUP
 from stacks.account import STACK_TAG, AccountFacts, check_account, check_existing_cluster, eks_cluster_name
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
@@ -112,6 +114,16 @@ class ComputePlane:
     node_groups: list[GpuNodeGroup] = field(default_factory=list)  # the ones the stack created
     autoscaler_identity: ClusterAutoscalerIdentity | None = None
     storage: SharedStorage | None = None
+    eks: EksAccess | None = None  # the stack's own EKS cluster, for Pod Identity of what runs on it
+    network: TrackingNetwork | None = None  # its private subnets and security group
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """What jobs log to, and the server when the stack runs one."""
+
+    job: JobTracking
+    server: TrackingServer | None = None
 
 
 def build_stack(cfg: StackConfig) -> dict[str, Any]:
@@ -124,8 +136,9 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
-    jobs = jobs_plane(cfg, build, compute, operators, queues)
-    return outputs(cfg, build, compute, operators, queues, jobs) | ci_outputs(ci)
+    tracking = tracking_plane(cfg, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
+    return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking) | ci_outputs(ci)
 
 
 def attached_stack(cfg: StackConfig) -> dict[str, Any]:
@@ -140,8 +153,9 @@ def attached_stack(cfg: StackConfig) -> dict[str, Any]:
     compute = attached_compute_plane(cfg, account, build.bucket)
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
-    jobs = jobs_plane(cfg, build, compute, operators, queues)
-    return outputs(cfg, build, compute, operators, queues, jobs)
+    tracking = tracking_plane(cfg, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
+    return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking)
 
 
 def aws_account(cfg: StackConfig) -> Account:
@@ -396,6 +410,10 @@ def compute_plane(
         node_groups=node_groups,
         autoscaler_identity=autoscaler_identity,
         storage=shared_storage(cfg, account, facts, network, cluster, bucket, pod_identity),
+        eks=EksAccess.of(cluster),
+        network=TrackingNetwork(
+            network.vpc_id, network.private_subnet_ids, cluster.cluster_security_group_id
+        ),
     )
 
 
@@ -557,8 +575,66 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
     )
 
 
+def tracking_plane(cfg: StackConfig, build: BuildPlane, compute: ComputePlane) -> Tracking | None:
+    """The MLflow server jobs log to: the user's (its credentials in a Secret), or one the stack
+    runs on the system nodes (only on its own cluster: the config refuses it elsewhere)."""
+    t = cfg.tracking
+    if not t.enabled:
+        return None
+    experiment = t.experiment_name(cfg.stack)
+    if t.mode == "external":
+        credentials = {"MLFLOW_TRACKING_TOKEN": cfg.tracking_token} if cfg.tracking_token else {}
+        if cfg.tracking_password:
+            credentials = {
+                "MLFLOW_TRACKING_USERNAME": t.username,
+                "MLFLOW_TRACKING_PASSWORD": cfg.tracking_password,
+            }
+        secret = None
+        if credentials:
+            pods = compute.pod_identity
+            secret = k8s.core.v1.Secret(
+                "mlflow-credentials",
+                metadata={"name": "mlflow-credentials", "namespace": pods.namespace_name},
+                string_data={k: pulumi.Output.secret(v) for k, v in credentials.items()},
+                opts=pulumi.ResourceOptions(provider=compute.provider, depends_on=[pods.namespace]),
+            )
+        return Tracking(
+            JobTracking(
+                t.uri, experiment, cfg.stack, secret.metadata.name if secret else None, tuple(credentials)
+            )
+        )
+    server = TrackingServer(
+        "tracking",
+        TrackingServerArgs(
+            provider=compute.provider,
+            eks=compute.eks,
+            system_selector=dict(compute.placements[SYSTEM_GROUP].node_selector),
+            system_nodes=compute.system_nodes,
+            bucket=build.bucket,
+            database=t.server,
+            network=compute.network,
+            protect=cfg.storage.protect,
+        ),
+    )
+    return Tracking(JobTracking(server.uri, experiment, cfg.stack), server)
+
+
+def tracking_outputs(tracking: Tracking | None) -> dict[str, Any]:
+    if tracking is None:
+        return {}
+    found = {"trackingUri": tracking.job.uri, "trackingExperiment": tracking.job.experiment}
+    if tracking.server is not None:  # no public endpoint: `trainstack` and people port-forward
+        found["trackingPortForward"] = PORT_FORWARD
+    return found
+
+
 def jobs_plane(
-    cfg: StackConfig, build: BuildPlane, compute: ComputePlane, operators: ClusterOperators, queues: Queueing
+    cfg: StackConfig,
+    build: BuildPlane,
+    compute: ComputePlane,
+    operators: ClusterOperators,
+    queues: Queueing,
+    tracking: Tracking | None,
 ) -> list[TrainingJob]:
     pods, provider = compute.pod_identity, compute.provider
     k8s_opts = pulumi.ResourceOptions(provider=provider, depends_on=[pods.namespace])
@@ -624,6 +700,7 @@ def jobs_plane(
                     hf_token_secret=hf_secret.metadata.name if hf_secret else None,
                     node_check=node_check,
                     head_selector=dict(by_group[SYSTEM_GROUP].node_selector),
+                    tracking=tracking.job if tracking else None,
                 ),
             )
         )

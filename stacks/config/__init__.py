@@ -28,6 +28,7 @@ from stacks.config.network import NetworkConfig
 from stacks.config.node_groups import GpuNodeGroupConfig, default_gpu_node_groups
 from stacks.config.operators import OperatorsConfig
 from stacks.config.queueing import QueueingConfig
+from stacks.config.tracking import TrackingConfig
 from stacks.schema import ABSENT, ConfigError, Problem, Reader, setting
 
 __all__ = [
@@ -76,10 +77,25 @@ class StackConfig:
     ci: CiConfig = setting(
         "ci", "GitHub Actions access through OIDC (off unless githubRepository is set).", factory=CiConfig
     )
+    tracking: TrackingConfig = setting(
+        "tracking",
+        "MLflow experiment tracking: an existing server, or one the stack runs.",
+        factory=TrackingConfig,
+    )
     jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
     hf_token: str | None = setting(
         "hfToken",
         "Hugging Face token (a secret), given to jobs as HF_TOKEN through a Kubernetes Secret.",
+        None,
+    )
+    tracking_token: str | None = setting(
+        "trackingToken",
+        "Bearer token for tracking.uri (a secret), given to jobs as MLFLOW_TRACKING_TOKEN.",
+        None,
+    )
+    tracking_password: str | None = setting(
+        "trackingPassword",
+        "Basic-auth password for tracking.uri with tracking.username (a secret), as MLFLOW_TRACKING_PASSWORD.",
         None,
     )
     docker_hub_access_token: str | None = setting(
@@ -149,7 +165,9 @@ def under_mock_engine() -> bool:
 
 
 # Keys whose values must be Pulumi secrets (encrypted in the stack file and the state).
-SECRET_KEYS = (f"{PROJECT}:dockerHubAccessToken", f"{PROJECT}:hfToken")
+SECRET_KEYS = tuple(
+    f"{PROJECT}:{k}" for k in ("dockerHubAccessToken", "hfToken", "trackingToken", "trackingPassword")
+)
 
 
 def parse_config(

@@ -23,6 +23,7 @@ from stacks.config.network import check_network
 from stacks.config.node_groups import GpuNodeGroupConfig, check_node_groups
 from stacks.config.operators import OperatorsConfig, check_operators
 from stacks.config.queueing import check_queueing
+from stacks.config.tracking import check_tracking
 from stacks.schema import Reader
 
 if typing.TYPE_CHECKING:
@@ -55,6 +56,9 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_image(c.image, c.docker_hub_access_token is not None, r)
     check_operators(c.operators, r)
     check_queueing(c.queueing, r)
+    check_tracking(
+        c.tracking, c.tracking_token is not None, c.tracking_password is not None, c.existing_cluster.named, r
+    )
     check_ci(c.ci, r)
     check_registry(c.registry, c.storage.protect, r)
     check_storage(c.storage, r)
