@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import verl as verl_job
 from conventions import (
     EFA_RESOURCE,
     GPU_NODE_LABEL,
@@ -36,6 +37,9 @@ from conventions import (
     SYSTEM_GROUP,
     SYSTEM_NODE_LABEL,
 )
+
+if TYPE_CHECKING:
+    from stacks.config.jobs import VerlConfig
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
@@ -196,6 +200,7 @@ class JobSpec:
     env: dict[str, str]
     wait: str  # none | admitted | running | succeeded
     timeout_minutes: int
+    verl: VerlConfig | None = None  # VERL instead of the default trainer (Ray kinds)
 
 
 @dataclass(frozen=True)
@@ -291,6 +296,7 @@ class TrainingJobArgs:
     datasets_claim: str | None = None  # the bucket's datasets, mounted read-only at /datasets
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
     tracking: JobTracking | None = None  # MLflow, when the stack has a tracking server
+    prep_image: pulumi.Input[str] | None = None  # the stack's image: prepares a VERL job's data
 
 
 # What `pulumi up` waits for, per kind and mode (pulumi-kubernetes `pulumi.com/waitFor`).
@@ -383,10 +389,14 @@ def pod_template(
     vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
     placement = args.placement.pod_placement()
+    prep = verl_data_prep(args)
+    if prep:
+        vols, mounts = [*vols, prep["volume"]], [*mounts, prep["mount"]]
     return {
         "metadata": metadata,
         "spec": {
             "serviceAccountName": args.service_account,
+            **({"initContainers": [prep["container"]]} if prep else {}),
             **placement,
             "tolerations": [*placement.get("tolerations", []), *NODE_LOSS_TOLERATIONS],
             "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
@@ -437,8 +447,29 @@ def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
     }
 
 
+def verl_data_prep(args: TrainingJobArgs) -> dict[str, Any] | None:
+    """A VERL job's dataset, written by the stack's image into /data before Ray starts on the pod."""
+    verl = args.spec.verl
+    if verl is None:
+        return None
+    mount = {"name": "verl-data", "mountPath": verl_job.DATA_DIR}
+    container = {
+        "name": "prepare-data",
+        "image": args.prep_image,
+        "workingDir": WORKDIR,
+        "command": verl_job.data_prep_command(verl),
+        "env": [e for e in container_env(args) if e["name"] == "HF_TOKEN"],
+        "volumeMounts": [mount],
+    }
+    return {"container": container, "volume": {"name": "verl-data", "emptyDir": {}}, "mount": mount}
+
+
 def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
     spec, p = args.spec, args.placement
+    if spec.verl is not None:
+        experiment = args.tracking.experiment if args.tracking else None
+        directory = f"{CHECKPOINT_DIR}/{spec.name}"
+        return verl_job.entrypoint(spec.verl, spec.name, spec.nodes, p.gpus, directory, experiment)
     if spec.command:
         parts: list[pulumi.Input[str]] = [*spec.command, *spec.args]
     else:
@@ -501,6 +532,7 @@ def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
 def rayjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
     return {
         "entrypoint": ray_entrypoint(args),
+        **({"runtimeEnvYAML": verl_job.runtime_env(args.spec.verl)} if args.spec.verl else {}),
         "submissionMode": "K8sJobMode",
         # The cluster goes when the job ends; the RayJob object stays, so the stack does not drift.
         "shutdownAfterJobFinishes": True,

@@ -54,6 +54,7 @@ from components.queueing import AUTOSCALER_SERVICE_ACCOUNT, Queueing, QueueingAr
 from components.registry import ImageRegistry, ImageRegistryArgs
 from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
 from components.tracking import PORT_FORWARD, TrackingNetwork, TrackingServer, TrackingServerArgs
+from components.verl import VERL_IMAGE
 from conventions import SYSTEM_GROUP
 from stacks.account import STACK_TAG, AccountFacts, check_account, check_existing_cluster, eks_cluster_name
 from stacks.config import EKS_ADDON_VERSIONS, PROJECT, PROJECT_ROOT, StackConfig, under_mock_engine
@@ -682,9 +683,11 @@ def jobs_plane(
                         j.env,
                         j.wait,
                         j.timeout_minutes,
+                        j.verl,
                     ),
                     placement=placement,
-                    image=j.image or build.image_uri,
+                    image=j.image or (VERL_IMAGE if j.verl else build.image_uri),
+                    prep_image=build.image_uri,
                     checkpoints=checkpoints(cfg, build, compute.storage, j.node_group, j.name),
                     datasets_claim=compute.storage.datasets.claim_name
                     if compute.storage and compute.storage.datasets

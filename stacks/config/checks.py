@@ -11,6 +11,7 @@ import pulumi
 
 from components.jobs import Placement, gpu_placement, system_placement
 from components.queueing import QueueSpec, job_demand, shortfall
+from components.verl import fits as verl_fits
 from conventions import SYSTEM_GROUP
 from stacks.catalog import INSTANCE_TYPES
 from stacks.config.build import check_image, check_registry, check_storage
@@ -150,6 +151,45 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         check_job_run(j, k, r)
         _check_job_operator(j, c.operators, k, r)
         check_job_env_and_wait(j, k, r)
+        if j.verl is not None:
+            _check_verl(j, by_name, k, r)
+
+
+def _check_verl(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:
+    """A VERL job runs on Ray, on GPUs that hold its model for training and rollout."""
+    v, key = j.verl, f"{k}.verl"
+    if j.kind == "PyTorchJob":
+        r.problem(f"{k}.kind", j.kind, "VERL runs on Ray", "RayJob or RayCluster")
+    if j.command:
+        r.problem(f"{k}.command", list(j.command), "a VERL job runs VERL's trainer", "no command with verl")
+    r.ranges(
+        key,
+        (
+            ("epochs", v.epochs, 1, 100),
+            ("batchSize", v.batch_size, 1, 65536),
+            ("rollouts", v.rollouts, 1, 64),
+            ("tensorParallel", v.tensor_parallel, 1, 8),
+            ("saveEvery", v.save_every, 1, 100000),
+        ),
+    )
+    if not v.billions():
+        r.problem(
+            f"{key}.modelBillions",
+            None,
+            f"the size of {v.model} is not in its name",
+            "its parameters in billions",
+        )
+    group = (by_name or {}).get(j.node_group)
+    if by_name is None or (group is None and j.node_group != SYSTEM_GROUP) or v.tensor_parallel < 1:
+        return
+    it = group.instance if group is not None else None
+    gpus = it.gpus if it is not None else 0
+    memory_gib = it.gpu_memory_mib / 1024 if it else 0.0  # EC2 gives it per GPU
+    why = verl_fits(v, gpus, memory_gib, max(1, j.nodes))
+    if why:
+        r.problem(
+            f"{k}.nodeGroup", j.node_group, f"cannot hold VERL job {j.name}: {why}", "a GPU group that fits"
+        )
 
 
 def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> dict[str, QueueSpec]:

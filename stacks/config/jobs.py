@@ -52,6 +52,9 @@ class JobConfig:
         "How long `pulumi up` waits (1-10080), plus queueing.maxNodeProvisionMinutes on an autoscaled group.",
         60,
     )
+    verl: VerlConfig | None = setting(
+        "verl", "Run VERL (GRPO/PPO) instead of the default trainer: RayJob or RayCluster only.", None
+    )
 
 
 def check_job_name(j: JobConfig, k: str, r: Reader) -> None:
@@ -85,3 +88,35 @@ def check_job_env_and_wait(j: JobConfig, k: str, r: Reader) -> None:
         r.problem(
             f"{k}.wait", "succeeded", "a RayCluster runs until deleted and never succeeds", "none | running"
         )
+
+
+@dataclass(frozen=True)
+class VerlConfig:
+    """RL post-training with VERL on a RayJob or RayCluster (see components/verl.py)."""
+
+    algorithm: Literal["grpo", "ppo"] = setting(
+        "algorithm", "GRPO (no critic) or PPO (a critic of the same model).", "grpo"
+    )
+    model: str = setting(
+        "model", "Hugging Face model id the policy starts from.", "Qwen/Qwen2.5-0.5B-Instruct"
+    )
+    model_billions: float = setting(
+        "modelBillions", "The model's parameters in billions (default: read from its name, e.g. 0.5B).", 0.0
+    )
+    dataset: Literal["gsm8k"] = setting(
+        "dataset", "Public dataset, prepared on each node before Ray starts.", "gsm8k"
+    )
+    epochs: int = setting("epochs", "Passes over the dataset (1-100).", 1)
+    batch_size: int = setting("batchSize", "Prompts per step (data.train_batch_size).", 256)
+    rollouts: int = setting("rollouts", "Responses per prompt (GRPO's group size; 1-64).", 5)
+    tensor_parallel: int = setting(
+        "tensorParallel", "vLLM rollout tensor parallelism, dividing the GPUs per node.", 1
+    )
+    save_every: int = setting("saveEvery", "Steps between checkpoints in /checkpoints (1-100000).", 20)
+
+    def billions(self) -> float:
+        """Parameters in billions: as given, or the `<n>B` in the model's name (0: unknown)."""
+        if self.model_billions:
+            return self.model_billions
+        found = re.search(r"(\d+(?:\.\d+)?)[Bb](?![a-z])", self.model.rsplit("/", 1)[-1])
+        return float(found.group(1)) if found else 0.0

@@ -1,0 +1,141 @@
+"""What a VERL job (GRPO or PPO) needs, derived from its node group: the pinned VERL image, verl
+itself through Ray's runtime env, the dataset prepared on every node, and VERL's Hydra overrides.
+
+- **Image.** VERL's application images carry its dependencies (vLLM, FSDP, flash-attention) but
+  not verl; Ray's runtime env installs `verl==VERL_VERSION` with `--no-deps` on top, on every node.
+- **Data.** An init container of the stack's own image (trainer.verl_data) writes the dataset's
+  parquet files to /data on each pod, so VERL's driver finds them wherever Ray places it.
+- **Sizes.** GPUs per node and nodes come from the group; vLLM's tensor parallelism from the config;
+  PPO adds a critic of the same model. The EFA/NCCL env, the HF token and the checkpoint volume come
+  with every job pod; checkpoints go to /checkpoints/<job> (on FSx they outlive the job).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING
+
+import pulumi
+
+if TYPE_CHECKING:
+    from stacks.config.jobs import VerlConfig
+
+
+VERL_VERSION = "0.9.1"
+# VERL's application image (vLLM) by digest: its tags move.
+VERL_IMAGE = (
+    "verlai/verl:vllm024.dev2@sha256:b867883b0dd011363e69ab2ab344922a28c5bd0409e2a324e3ee70fb27ca7543"
+)
+DATA_DIR = "/data"
+# Bytes per parameter while training with FSDP and Adam: bf16 weights and gradients, fp32 master
+# weights and two moments (2 + 2 + 4 + 4 + 4); the rollout's vLLM copy adds bf16 weights per TP group.
+TRAIN_BYTES_PER_PARAM = 16
+ROLLOUT_BYTES_PER_PARAM = 2
+GPU_MEMORY_FOR_MODEL = 0.6  # the rest: activations, vLLM's KV cache, CUDA context
+
+
+def runtime_env(verl: VerlConfig) -> str:
+    """Ray's runtime env for the job (RayJob.runtimeEnvYAML): verl on top of the image's stack."""
+    return json.dumps(
+        {
+            "pip": {
+                "packages": [f"verl=={VERL_VERSION}"],
+                "pip_install_options": ["--no-deps", "--no-cache-dir", "--disable-pip-version-check"],
+            },
+            "env_vars": {"TOKENIZERS_PARALLELISM": "true", "VLLM_LOGGING_LEVEL": "WARN"},
+        }
+    )
+
+
+def data_files(verl: VerlConfig) -> tuple[str, str]:
+    return f"{DATA_DIR}/{verl.dataset}/train.parquet", f"{DATA_DIR}/{verl.dataset}/test.parquet"
+
+
+def data_prep_command(verl: VerlConfig) -> list[str]:
+    return [
+        "python",
+        "-m",
+        "trainer.verl_data",
+        "--dataset",
+        verl.dataset,
+        "--out",
+        f"{DATA_DIR}/{verl.dataset}",
+    ]
+
+
+def overrides(
+    verl: VerlConfig, job: str, nodes: int, gpus: int, checkpoint_dir: str, experiment: str | None
+) -> list[str]:
+    """VERL's Hydra overrides for main_ppo."""
+    train, test = data_files(verl)
+    mini_batch = max(1, verl.batch_size // 4)
+    found = [
+        f"algorithm.adv_estimator={'grpo' if verl.algorithm == 'grpo' else 'gae'}",
+        f"data.train_files={train}",
+        f"data.val_files={test}",
+        f"data.train_batch_size={verl.batch_size}",
+        "data.max_prompt_length=512",
+        "data.max_response_length=1024",
+        f"actor_rollout_ref.model.path={verl.model}",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        f"actor_rollout_ref.actor.use_kl_loss={verl.algorithm == 'grpo'}",
+        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={verl.tensor_parallel}",
+        f"actor_rollout_ref.rollout.n={verl.rollouts if verl.algorithm == 'grpo' else 1}",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        f"trainer.n_gpus_per_node={gpus}",
+        f"trainer.nnodes={nodes}",
+        f"trainer.total_epochs={verl.epochs}",
+        f"trainer.save_freq={verl.save_every}",
+        f"trainer.test_freq={verl.save_every}",
+        f"trainer.default_local_dir={checkpoint_dir}",
+        "trainer.resume_mode=auto",  # a relaunch continues from the newest checkpoint there
+        f"trainer.experiment_name={job}",
+        "trainer.critic_warmup=0",
+    ]
+    if verl.algorithm == "ppo":
+        found += [f"critic.model.path={verl.model}", "critic.ppo_micro_batch_size_per_gpu=4"]
+    # VERL's MLflow logger reads MLFLOW_TRACKING_URI from the pod's env.
+    loggers = "['console','mlflow']" if experiment else "['console']"
+    found += [f"trainer.logger={loggers}", f"trainer.project_name={experiment or 'trainstack'}"]
+    return found
+
+
+def entrypoint(
+    verl: VerlConfig, job: str, nodes: int, gpus: int, checkpoint_dir: str, experiment: str | None
+) -> pulumi.Output[str]:
+    parts = [
+        "python3",
+        "-m",
+        "verl.trainer.main_ppo",
+        *overrides(verl, job, nodes, gpus, checkpoint_dir, experiment),
+    ]
+    return pulumi.Output.from_input(shlex.join(parts))
+
+
+def fits(verl: VerlConfig, gpus_per_node: int, gpu_memory_gib: float, nodes: int) -> str | None:
+    """Why a group cannot hold this VERL job, or None."""
+    if gpus_per_node < 1:
+        return "VERL needs GPU nodes (vLLM rollouts and FSDP training run on GPUs)"
+    if gpus_per_node % verl.tensor_parallel:
+        return f"tensorParallel {verl.tensor_parallel} does not divide the {gpus_per_node} GPUs of a node"
+    params = verl.billions() * 1e9
+    if not params:
+        return None
+    copies = 2 if verl.algorithm == "ppo" else 1  # PPO trains a critic of the same size
+    train = copies * TRAIN_BYTES_PER_PARAM * params / (nodes * gpus_per_node)
+    rollout = ROLLOUT_BYTES_PER_PARAM * params / verl.tensor_parallel
+    need = (train + rollout) / 2**30
+    have = gpu_memory_gib * GPU_MEMORY_FOR_MODEL
+    if need > have:
+        return (
+            f"a {verl.billions():g}B model needs ~{need:.0f} GiB per GPU for training and rollout, "
+            f"more than {have:.0f} of its {gpu_memory_gib:.0f} GiB; use more nodes, a larger tensorParallel "
+            "or a larger GPU"
+        )
+    return None
