@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from cli import analysis
+from cli import analysis, tracking
 from cli.errors import EXIT_FAILED, EXIT_USAGE, CliError
 from cli.kube import Cluster
 from conventions import TRAINING_NAMESPACE
@@ -60,6 +60,10 @@ class Output:
     def done(self) -> None:
         if self.tty and not self.as_json:
             print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        """A remark beside the answer (stderr), so stdout stays the answer, JSON included."""
+        print(text, file=sys.stderr, flush=True)
 
     def dump(self, data: Any) -> None:
         print(json.dumps(data, indent=2, default=str), file=self.stream)
@@ -226,6 +230,21 @@ def known_job(outputs: dict, name: str) -> dict | None:
     return jobs.get(name)
 
 
+def job_run(args: argparse.Namespace, outputs: dict, job: str) -> tracking.Run | str | None:
+    """The job's MLflow run; a line saying why it cannot be read; None without tracking."""
+    if not outputs.get("trackingUri"):
+        return None
+    uri = tracking.tracking_uri(args.tracking_uri, outputs)
+    if uri is None:
+        return f"run `{outputs['trackingPortForward']}`, then pass --tracking-uri http://localhost:5000"
+    try:
+        return (
+            tracking.find_run(uri, outputs.get("trackingExperiment", ""), job, args.timeout) or "no run yet"
+        )
+    except tracking.TrackingUnavailable as err:
+        return str(err)
+
+
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     outputs = stack_outputs(args)
     cluster = connect(args, outputs)
@@ -253,6 +272,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
                 "metrics": {k: latest.get(k) for k in ("step", "loss", "tokens_per_s", "mfu")}
                 if latest
                 else None,
+                "mlflowRun": run_summary(job_run(args, outputs, name)),
             }
         )
         failed |= jobs[-1]["failed"]
@@ -286,6 +306,10 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         )
         if queue["state"] not in ("admitted", "finished", "-"):
             out.line(f"{'':24} {queue['detail']}")
+        if run := j["mlflowRun"]:
+            out.line(
+                f"{'':24} MLflow: " + (f"run {run['id']} ({run['status']})" if run.get("id") else run["note"])
+            )
     out.line()
     out.line(f"{'NODE GROUP':24} {'READY/NODES':12} {'MIN-MAX':8} {'GPUS/NODE':16} EFA/NODE")
     for g in groups:
@@ -405,19 +429,39 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     return EXIT_FAILED if failed else 0
 
 
+def run_summary(run: tracking.Run | str | None) -> dict | None:
+    if run is None:
+        return None
+    if isinstance(run, str):
+        return {"note": run}
+    return {"id": run.run_id, "status": run.status, "experiment": run.experiment}
+
+
 def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
     outputs = stack_outputs(args)
     known_job(outputs, args.job)
-    cluster = connect(args, outputs)
-    records = metric_records(cluster, cluster.job_pods(args.job))
+    run = job_run(args, outputs, args.job)
+    records, source = [], "logs"
+    if isinstance(run, tracking.Run):
+        uri = tracking.tracking_uri(args.tracking_uri, outputs)
+        try:
+            records, source = tracking.records(uri, run.run_id, args.timeout), f"MLflow run {run.run_id}"
+        except tracking.TrackingUnavailable as err:
+            run = str(err)
+    if isinstance(run, str):
+        out.note(f"MLflow: {run}; reading the logs instead")
+    if not records:
+        cluster = connect(args, outputs)
+        records = metric_records(cluster, cluster.job_pods(args.job))
     if not records:
         out.line(f"no training metrics in the logs of {args.job} yet")
         return EXIT_FAILED
     if args.plot:
         plot(records, args.job, Path(args.plot))
     if out.as_json:
-        out.dump({"job": args.job, "records": records, "plot": args.plot})
+        out.dump({"job": args.job, "source": source, "records": records, "plot": args.plot})
         return 0
+    out.line(f"from {source}")
     out.line(f"{'STEP':>8} {'LOSS':>8} {'VAL LOSS':>8} {'TOKENS/S':>12} {'MFU':>7} {'GOODPUT':>8}")
     for r in records:
         mfu = f"{r['mfu']:.1%}" if r.get("mfu") else "-"
@@ -542,6 +586,9 @@ def parser() -> argparse.ArgumentParser:
         "--timeout", type=positive(float), default=20.0, help="seconds to wait for the cluster per call"
     )
     common.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
+    common.add_argument(
+        "--tracking-uri", help="MLflow server (default: $MLFLOW_TRACKING_URI, or the stack's external one)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("status", parents=[common], help="jobs and node groups")
     logs = sub.add_parser("logs", parents=[common], help="logs of every pod of a job")

@@ -389,6 +389,7 @@ def test_status_table_with_pods_restarts_metrics_and_node_groups(tmp_path):
         "podsExpected": 2, "restarts": 2, "age": "-",
         "queue": {"state": "admitted", "detail": "queue p5", "failed": False, "fix": ""},
         "metrics": {"step": 20, "loss": 3.9, "tokens_per_s": 1300000.0, "mfu": 0.44},
+        "mlflowRun": None,  # the stack tracks nothing
     }  # fmt: skip
     (group,) = data["nodeGroups"]
     assert group == {"name": "p5", "nodes": 2, "ready": 2, "minimum": 0, "maximum": 2, "gpus": [8, 8],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -52,11 +53,12 @@ class MlflowServer:
             self.proc.wait(timeout=30)
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """One server for the module (its start migrates a fresh database: seconds); tests use their
+    own experiments. A test that stops it starts it again."""
     pytest.importorskip("mlflow", reason="the MLflow server comes from requirements-test.txt")
-    server = MlflowServer(tmp_path / "mlflow")
-    server.root.mkdir()
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
     server.start()
     yield server
     server.stop()
@@ -122,7 +124,7 @@ def test_one_run_per_job_continued_on_resume_and_training_outlives_the_server(tm
     summary = next(line for line in out.splitlines() if "records sent" in line)
     assert int(summary.split(" records sent, ")[1].split()[0]) > 0  # 30, 35, 40: dropped, and said
 
-    mlflow_server.start()
+    mlflow_server.start()  # the same database: what reached it is there
     (again,) = client.search_runs([experiment.experiment_id])
     assert again.info.run_id == run.info.run_id
     assert again.data.tags["trainstack.resumed_from"] == "20"
@@ -158,3 +160,44 @@ def test_a_server_that_never_answers_drops_records_and_says_so(tmp_path, capsys,
     assert "no run (server unreachable)" in err and "0 records sent, 3 dropped" in err
     assert not (tmp_path / tracking.RUN_ID_FILE).exists()
     assert tracking.tracker_for(args, rank=1, world_size=2, resumed_from=0) is None  # rank 0 only
+
+
+def test_status_and_metrics_name_the_run_and_read_it_from_mlflow(tmp_path, mlflow_server):
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+    from test_cli import OUTPUTS, healthy, run
+
+    client = MlflowClient(mlflow_server.uri)
+    experiment = client.create_experiment("cli-status")
+    logged = client.create_run(experiment, run_name="fsdp", tags={tracking.JOB_TAG: "fsdp"})
+    run_id = logged.info.run_id
+    client.log_batch(run_id, metrics=[Metric("loss", v, 0, s) for s, v in ((5, 5.5), (10, 4.25))])
+    client.log_batch(run_id, metrics=[Metric("tokens_per_s", 9000.0, 0, 10)])
+    outputs = {
+        **OUTPUTS,
+        "trackingUri": "http://mlflow.mlflow.svc.cluster.local:5000",
+        "trackingExperiment": "cli-status",
+        "trackingPortForward": "kubectl -n mlflow port-forward svc/mlflow 5000:5000",
+    }
+    c = healthy()
+    # In the cluster only: status says how to reach it.
+    _, out = run(c, tmp_path, "status", "--json", outputs=outputs)
+    assert "port-forward svc/mlflow" in json.loads(out)["jobs"][0]["mlflowRun"]["note"]
+    _, out = run(c, tmp_path, "status", "--json", "--tracking-uri", mlflow_server.uri, outputs=outputs)
+    assert json.loads(out)["jobs"][0]["mlflowRun"] == {
+        "id": run_id,
+        "status": "RUNNING",
+        "experiment": "cli-status",
+    }
+    code, out = run(
+        c, tmp_path, "metrics", "fsdp", "--json", "--tracking-uri", mlflow_server.uri, outputs=outputs
+    )
+    data = json.loads(out)
+    assert code == 0 and data["source"] == f"MLflow run {run_id}"
+    assert data["records"] == [{"step": 5, "loss": 5.5}, {"step": 10, "loss": 4.25, "tokens_per_s": 9000.0}]
+    # A server that does not answer: the logs, and a note saying why.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    code, out = run(c, tmp_path, "metrics", "fsdp", "--json", "--tracking-uri", dead, outputs=outputs)
+    assert code == 0 and json.loads(out)["source"] == "logs" and json.loads(out)["records"]
