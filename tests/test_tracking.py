@@ -35,7 +35,11 @@ class MlflowServer:
         cmd += ["--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}"]
         cmd += ["--artifacts-destination", str(self.root / "artifacts"), "--workers", "1"]
         log = (self.root / "server.log").open("a")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # No job runner (huey workers) beside the server: these tests use tracking only.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while True:
             assert self.proc.poll() is None, (self.root / "server.log").read_text()[-3000:]
