@@ -22,7 +22,7 @@ from node_drill import TwoNodeJob
 WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
 
-from trainer import checkpoint, storage  # noqa: E402
+from trainer import checkpoint  # noqa: E402
 from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset  # noqa: E402
 from trainer.launch import RETRYABLE_EXIT_CODE  # noqa: E402
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count  # noqa: E402
@@ -225,43 +225,6 @@ def test_a_rank_that_hangs_is_ended_by_the_step_watchdog(tmp_path):
     assert "watchdog: rank 1 made no progress" in out and "limit 5 s" in out
     assert "Thread 0x" in out and "in _watch" in out  # faulthandler's dump of every thread
     assert "exitcode  : 86" in out or "exitcode: 86" in out, out[-3000:]
-
-
-@pytest.mark.slow
-def test_checkpoints_sync_to_s3_and_resume_from_there(tmp_path, moto_server):
-    uri = "s3://ckpt/checkpoints/job-a"
-    run_to_end(
-        tmp_path / "node1",
-        "--steps",
-        "20",
-        "--checkpoint-every",
-        "10",
-        "--s3-checkpoints",
-        uri,
-        env=moto_server,
-    )
-    keys = sorted(o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="ckpt")["Contents"])
-    for step in ("step_00000010", "step_00000020"):
-        assert f"checkpoints/job-a/{step}/COMPLETE" in keys
-        assert (
-            f"checkpoints/job-a/{step}/__0_0.distcp" in keys
-            and f"checkpoints/job-a/{step}/__1_0.distcp" in keys
-        )
-    assert storage.list_prefixes("ckpt", "checkpoints/job-a") == ["step_00000010", "step_00000020"]
-
-    # A fresh node with an empty volume picks the run up from S3.
-    records = run_to_end(
-        tmp_path / "node2",
-        "--steps",
-        "30",
-        "--checkpoint-every",
-        "10",
-        "--s3-checkpoints",
-        uri,
-        env=moto_server,
-    )
-    assert records[0]["resumed_from"] == 20
-    assert max(losses(records)) == 30
 
 
 @pytest.mark.slow(seconds=100)  # mostly Ray's own start-up waits
