@@ -209,3 +209,22 @@ def test_status_and_metrics_name_the_run_and_read_it_from_mlflow(tmp_path, mlflo
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     code, out = run(c, tmp_path, "metrics", "fsdp", "--json", "--tracking-uri", dead, outputs=outputs)
     assert code == 0 and json.loads(out)["source"] == "logs" and json.loads(out)["records"]
+
+
+def test_a_run_id_the_server_does_not_know_starts_a_new_run(tmp_path, mlflow_server, capsys):
+    """The server's database was replaced (a new in-cluster volume): the kept id names no run there."""
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / tracking.RUN_ID_FILE).write_text("0123456789abcdef0123456789abcdef")
+    args = parse_args(
+        ["--tracking-uri", mlflow_server.uri, "--checkpoint-dir", str(tmp_path), "--experiment", "gone"]
+    )
+    tracker = tracking.tracker_for(args, rank=0, world_size=1, resumed_from=40)
+    tracker.record({"step": 45, "loss": 2.5})
+    tracker.close(finished=False)
+    err = capsys.readouterr().err
+    assert "is not on this server (a new database?); starting a new run" in err
+    assert "1 records sent, 0 dropped" in err
+    new_id = (tmp_path / tracking.RUN_ID_FILE).read_text()
+    history = MlflowClient(mlflow_server.uri).get_metric_history(new_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(45, 2.5)]

@@ -15,6 +15,7 @@ dropped. At exit the thread gets `close_timeout` seconds to send what is queued.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -82,7 +83,6 @@ class Tracker:
         self.run_id: str | None = None
         self.sent = self.dropped = 0
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_RECORDS)
-        self._closing = threading.Event()
         self._down_since: float | None = None
         self._mlflow = None  # the MlflowClient, made on the thread (importing MLflow takes a second)
         self._thread = threading.Thread(target=self._send_loop, name="mlflow-tracking", daemon=True)
@@ -100,11 +100,11 @@ class Tracker:
 
     def close(self, finished: bool) -> None:
         """Send what is queued (bounded), and mark the run FINISHED when training reached its end."""
-        self._queue.put(("end", finished))
-        self._closing.set()
+        with contextlib.suppress(queue.Full):  # a full queue behind a stuck server must not hold exit
+            self._queue.put(("end", finished), timeout=self.close_timeout)
         self._thread.join(self.close_timeout)
         if self._thread.is_alive():  # still waiting on the server: what is queued is dropped
-            self.dropped += self._queue.qsize() - 1
+            self.dropped += sum(1 for item in list(self._queue.queue) if item[0] != "end")
             _say(f"the server did not take the last records within {self.close_timeout:g} s")
         run = f"run {self.run_id}" if self.run_id else "no run (server unreachable)"
         _say(
@@ -123,9 +123,16 @@ class Tracker:
     def _open_run(self, client) -> str:
         run_id = self.run_ids.read()
         if run_id:
-            client.set_tag(run_id, "trainstack.resumed_from", str(self.resumed_from))
-            _say(f"continuing run {run_id} (resumed from step {self.resumed_from})")
-            return run_id
+            from mlflow.exceptions import MlflowException
+
+            try:
+                client.set_tag(run_id, "trainstack.resumed_from", str(self.resumed_from))
+                _say(f"continuing run {run_id} (resumed from step {self.resumed_from})")
+                return run_id
+            except MlflowException as exc:
+                if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+                _say(f"run {run_id} is not on this server (a new database?); starting a new run")
         found = client.get_experiment_by_name(self.experiment)
         experiment_id = found.experiment_id if found else client.create_experiment(self.experiment)
         job = self.params.get("job") or "trainstack"
