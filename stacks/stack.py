@@ -137,7 +137,7 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
-    tracking = tracking_plane(cfg, build, compute)
+    tracking = tracking_plane(cfg, account, build, compute)
     jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
     return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking) | ci_outputs(ci)
 
@@ -154,7 +154,7 @@ def attached_stack(cfg: StackConfig) -> dict[str, Any]:
     compute = attached_compute_plane(cfg, account, build.bucket)
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
-    tracking = tracking_plane(cfg, build, compute)
+    tracking = tracking_plane(cfg, account, build, compute)
     jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
     return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking)
 
@@ -576,7 +576,9 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
     )
 
 
-def tracking_plane(cfg: StackConfig, build: BuildPlane, compute: ComputePlane) -> Tracking | None:
+def tracking_plane(
+    cfg: StackConfig, account: Account | None, build: BuildPlane, compute: ComputePlane
+) -> Tracking | None:
     """The MLflow server jobs log to: the user's (its credentials in a Secret), or one the stack
     runs on the system nodes (only on its own cluster: the config refuses it elsewhere)."""
     t = cfg.tracking
@@ -616,6 +618,7 @@ def tracking_plane(cfg: StackConfig, build: BuildPlane, compute: ComputePlane) -
             network=compute.network,
             protect=cfg.storage.protect,
         ),
+        account.opts,
     )
     return Tracking(JobTracking(server.uri, experiment, cfg.stack), server)
 

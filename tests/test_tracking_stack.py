@@ -237,3 +237,23 @@ def test_a_second_run_registers_the_same_tracking_inputs(in_cluster):
     again = plan("dev", tracking={"mode": "server", "experiment": "llama"}, jobs=JOBS)
     first = {r.urn: r.inputs for r in in_cluster.resources if "tracking" in r.urn}
     assert first == {r.urn: r.inputs for r in again.resources if "tracking" in r.urn}
+
+
+def test_every_aws_resource_goes_through_the_stacks_provider(in_cluster, on_rds):
+    """The stack's explicit AWS provider (region, profile), never a default one; pulumi-eks's own
+    children are its provider's business."""
+    for run in (in_cluster, on_rds):
+        by_urn = {r.urn: r for r in run.resources}
+        (provider,) = [r.urn for r in run.resources if r.type == "pulumi:providers:aws"]
+        inside_eks = {
+            r.urn for r in run.resources if by_urn.get(r.parent) and by_urn[r.parent].type.startswith("eks:")
+        }
+        default = [
+            r.name
+            for r in run.resources
+            if r.type.startswith("aws:")
+            and r.custom
+            and r.urn not in inside_eks
+            and provider not in r.dependencies
+        ]
+        assert default == []
