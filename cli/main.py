@@ -443,9 +443,8 @@ def cmd_metrics(args: argparse.Namespace, out: Output) -> int:
     run = job_run(args, outputs, args.job)
     records, source = [], "logs"
     if isinstance(run, tracking.Run):
-        uri = tracking.tracking_uri(args.tracking_uri, outputs)
         try:
-            records, source = tracking.records(uri, run.run_id, args.timeout), f"MLflow run {run.run_id}"
+            records, source = tracking.records(run.uri, run.run_id, args.timeout), f"MLflow run {run.run_id}"
         except tracking.TrackingUnavailable as err:
             run = str(err)
     if isinstance(run, str):

@@ -24,6 +24,7 @@ class Run:
     run_id: str
     status: str
     experiment: str
+    uri: str  # the server it was found on
 
 
 def tracking_uri(flag: str | None, outputs: dict) -> str | None:
@@ -80,7 +81,7 @@ def find_run(uri: str, experiment: str, job: str, timeout: float) -> Run | None:
     if not runs:
         return None
     info = runs[0]["info"]
-    return Run(info["run_id"], info["status"], experiment)
+    return Run(info["run_id"], info["status"], experiment, uri)
 
 
 def records(uri: str, run_id: str, timeout: float) -> list[dict]:

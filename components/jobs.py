@@ -340,6 +340,14 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
     ]
 
 
+def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+    if not args.hf_token_secret:
+        return []
+    return [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "HF_TOKEN"}}}
+    ]
+
+
 def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [*args.placement.env()]
     secret = args.checkpoints.credentials_secret
@@ -348,13 +356,7 @@ def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
             for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
         ]
-    if args.hf_token_secret:
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "HF_TOKEN"}},
-            }
-        )
+    env += hf_token_env(args)
     if args.tracking:
         env += args.tracking.env(args.spec.name, args.image)
     for name, value in args.spec.env.items():
@@ -458,7 +460,7 @@ def verl_data_prep(args: TrainingJobArgs) -> dict[str, Any] | None:
         "image": args.prep_image,
         "workingDir": WORKDIR,
         "command": verl_job.data_prep_command(verl),
-        "env": [e for e in container_env(args) if e["name"] == "HF_TOKEN"],
+        "env": hf_token_env(args),
         "volumeMounts": [mount],
     }
     return {"container": container, "volume": {"name": "verl-data", "emptyDir": {}}, "mount": mount}

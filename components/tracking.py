@@ -187,15 +187,7 @@ class TrackingServer(pulumi.ComponentResource):
                                 "env": [
                                     {"name": "PYTHONPATH", "value": "/deps"},
                                     {"name": "MLFLOW_SERVER_ALLOWED_HOSTS", "value": ALLOWED_HOSTS},
-                                    {
-                                        "name": "DB_PASSWORD",
-                                        "valueFrom": {
-                                            "secretKeyRef": {
-                                                "name": self.db_secret.metadata["name"],
-                                                "key": "password",
-                                            }
-                                        },
-                                    },
+                                    self._password_env("DB_PASSWORD"),
                                 ],
                                 "ports": [{"name": "http", "containerPort": PORT}],
                                 "readinessProbe": {
@@ -229,6 +221,13 @@ class TrackingServer(pulumi.ComponentResource):
         )
         self.uri = TRACKING_URI
         self.register_outputs({"uri": TRACKING_URI, "portForward": PORT_FORWARD})
+
+    def _password_env(self, name: str) -> dict:
+        """The database password from its Secret, as the server and PostgreSQL both read it."""
+        return {
+            "name": name,
+            "valueFrom": {"secretKeyRef": {"name": self.db_secret.metadata["name"], "key": "password"}},
+        }
 
     def _rds(
         self, name: str, args: TrackingServerArgs, opts: pulumi.ResourceOptions
@@ -324,15 +323,7 @@ class TrackingServer(pulumi.ComponentResource):
                                 "env": [
                                     {"name": "POSTGRES_DB", "value": DATABASE},
                                     {"name": "POSTGRES_USER", "value": DB_USER},
-                                    {
-                                        "name": "POSTGRES_PASSWORD",
-                                        "valueFrom": {
-                                            "secretKeyRef": {
-                                                "name": self.db_secret.metadata["name"],
-                                                "key": "password",
-                                            }
-                                        },
-                                    },
+                                    self._password_env("POSTGRES_PASSWORD"),
                                     {"name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata"},
                                 ],
                                 "ports": [{"name": "postgres", "containerPort": 5432}],

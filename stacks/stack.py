@@ -592,15 +592,7 @@ def tracking_plane(
                 "MLFLOW_TRACKING_USERNAME": t.username,
                 "MLFLOW_TRACKING_PASSWORD": cfg.tracking_password,
             }
-        secret = None
-        if credentials:
-            pods = compute.pod_identity
-            secret = k8s.core.v1.Secret(
-                "mlflow-credentials",
-                metadata={"name": "mlflow-credentials", "namespace": pods.namespace_name},
-                string_data={k: pulumi.Output.secret(v) for k, v in credentials.items()},
-                opts=pulumi.ResourceOptions(provider=compute.provider, depends_on=[pods.namespace]),
-            )
+        secret = training_secret(compute, "mlflow-credentials", credentials) if credentials else None
         return Tracking(
             JobTracking(
                 t.uri, experiment, cfg.stack, secret.metadata.name if secret else None, tuple(credentials)
@@ -641,27 +633,16 @@ def jobs_plane(
     tracking: Tracking | None,
 ) -> list[TrainingJob]:
     pods, provider = compute.pod_identity, compute.provider
-    k8s_opts = pulumi.ResourceOptions(provider=provider, depends_on=[pods.namespace])
     hf_secret = None
     if cfg.hf_token is not None:
-        hf_secret = k8s.core.v1.Secret(
-            "hf-token",
-            metadata={"name": "hf-token", "namespace": pods.namespace_name},
-            string_data={"HF_TOKEN": pulumi.Output.secret(cfg.hf_token)},
-            opts=k8s_opts,
-        )
+        hf_secret = training_secret(compute, "hf-token", {"HF_TOKEN": cfg.hf_token})
     by_group = compute.placements
     groups = {g.name: g for g in cfg.gpu_node_groups}
     jobs = []
     for j in cfg.jobs:
         env_secret = None
         if j.env and cfg.secret_job_env:
-            env_secret = k8s.core.v1.Secret(
-                f"{j.name}-env",
-                metadata={"name": f"{j.name}-env", "namespace": pods.namespace_name},
-                string_data={k: pulumi.Output.secret(v) for k, v in j.env.items()},
-                opts=k8s_opts,
-            )
+            env_secret = training_secret(compute, f"{j.name}-env", j.env)
         placement = by_group[j.node_group]
         group = groups.get(j.node_group)
         node_check = None
@@ -711,6 +692,17 @@ def jobs_plane(
             )
         )
     return jobs
+
+
+def training_secret(compute: ComputePlane, name: str, data: dict[str, str]) -> k8s.core.v1.Secret:
+    """A Secret in the training namespace (its resource named as the object) that jobs read."""
+    pods = compute.pod_identity
+    return k8s.core.v1.Secret(
+        name,
+        metadata={"name": name, "namespace": pods.namespace_name},
+        string_data={k: pulumi.Output.secret(v) for k, v in data.items()},
+        opts=pulumi.ResourceOptions(provider=compute.provider, depends_on=[pods.namespace]),
+    )
 
 
 def storage_claims(storage: SharedStorage | None) -> list[pulumi.Resource]:

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
 
+from conftest import unused_port  # noqa: E402
 from trainer import checkpoint  # noqa: E402
 
 
@@ -51,19 +52,13 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class TwoNodeJob:
     """The job's launchers by name; `logs` holds each one's output file."""
 
     tmp: Path
     trainer_args: list[str]
-    port: int = field(default_factory=free_port)
+    port: int = field(default_factory=unused_port)
     nodes: dict[str, subprocess.Popen] = field(default_factory=dict)
     # When each metrics line (log name, line number) was first seen, for the benchmark's timings.
     first_seen: dict[tuple[str, int], float] = field(default_factory=dict)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, unused_port
 from test_workload import losses, metrics_of, torchrun  # puts workload/ on sys.path
 from trainer import tracking
 from trainer.train import parse_args
@@ -24,9 +23,7 @@ class MlflowServer:
 
     def __init__(self, root: Path):
         self.root = root
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = unused_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
@@ -154,9 +151,7 @@ def test_without_a_uri_mlflow_is_never_imported():
 def test_a_server_that_never_answers_drops_records_and_says_so(tmp_path, capsys, monkeypatch):
     """Nothing listens at the URI: record() returns at once, and close() reports what was dropped."""
     pytest.importorskip("mlflow", reason="the MLflow client comes from requirements-test.txt")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: connections are refused
+    port = unused_port()  # connections are refused
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     args = parse_args(["--tracking-uri", f"http://127.0.0.1:{port}", "--checkpoint-dir", str(tmp_path)])
     tracker = tracking.tracker_for(args, rank=0, world_size=2, resumed_from=0)
@@ -204,9 +199,7 @@ def test_status_and_metrics_name_the_run_and_read_it_from_mlflow(tmp_path, mlflo
     assert code == 0 and data["source"] == f"MLflow run {run_id}"
     assert data["records"] == [{"step": 5, "loss": 5.5}, {"step": 10, "loss": 4.25, "tokens_per_s": 9000.0}]
     # A server that does not answer: the logs, and a note saying why.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{unused_port()}"
     code, out = run(c, tmp_path, "metrics", "fsdp", "--json", "--tracking-uri", dead, outputs=outputs)
     assert code == 0 and json.loads(out)["source"] == "logs" and json.loads(out)["records"]
 

@@ -150,7 +150,7 @@ class Tracker:
     def _send_loop(self) -> None:
         from mlflow.entities import Metric
 
-        self._connect()  # at the start: the run is open before the first record
+        self._attempt(self._open)  # at the start: the run is open before the first record
         while True:
             item = self._queue.get()
             if item[0] == "end":
@@ -158,7 +158,7 @@ class Tracker:
                     self._attempt(lambda: self._mlflow.set_terminated(self.run_id, "FINISHED"))
                 return
             step, metrics = item
-            if self._resting() or (self.run_id is None and not self._connect()):
+            if self._resting() or (self.run_id is None and not self._attempt(self._open)):
                 self.dropped += 1
                 continue
             now = int(time.time() * 1000)
@@ -172,11 +172,8 @@ class Tracker:
         """The server failed less than RETRY_SECONDS ago: drop without asking it again."""
         return self._down_since is not None and time.monotonic() - self._down_since < RETRY_SECONDS
 
-    def _connect(self) -> bool:
-        """Open the run (or find it again) once the server answers."""
-        return self._attempt(self._open)
-
     def _open(self) -> None:
+        """Open the run (or find it again) once the server answers."""
         self._mlflow = self._mlflow or self._client()
         self.run_id = self._open_run(self._mlflow)
 
