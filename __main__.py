@@ -2,8 +2,8 @@
 
 import pulumi
 
-from stacks.config import load_config
-from stacks.stack import build_stack
+from config import load_config
+from planes import build_stack
 
 config = load_config()
 for name, value in build_stack(config).items():

@@ -27,8 +27,12 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workload"))
 
+from trainer.config import parse_args
+from trainer.distributed import init_distributed
+from trainer.metrics import peak_flops
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, flops_per_token, parameter_count
-from trainer.train import build_model, init_distributed, parse_args, peak_flops, train, train_step
+from trainer.parallelize import build_model
+from trainer.train import train, train_step
 
 
 def main() -> int:

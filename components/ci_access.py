@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.names import IAM_ROLE_NAME_MAX, fit
+from domain.names import IAM_ROLE_NAME_MAX, fit
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 AUDIENCE = "sts.amazonaws.com"

@@ -12,10 +12,10 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from components.iam import service_trust
-from components.names import EKS_NODE_GROUP_NAME_MAX, fit
 from components.network import Network
-from components.principals import same_principal
 from conventions import SYSTEM_NODE_LABEL
+from domain.names import EKS_NODE_GROUP_NAME_MAX, control_plane_log_group, fit
+from domain.principals import same_principal
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 CLUSTER_VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
@@ -56,10 +56,6 @@ class ClusterArgs:
     # GitHub Actions roles: deploy administers the cluster, preview only reads it (Secrets excluded).
     ci_deploy_role_arn: pulumi.Input[str] | None = None
     ci_preview_role_arn: pulumi.Input[str] | None = None
-
-
-def control_plane_log_group(cluster_name: str) -> str:
-    return f"/aws/eks/{cluster_name}/cluster"
 
 
 def entry_key(principal: str) -> str:

@@ -21,7 +21,6 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.cluster import Cluster
-from components.names import EKS_NODE_GROUP_NAME_MAX, fit
 from components.shared_storage import lustre_client_user_data
 from conventions import (
     ACCELERATOR_LABEL,
@@ -37,6 +36,7 @@ from conventions import (
     NODE_TEMPLATE_TAG,
     autoscaler_discovery_tags,
 )
+from domain.names import gpu_node_group_name
 
 
 @dataclass(frozen=True)
@@ -128,10 +128,6 @@ def node_template_tags(cluster_name: str, labels: dict[str, str], gpus: int, efa
     if efa:
         tags[f"{NODE_TEMPLATE_TAG}/resources/{EFA_RESOURCE}"] = str(efa)
     return tags
-
-
-def gpu_node_group_name(cluster_name: str, group: str) -> str:
-    return fit(f"{cluster_name}-{group}", EKS_NODE_GROUP_NAME_MAX)
 
 
 class GpuNodeGroup(pulumi.ComponentResource):

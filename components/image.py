@@ -27,8 +27,8 @@ import pulumi_docker as docker
 from components.bucket import BUILD_CONTEXT_PREFIX, ArtifactBucket
 from components.build_trigger import ImageBuildTrigger
 from components.iam import service_trust
-from components.names import CODEBUILD_PROJECT_MAX, ECR_PULL_THROUGH_PREFIX_MAX, fit
 from components.registry import STACK_BUILD_TAG_PREFIX, ImageRegistry
+from domain.names import CODEBUILD_PROJECT_MAX, ECR_PULL_THROUGH_PREFIX_MAX, fit
 
 BUILDSPEC = Path(__file__).with_name("buildspec.yml")
 CODEBUILD_IMAGE = "aws/codebuild/standard:7.0"

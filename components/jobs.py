@@ -18,28 +18,21 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import verl as verl_job
+from config.jobs import VerlConfig
 from conventions import (
-    EFA_RESOURCE,
-    GPU_NODE_LABEL,
-    GPU_RESOURCE,
-    GPU_TOLERATION,
     JOB_LABEL,
     NODE_GROUP_LABEL,
     PART_OF,
     QUEUE_LABEL,
     RAY_ROLE_LABEL,
-    SYSTEM_GROUP,
-    SYSTEM_NODE_LABEL,
 )
-
-if TYPE_CHECKING:
-    from stacks.config.jobs import VerlConfig
+from domain.placement import RAY_HEAD, Placement
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
@@ -65,7 +58,6 @@ NODE_LOSS_TOLERATIONS = [
 # start, with margin. Past it the job fails rather than holding its GPUs idle.
 RENDEZVOUS_JOIN_TIMEOUT_SECONDS = 1800
 RAY_VERSION = "2.60.0"  # workload/requirements.txt
-RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to the operators
 
 # Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging.
 GPU_ENV = {
@@ -87,105 +79,10 @@ EFA_ENV = {
 }
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a job's pods run and what one node of that group offers them."""
-
-    group: str
-    instance_type: str
-    gpus: int
-    efa: int
-    vcpus: int
-    memory_gib: int
-    hourly_usd: float
-    node_selector: dict[str, str]  # also its Kueue flavor's node labels
-    node_group: pulumi.Resource | None = None  # the pods need its nodes (None: config checks)
-
-    @property
-    def cpu_request(self) -> str:
-        # kubelet, the CNI, kube-proxy, device plugins and the pod identity agent keep ~5% (>= 1).
-        return str(max(1, self.vcpus - max(1, -(-self.vcpus * 5 // 100))))
-
-    @property
-    def memory_request(self) -> str:
-        # EKS reserves ~1-2 GiB for the kubelet and eviction on large nodes, more in proportion.
-        return f"{max(1, self.memory_gib * 90 // 100 - 1)}Gi"
-
-    @property
-    def shm_size(self) -> str:
-        # NCCL and DataLoader workers use /dev/shm; memory-backed, counted in the pod's memory.
-        return f"{max(1, self.memory_gib // 8)}Gi"
-
-    def resources(self) -> dict[str, Any]:
-        requests: dict[str, str] = {"cpu": self.cpu_request, "memory": self.memory_request}
-        devices = {}
-        if self.gpus:
-            devices[GPU_RESOURCE] = str(self.gpus)
-        if self.efa:
-            # Without it NCCL silently falls back to TCP sockets.
-            devices[EFA_RESOURCE] = str(self.efa)
-        return {"requests": {**requests, **devices}, "limits": devices} if devices else {"requests": requests}
-
-    def pod_placement(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"nodeSelector": dict(self.node_selector)}
-        if self.gpus:
-            spec["tolerations"] = [GPU_TOLERATION]
-        return spec
-
-    def env(self) -> list[dict[str, str]]:
-        fixed = {**(GPU_ENV if self.gpus else {}), **(EFA_ENV if self.efa else {})}
-        return [{"name": k, "value": v} for k, v in fixed.items()]
-
-
-def system_placement(
-    instance_type: str,
-    vcpus: int,
-    memory_gib: int,
-    hourly_usd: float,
-    nodes: pulumi.Resource | None = None,
-    selector: dict[str, str] | None = None,
-) -> Placement:
-    """A CPU job shares the system nodes with the operators, CoreDNS and Ray heads: it asks for
-    half a node, so it schedules beside them. `selector`: the nodes of a cluster the stack did not
-    create (default: the system node group's label)."""
-    half_cpus, half_memory = max(1, vcpus // 2), max(1, memory_gib // 2)
-    return gpu_placement(
-        SYSTEM_GROUP,
-        instance_type,
-        0,
-        0,
-        half_cpus,
-        half_memory,
-        hourly_usd,
-        nodes,
-        selector or SYSTEM_NODE_LABEL,
-    )
-
-
-def gpu_placement(
-    group: str,
-    instance_type: str,
-    gpus: int,
-    efa: int,
-    vcpus: int,
-    memory_gib: int,
-    hourly_usd: float,
-    nodes: pulumi.Resource | None = None,
-    selector: dict[str, str] | None = None,
-) -> Placement:
-    """A GPU group's node; `selector`: how to find it on a cluster the stack did not create
-    (default: the labels the stack gives the groups it creates)."""
-    return Placement(
-        group,
-        instance_type,
-        gpus,
-        efa,
-        vcpus,
-        memory_gib,
-        hourly_usd,
-        dict(selector or {**GPU_NODE_LABEL, NODE_GROUP_LABEL: group}),
-        nodes,
-    )
+def placement_env(p: Placement) -> list[dict[str, str]]:
+    """The NCCL watchdog on GPU groups, libfabric's EFA settings on EFA groups only."""
+    fixed = {**(GPU_ENV if p.gpus else {}), **(EFA_ENV if p.efa else {})}
+    return [{"name": k, "value": v} for k, v in fixed.items()]
 
 
 @dataclass(frozen=True)
@@ -274,6 +171,7 @@ class JobTracking:
 class TrainingJobArgs:
     spec: JobSpec
     placement: Placement
+    nodes: pulumi.Resource | None  # the group's nodes: the pods need them (None: the cluster's own)
     image: pulumi.Input[str]
     checkpoints: Checkpoints
     namespace: str
@@ -349,7 +247,7 @@ def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
 
 
 def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [*args.placement.env()]
+    env: list[dict[str, Any]] = [*placement_env(args.placement)]
     secret = args.checkpoints.credentials_secret
     if secret:  # outside EKS: the user's S3 credentials, by name, never in the stack
         env += [
@@ -571,7 +469,7 @@ class TrainingJob(pulumi.ComponentResource):
         spec = args.spec
         super().__init__(f"trainstack:jobs:{spec.kind}", name, None, opts)
         api_version, build = KINDS[spec.kind]
-        deps = [d for d in (args.operator, args.placement.node_group, *args.waits_for) if d is not None]
+        deps = [d for d in (args.operator, args.nodes, *args.waits_for) if d is not None]
         timeout = f"{spec.timeout_minutes + args.provision_minutes}m"
         self.resource = k8s.apiextensions.CustomResource(
             name,

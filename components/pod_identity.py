@@ -129,7 +129,24 @@ class TrainingPodIdentity(pulumi.ComponentResource):
             self.role_arn = self.role.arn
         self.namespace_name = TRAINING_NAMESPACE
         self.service_account_name = TRAINING_SERVICE_ACCOUNT
+        self._provider = args.provider
         self.register_outputs({"roleArn": self.role_arn})
+
+    def secret(self, name: str, data: dict[str, pulumi.Input[str]]) -> k8s.core.v1.Secret:
+        """A Secret in the training namespace that jobs read (its resource named as the object). The
+        alias keeps the Secrets of stacks from before it was the namespace's child: renamed, not
+        replaced (a replaced Secret relaunches every job that reads it)."""
+        return k8s.core.v1.Secret(
+            name,
+            metadata={"name": name, "namespace": self.namespace_name},
+            string_data={k: pulumi.Output.secret(v) for k, v in data.items()},
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=self._provider,
+                depends_on=[self.namespace],
+                aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)],
+            ),
+        )
 
 
 def training_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:

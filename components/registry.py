@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.names import ECR_REPOSITORY_MAX, fit
+from domain.names import ECR_REPOSITORY_MAX, fit
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_aws as aws
@@ -27,10 +26,8 @@ import pulumi_random as random
 
 from components.bucket import ArtifactBucket
 from components.pod_identity import EksAccess, pod_identity
+from config.tracking import TrackingServerConfig
 from conventions import PART_OF, TRACKING_NAMESPACE
-
-if TYPE_CHECKING:
-    from stacks.config.tracking import TrackingServerConfig
 
 MLFLOW_VERSION = "3.17.2"  # requirements-test.txt runs the same server in the tests
 MLFLOW_IMAGE = f"ghcr.io/mlflow/mlflow:v{MLFLOW_VERSION}"

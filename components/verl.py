@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING
 
 import pulumi
 
-if TYPE_CHECKING:
-    from stacks.config.jobs import VerlConfig
-
+from config.jobs import VerlConfig
 
 VERL_VERSION = "0.9.1"
 # VERL's application image (vLLM) by digest: its tags move.
@@ -28,11 +25,6 @@ VERL_IMAGE = (
     "verlai/verl:vllm024.dev2@sha256:b867883b0dd011363e69ab2ab344922a28c5bd0409e2a324e3ee70fb27ca7543"
 )
 DATA_DIR = "/data"
-# Bytes per parameter while training with FSDP and Adam: bf16 weights and gradients, fp32 master
-# weights and two moments (2 + 2 + 4 + 4 + 4); the rollout's vLLM copy adds bf16 weights per TP group.
-TRAIN_BYTES_PER_PARAM = 16
-ROLLOUT_BYTES_PER_PARAM = 2
-GPU_MEMORY_FOR_MODEL = 0.6  # the rest: activations, vLLM's KV cache, CUDA context
 
 
 def runtime_env(verl: VerlConfig) -> str:
@@ -116,26 +108,3 @@ def entrypoint(
         *overrides(verl, job, nodes, gpus, checkpoint_dir, experiment),
     ]
     return pulumi.Output.from_input(shlex.join(parts))
-
-
-def fits(verl: VerlConfig, gpus_per_node: int, gpu_memory_gib: float, nodes: int) -> str | None:
-    """Why a group cannot hold this VERL job, or None."""
-    if gpus_per_node < 1:
-        return "VERL needs GPU nodes (vLLM rollouts and FSDP training run on GPUs)"
-    if gpus_per_node % verl.tensor_parallel:
-        return f"tensorParallel {verl.tensor_parallel} does not divide the {gpus_per_node} GPUs of a node"
-    params = verl.billions() * 1e9
-    if not params:
-        return None
-    copies = 2 if verl.algorithm == "ppo" else 1  # PPO trains a critic of the same size
-    train = copies * TRAIN_BYTES_PER_PARAM * params / (nodes * gpus_per_node)
-    rollout = ROLLOUT_BYTES_PER_PARAM * params / verl.tensor_parallel
-    need = (train + rollout) / 2**30
-    have = gpu_memory_gib * GPU_MEMORY_FOR_MODEL
-    if need > have:
-        return (
-            f"a {verl.billions():g}B model needs ~{need:.0f} GiB per GPU for training and rollout, "
-            f"more than {have:.0f} of its {gpu_memory_gib:.0f} GiB; use more nodes, a larger tensorParallel "
-            "or a larger GPU"
-        )
-    return None

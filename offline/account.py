@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from botocore import handlers
 
-from stacks.catalog import INSTANCE_TYPES
+from domain.catalog import INSTANCE_TYPES
 
 DEFAULT_QUOTA_VCPUS = 1024
 LETTERS = "abcdef"

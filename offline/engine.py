@@ -33,10 +33,10 @@ from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from components.principals import role_of_principal, same_principal
+from domain.principals import role_of_principal, same_principal
 from offline.account import OfflineAccount
-from stacks.catalog import INSTANCE_TYPES
-from stacks.config import PROJECT, PROJECT_ROOT
+from domain.catalog import INSTANCE_TYPES
+from config import PROJECT, PROJECT_ROOT
 
 ACCOUNT_ID = "123456789012"
 OFFLINE_CALLER_ARN = f"arn:aws:iam::{ACCOUNT_ID}:user/offline"

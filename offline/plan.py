@@ -27,9 +27,9 @@ import yaml
 from offline.account import FactError, parse_facts, read_facts_file
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
 from offline.timeline import critical_path, describe, job_start_minutes, until_training
-from stacks.catalog import image_compressed_gb
-from stacks.config import PROJECT, PROJECT_ROOT, parse_config, template_values
-from stacks.cost import hourly_cost, total
+from domain.catalog import image_compressed_gb
+from config import PROJECT, PROJECT_ROOT, parse_config, template_values
+from offline.cost import hourly_cost, total
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_DIRECTORY = "kubernetes:kustomize/v2:Directory"

@@ -14,7 +14,7 @@ from functools import cache
 
 from conventions import NODE_GROUP_LABEL, TRAINING_NAMESPACE
 from offline.engine import Registration
-from stacks.catalog import image_pull_minutes
+from domain.catalog import image_pull_minutes
 
 # Typical minutes (midpoints of the reference's ranges); anything not listed takes seconds.
 TYPICAL_MINUTES = {

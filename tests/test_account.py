@@ -10,12 +10,12 @@ import pytest
 import yaml
 from conftest import plan, stack_values
 
-from components.names import fit
+from domain.names import fit
 from offline import plan as offline_plan
 from offline.account import FactError, OfflineAccount, parse_facts
 from offline.engine import run_program
-from stacks import account
-from stacks.account import AccountCheckError
+import account_checks as account
+from account_checks import AccountCheckError
 
 P5_GROUP = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True}
 
@@ -218,9 +218,9 @@ def test_aws_cli_check(where, said, problem):
 
 
 def test_a_live_run_without_the_aws_cli_stops_at_start(monkeypatch):
-    from stacks import stack
+    from planes import account as account_plane
 
-    monkeypatch.setattr(stack, "under_mock_engine", lambda: False)
+    monkeypatch.setattr(account_plane, "under_mock_engine", lambda: False)
     monkeypatch.setattr(account.shutil, "which", lambda _: None)
     registered = []
     with pytest.raises(AccountCheckError, match="the aws CLI is not on this machine's PATH"):

@@ -267,7 +267,7 @@ def test_stack_exports(stack, dev_plan, prod_plan):
 
 
 def test_only_the_current_context_archive_is_kept():
-    from stacks.stack import ARCHIVE_DIR
+    from planes.build import ARCHIVE_DIR
 
     # A stack of its own: other tests plan `dev` at the same time (pytest -n).
     stale = ARCHIVE_DIR / "archive-test" / ("0" * 64 + ".zip")
@@ -331,8 +331,8 @@ def test_docker_hub_official_images_live_under_library():
 
 
 def test_docker_hub_token_must_be_a_secret():
-    from stacks.config import parse_config
-    from stacks.schema import ConfigError
+    from config import parse_config
+    from config.schema import ConfigError
 
     with pytest.raises(ConfigError) as err:
         parse_config(

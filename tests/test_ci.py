@@ -298,7 +298,7 @@ def test_the_deploy_role_running_up_gets_no_second_access_entry():
 
 
 def test_ci_settings_without_a_repository_are_errors():
-    from stacks.schema import ConfigError
+    from config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r"trainstack:ci.environment = \"prod\": CI access is off"):
         plan("dev", ci={"environment": "prod"})

@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT, plan, policy_of, stack_values
 
 from offline.engine import EKS_CLUSTER_SECURITY_GROUP, OfflineMocks, ProviderRefusal, run_program
-from stacks.config import EKS_ADDON_VERSIONS
+from config import EKS_ADDON_VERSIONS
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NG = "eks:index:ManagedNodeGroup"
@@ -348,7 +348,7 @@ def test_several_node_groups():
 
 
 def test_efa_on_g6_xlarge_is_a_config_error():
-    from stacks.schema import ConfigError
+    from config.schema import ConfigError
 
     with pytest.raises(ConfigError) as err:
         plan("dev", jobs=[], gpuNodeGroups=[efa_group("g6.xlarge")])
@@ -472,8 +472,8 @@ def test_cluster_security_group_output_matches_pulumi_eks():
 def test_a_live_run_refuses_template_values(monkeypatch):
     from pulumi.runtime import config as runtime_config
 
-    from stacks import config
-    from stacks.schema import ConfigError
+    import config
+    from config.schema import ConfigError
 
     runtime_config.set_all_config(stack_values("prod"), [])
     monkeypatch.setattr(config, "under_mock_engine", lambda: False)

@@ -7,9 +7,9 @@ import json
 import pytest
 from conftest import ROOT, stack_values
 
-from stacks.catalog import GPU_INSTANCE_TYPES
-from stacks.config import parse_config
-from stacks.schema import ConfigError
+from domain.catalog import GPU_INSTANCE_TYPES
+from config import parse_config
+from config.schema import ConfigError
 
 BASE = {"aws:region": "us-east-1"}
 
@@ -353,7 +353,7 @@ def test_bad_config_registers_no_resource():
 
 
 def test_readme_config_reference_matches_the_schema():
-    from stacks.reference import render_reference
+    from config.reference import render_reference
 
     readme = (ROOT / "README.md").read_text()
     assert render_reference() in readme, "README config reference is stale: run `make docs`"
@@ -391,7 +391,7 @@ def test_availability_zone_must_be_in_the_stack_region():
 
 
 def test_template_values_are_found_in_the_prod_template():
-    from stacks.config import template_values
+    from config import template_values
 
     found = {p.key: p for p in template_values(parse_config("prod", stack_values("prod")))}
     assert set(found) == {"trainstack:cluster.publicAccessCidrs[0]", "trainstack:cluster.adminPrincipals[0]"}

@@ -8,10 +8,11 @@ import pytest
 from conftest import stack_values
 
 from offline.engine import run_program
-from stacks.account import AccountCheckError, creator_parameter
-from stacks.config import parse_config
-from stacks.config.cluster import EKS_ADDON_VERSIONS
-from stacks.cost import hourly_cost
+from account_checks import AccountCheckError
+from domain.names import creator_parameter
+from config import parse_config
+from config.cluster import EKS_ADDON_VERSIONS
+from offline.cost import hourly_cost
 
 ACCOUNT = "123456789012"
 ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"  # bootstraps the stack from a laptop

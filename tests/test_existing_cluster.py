@@ -13,8 +13,8 @@ from conftest import ROOT, crd_errors, plan, policy_of, stack_values
 
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
-from stacks.account import AccountCheckError
-from stacks.schema import ConfigError
+from account_checks import AccountCheckError
+from config.schema import ConfigError
 
 CLUSTER = {"eks-cluster:ml-platform": {"version": "1.35", "zones": ["us-east-1a", "us-east-1b"]}}
 JOBS = (

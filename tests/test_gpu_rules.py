@@ -15,8 +15,10 @@ sys.path.insert(0, str(ROOT / "workload"))
 
 from trainer import preflight
 from trainer.data import TokenWindows, write_synthetic_dataset
+from trainer.distributed import DistContext
+from trainer.metrics import Window, validation_loss
 from trainer.model import MODEL_SIZES, Transformer
-from trainer.train import Agreement, Decision, DistContext, Window, validation_loss
+from trainer.resilience import Agreement, Decision
 
 CONTROL = object()  # the gloo control group
 
@@ -68,7 +70,9 @@ def test_a_jobs_own_node_check_runs_before_step_0_and_fails_the_job_for_good(mon
     treats as permanent; nothing trains over TCP."""
     import pytest
     import torch.distributed as dist
-    from trainer.train import PREFLIGHT_EXIT_CODE, parse_args, train
+    from trainer.config import parse_args
+    from trainer.resilience import PREFLIGHT_EXIT_CODE
+    from trainer.train import train
 
     gathered_on = []
 

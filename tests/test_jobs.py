@@ -15,7 +15,7 @@ from conftest import CRD_FILES, crd_errors, plan, stack_values
 from components.jobs import EFA_ENV, GPU_ENV, TERMINATION_GRACE_SECONDS, WAIT_FOR, wait_annotations
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
-from stacks.schema import ConfigError
+from config.schema import ConfigError
 
 PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
 RAYJOB = "kubernetes:ray.io/v1:RayJob"

@@ -133,7 +133,7 @@ def test_versions_and_values_can_be_overridden():
 
 
 def test_a_moving_ref_is_refused():
-    from stacks.schema import ConfigError
+    from config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r"trainingOperator.ref = \"v1.9.4\": not a full commit SHA"):
         plan("dev", operators={"trainingOperator": {"ref": "v1.9.4"}})
@@ -313,8 +313,8 @@ def test_kuberay_crds_follow_the_chart_version(dev_plan):
 def test_kuberay_older_than_its_crds_is_refused():
     from conftest import stack_values
 
-    from stacks.config import parse_config
-    from stacks.schema import ConfigError
+    from config import parse_config
+    from config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r'trainstack:operators\.kuberay\.version = "1\.6\.0"'):
         parse_config("dev", stack_values("dev", operators={"kuberay": {"version": "1.6.0"}}))

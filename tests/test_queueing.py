@@ -10,8 +10,9 @@ import yaml
 from conftest import crd_errors, plan, policy_of, shared_dir
 from test_charts import pod_spec, render
 
-from components.jobs import gpu_placement
-from components.queueing import AUTOSCALER_IMAGE_TAGS, KUEUE_FRAMEWORKS, Amounts, job_demand, shortfall
+from domain.placement import gpu_placement
+from components.queueing import AUTOSCALER_IMAGE_TAGS, KUEUE_FRAMEWORKS
+from domain.quota import Amounts, job_demand, shortfall
 from conventions import (
     GPU_TOLERATION,
     NODE_TEMPLATE_TAG,
@@ -20,7 +21,7 @@ from conventions import (
     autoscaler_discovery_tags,
 )
 from offline.plan import manifest_of
-from stacks.config import EKS_ADDON_VERSIONS
+from config import EKS_ADDON_VERSIONS
 
 CR = "kubernetes:kueue.x-k8s.io/v1beta2:"
 JOB_TYPES = (

@@ -12,9 +12,9 @@ from conftest import crd_errors, plan, policy_of
 
 from offline.plan import manifest_of
 from offline.timeline import critical_path, until_training
-from stacks.account import AccountCheckError
-from stacks.cost import hourly_cost
-from stacks.schema import ConfigError
+from account_checks import AccountCheckError
+from offline.cost import hourly_cost
+from config.schema import ConfigError
 
 FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
 DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
@@ -195,7 +195,7 @@ def test_the_plan_prices_the_file_system_and_builds_it_beside_the_cluster(fsx_pl
 
     from conftest import stack_values
 
-    from stacks.config import parse_config
+    from config import parse_config
 
     values = stack_values("prod", gpuNodeGroups=[P5, G6], jobs=JOBS, storage=storage())
     (line,) = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conventions import NODE_GROUP_LABEL
 from offline.engine import Registration
 from offline.timeline import critical_path, describe, job_start_minutes
-from stacks.catalog import image_compressed_gb
+from domain.catalog import image_compressed_gb
 
 
 def reg(name: str, type_: str, deps: tuple[str, ...] = (), parent: str | None = None, custom=True, **inputs):

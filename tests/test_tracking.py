@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, unused_port
 from test_workload import losses, metrics_of, torchrun  # puts workload/ on sys.path
 from trainer import tracking
-from trainer.train import parse_args
+from trainer.config import parse_args
 
 
 class MlflowServer:
@@ -139,7 +139,7 @@ def test_one_run_per_job_continued_on_resume_and_training_outlives_the_server(tm
 
 def test_without_a_uri_mlflow_is_never_imported():
     code = (
-        "import sys; from trainer.train import parse_args; from trainer import tracking; "
+        "import sys; from trainer.config import parse_args; from trainer import tracking; "
         "args = parse_args([]); assert not args.tracking_uri; "
         "assert tracking.tracker_for(args, 0, 2, 0) is None; assert 'mlflow' not in sys.modules"
     )

@@ -14,8 +14,8 @@ from components.tracking import ALLOWED_HOSTS, MLFLOW_IMAGE, PORT_FORWARD, SERVE
 from offline.engine import run_program
 from offline.plan import manifest_of
 from offline.timeline import critical_path, until_training
-from stacks.cost import hourly_cost
-from stacks.schema import ConfigError
+from offline.cost import hourly_cost
+from config.schema import ConfigError
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 RDS = "aws:rds/instance:Instance"
@@ -161,7 +161,7 @@ def test_rds_is_private_encrypted_and_protected_in_a_protected_stack(on_rds):
 
 
 def test_the_database_costs_appear_and_stay_off_the_path_to_training(on_rds):
-    from stacks.config import parse_config
+    from config import parse_config
 
     cfg = parse_config(
         "prod", stack_values("prod", tracking={"mode": "server", "server": {"database": "rds"}})

@@ -21,9 +21,10 @@ WORKLOAD = ROOT / "workload"
 sys.path.insert(0, str(WORKLOAD))
 
 from trainer import checkpoint  # noqa: E402
+from trainer.config import parse_args  # noqa: E402
 from trainer.data import Prefetcher, TokenWindows, write_synthetic_dataset  # noqa: E402
+from trainer.metrics import PEAK_BF16_FLOPS  # noqa: E402
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token  # noqa: E402
-from trainer.train import PEAK_BF16_FLOPS, parse_args  # noqa: E402
 
 
 def records(output: str) -> list[dict]:
@@ -242,7 +243,8 @@ def test_a_checkpoint_is_complete_as_soon_as_every_rank_has_written_it(tmp_path,
 
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from trainer.train import DistContext, train
+    from trainer.distributed import DistContext
+    from trainer.train import train
 
     def written_now(state, checkpoint_id, process_group):
         dcp.save(state, checkpoint_id=checkpoint_id, process_group=process_group)

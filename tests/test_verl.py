@@ -12,7 +12,7 @@ from test_jobs import env_of
 
 from components.verl import VERL_IMAGE, VERL_VERSION
 from offline.plan import manifest_of
-from stacks.schema import ConfigError
+from config.schema import ConfigError
 
 L4 = {"name": "gpu", "instanceType": "g6.xlarge", "nodeCount": 2}
 P5 = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True}

@@ -24,8 +24,8 @@ sys.path.insert(0, str(WORKLOAD))
 
 from trainer import checkpoint  # noqa: E402
 from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset  # noqa: E402
-from trainer.launch import RETRYABLE_EXIT_CODE  # noqa: E402
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count  # noqa: E402
+from trainer.resilience import RETRYABLE_EXIT_CODE  # noqa: E402
 
 
 def metrics_of(output: str) -> list[dict]:
@@ -283,7 +283,7 @@ def test_ray_trainer_uses_rays_fault_tolerance():
 def test_a_metrics_line_is_one_write(monkeypatch):
     """Ranks share one pipe: a line written in two parts (print's text, then its newline, as
     Python does unbuffered) can have another process's warning spliced into it."""
-    from trainer import train
+    from trainer import metrics
 
     writes = []
 
@@ -298,5 +298,5 @@ def test_a_metrics_line_is_one_write(monkeypatch):
         rank = 0
 
     monkeypatch.setattr(sys, "stdout", Recorder())
-    train.log(RankZero(), {"event": "checkpoint", "step": 30})
+    metrics.log(RankZero(), {"event": "checkpoint", "step": 30})
     assert writes == ['metrics {"event": "checkpoint", "step": 30}\n']

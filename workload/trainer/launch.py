@@ -24,8 +24,7 @@ import sys
 from torch.distributed import run
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-# The training operator's user-defined retryable exit code (128 + SIGUSR1) under `ExitCode`.
-RETRYABLE_EXIT_CODE = 138
+from trainer.resilience import RETRYABLE_EXIT_CODE
 
 
 def main(argv: list[str] | None = None) -> int:

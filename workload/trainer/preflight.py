@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer.train import DistContext, init_distributed
+from trainer.distributed import DistContext, init_distributed
+from trainer.resilience import FAILED_EXIT_CODE
 
 TERMINATION_LOG = Path("/dev/termination-log")
 # The EFA device plugin gives a pod its devices as /dev/infiniband/uverbsN character devices. Not
@@ -150,7 +151,7 @@ def check_nodes(
         "problems": problems,
     }
     if ctx.rank == 0:
-        # One write, newline included: other ranks' output shares the pipe (see train.log).
+        # One write, newline included: other ranks' output shares the pipe (see metrics.log).
         sys.stdout.write(f"preflight {json.dumps(report)}\n")
         sys.stdout.flush()
         if problems and TERMINATION_LOG.parent.is_dir() and os.access(TERMINATION_LOG.parent, os.W_OK):
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx, args.gpus_per_node, args.efa_per_node, args.min_bus_bandwidth, args.size_mb, args.iters
     )
     dist.destroy_process_group()
-    return 0 if report["ok"] else 1
+    return 0 if report["ok"] else FAILED_EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import os
 import shutil
 import sys
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 
 import ray
@@ -30,7 +29,10 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Sc
 from ray.train.torch import TorchConfig, TorchTrainer
 
 from trainer import checkpoint
-from trainer.train import DistContext, parse_args, train
+from trainer.config import TrainConfig, parse_args
+from trainer.distributed import DistContext, control_group
+from trainer.resilience import FAILED_EXIT_CODE
+from trainer.train import train
 
 
 def report_checkpoint(rank: int, step: int, path: Path, metrics: dict) -> None:
@@ -51,26 +53,24 @@ def _same_fs(file: Path, directory: str) -> bool:
 
 
 def train_loop_per_worker(config: dict) -> None:
-    args = argparse.Namespace(**config)
-    args.checkpoint_dir = Path(args.checkpoint_dir)
-    args.data_cache = Path(args.data_cache)
+    cfg = TrainConfig.from_dict(config)
     context = ray.train.get_context()
     device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
     # checkpoint.py elects one writer per node by LOCAL_RANK, as under torchrun.
     os.environ["LOCAL_RANK"] = str(context.get_local_rank())
-    control = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.transfer_timeout))
+    control = control_group(cfg.transfer_timeout)
     rank = context.get_world_rank()
     ctx = DistContext(rank, context.get_world_size(), context.get_local_rank(), device, control)
     restored = ray.train.get_checkpoint()
     if restored is not None:  # a worker group restarted by Ray after a failure
         with restored.as_directory() as directory:
             step = checkpoint.marker_step(Path(directory))
-            target = checkpoint.step_dir(args.checkpoint_dir, step)
+            target = checkpoint.step_dir(cfg.checkpoint_dir, step)
             if ctx.local_rank == 0 and not (target / checkpoint.MARKER).is_file():
                 shutil.copytree(directory, target, dirs_exist_ok=True)
             dist.barrier(group=control)
     train(
-        args,
+        cfg,
         ctx,
         report=lambda metrics: ray.train.report({k: v for k, v in metrics.items() if v is not None}),
         on_checkpoint=lambda step, path: report_checkpoint(rank, step, path, {"step": step}),
@@ -88,20 +88,20 @@ def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
         "--storage-path", default="", help="Ray Train run state (default: <s3-checkpoints>/ray, else local)"
     )
     ray_args, rest = parser.parse_known_args(argv)
-    args = parse_args(rest)
+    cfg = parse_args(rest)
     storage = ray_args.storage_path or (
-        f"{args.s3_checkpoints.rstrip('/')}/ray" if args.s3_checkpoints else "/tmp/ray-results"
+        f"{cfg.s3_checkpoints.rstrip('/')}/ray" if cfg.s3_checkpoints else "/tmp/ray-results"
     )
     return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        train_loop_config=cfg.to_dict(),
         scaling_config=ScalingConfig(num_workers=ray_args.num_workers, use_gpu=ray_args.use_gpu),
         torch_config=TorchConfig(backend="nccl" if ray_args.use_gpu else "gloo"),
         run_config=RunConfig(
-            name=f"trainstack-{args.model}",
+            name=f"trainstack-{cfg.model}",
             storage_path=storage,
             failure_config=FailureConfig(max_failures=ray_args.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=args.keep_checkpoints),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
         ),
     )
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address=os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
     result = build_trainer(argv).fit()
     print(f"ray train finished: error={result.error!r}, checkpoint={result.checkpoint}", flush=True)
-    return 0 if result.error is None else 1
+    return 0 if result.error is None else FAILED_EXIT_CODE
 
 
 if __name__ == "__main__":

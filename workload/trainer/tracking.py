@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer.config import TrainConfig
+
 RUN_ID_FILE = "mlflow_run_id"
 QUEUE_RECORDS = 10_000  # about a week of records at one per minute
 # MLflow's own defaults (120 s per request, 7 retries with backoff) would hold a record for minutes.
@@ -205,21 +207,21 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
-def tracker_for(args, rank: int, world_size: int, resumed_from: int) -> Tracker | None:
+def tracker_for(cfg: TrainConfig, rank: int, world_size: int, resumed_from: int) -> Tracker | None:
     """Rank 0's tracker when a tracking URI is set; None otherwise (MLflow not imported)."""
-    if rank != 0 or not args.tracking_uri:
+    if rank != 0 or not cfg.tracking_uri:
         return None
     identity = {name: os.environ.get(env, "") for name, env in IDENTITY_ENV.items()}
     params = {
         **identity,
-        "model": args.model,
-        "batch_size": args.batch_size,
-        "seq_len": args.seq_len,
-        "steps": args.steps,
-        "lr": args.lr,
+        "model": cfg.model,
+        "batch_size": cfg.batch_size,
+        "seq_len": cfg.seq_len,
+        "steps": cfg.steps,
+        "lr": cfg.lr,
         "world_size": world_size,
-        "checkpoint_every": args.checkpoint_every,
-        "checkpoints": args.s3_checkpoints or str(args.checkpoint_dir),
+        "checkpoint_every": cfg.checkpoint_every,
+        "checkpoints": cfg.s3_checkpoints or str(cfg.checkpoint_dir),
     }
-    run_ids = RunIdStore(args.checkpoint_dir, args.s3_checkpoints)
-    return Tracker(args.tracking_uri, args.experiment, run_ids, params, resumed_from)
+    run_ids = RunIdStore(cfg.checkpoint_dir, cfg.s3_checkpoints)
+    return Tracker(cfg.tracking_uri, cfg.experiment, run_ids, params, resumed_from)

@@ -1,0 +1,245 @@
+"""Value rules over a whole `StackConfig`: each plane's own checks, in plane order, and the rules
+that span planes (a job's node group exists and holds it, its operator is installed, it fits its
+queue's quota)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from config.build import check_image, check_registry, check_storage
+from config.ci import check_ci
+from config.cluster import check_cluster
+from config.existing import check_existing_cluster
+from config.jobs import JobConfig, check_job_env_and_wait, check_job_name, check_job_run
+from config.names import PROJECT
+from config.network import check_network
+from config.node_groups import GpuNodeGroupConfig, check_node_groups
+from config.operators import OperatorsConfig, check_operators
+from config.placements import catalog_placement, config_system_placement
+from config.queueing import check_queueing
+from config.schema import Reader
+from config.stack_config import StackConfig
+from config.tracking import check_tracking
+from conventions import SYSTEM_GROUP
+from domain.catalog import INSTANCE_TYPES
+from domain.quota import QueueSpec, job_demand, shortfall
+from domain.verl_fit import verl_fits
+
+_TAG_PUNCTUATION = set(" _.:/=+-@")
+
+
+def check(c: StackConfig, r: Reader) -> None:
+    """Value and cross-field rules. They run on every value that parsed (a malformed one keeps its
+    default); problems about a malformed key, or rules leaning on malformed groups, stay quiet."""
+    checks = Reader()
+    groups_sound = not any(
+        r.under_malformed(k) or k.startswith((f"{PROJECT}:gpuNodeGroups", f"{PROJECT}:cluster"))
+        for k in r.malformed_keys
+    )
+    _check_values(c, checks, groups_sound)
+    r.problems += [p for p in checks.problems if not r.under_malformed(p.key)]
+
+
+def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
+    _check_tags(c.tags, r)
+    check_network(c.network, r)
+    check_existing_cluster(c.existing_cluster, r)
+    check_cluster(c.cluster, r)
+    check_node_groups(c.gpu_node_groups, c.region, c.existing_cluster.named, r)
+    _check_builder(c, r)
+    by_name = {g.name: g for g in c.gpu_node_groups} if groups_sound else None
+    _check_jobs(c, by_name, r)
+    check_image(c.image, c.docker_hub_access_token is not None, r)
+    check_operators(c.operators, r)
+    check_queueing(c.queueing, r)
+    check_tracking(
+        c.tracking, c.tracking_token is not None, c.tracking_password is not None, c.existing_cluster.named, r
+    )
+    check_ci(c.ci, r)
+    check_registry(c.registry, c.storage.protect, r)
+    check_storage(c.storage, r)
+    _check_shared_storage(c, r)
+
+
+def _check_shared_storage(c: StackConfig, r: Reader) -> None:
+    """FSx and Mountpoint live in the stack's VPC and cluster: not on a cluster it did not create."""
+    fsx, k = c.storage.fsx, f"{PROJECT}:storage"
+    if c.existing_cluster.named and (fsx.enabled or c.storage.datasets_mount):
+        key = f"{k}.fsx.enabled" if fsx.enabled else f"{k}.datasetsMount"
+        r.problem(
+            key,
+            True,
+            "shared storage is created in the stack's own VPC and cluster",
+            "false on an existingCluster",
+        )
+    names = [g.name for g in c.gpu_node_groups]
+    for name in fsx.node_groups:
+        if name not in names:
+            r.problem(
+                f"{k}.fsx.nodeGroups",
+                name,
+                "no GPU node group has that name",
+                ", ".join(names) or "a GPU group",
+            )
+
+
+def _check_builder(c: StackConfig, r: Reader) -> None:
+    """What builds the image follows where the stack runs: a kubeconfig stack uses no AWS, kind
+    loads only into kind, and with no build every job names its image."""
+    e, builder, k = c.existing_cluster, c.image.builder, f"{PROJECT}:image.builder"
+    if e.kubeconfig is not None and builder in ("codebuild", "docker"):
+        r.problem(
+            k, builder, "a kubeconfig stack uses no AWS account (no ECR, no CodeBuild)", "kind, or none"
+        )
+    if builder == "kind" and (e.kubeconfig is None or e.kind_cluster_name is None):
+        r.problem(
+            k,
+            builder,
+            "the image is loaded into a kind cluster",
+            "with existingCluster.kubeconfig and existingCluster.kindClusterName; or codebuild, docker",
+        )
+    if builder == "none":
+        for i, j in enumerate(c.jobs):
+            if j.image is None:
+                r.problem(
+                    f"{PROJECT}:jobs[{i}].image",
+                    None,
+                    "image.builder is none: nothing builds one",
+                    "an image reference",
+                )
+
+
+def _aws_tag_text(text: str) -> bool:
+    """AWS tags allow letters, digits, spaces and _ . : / = + - @ (no control characters)."""
+    return all(ch.isalnum() or ch in _TAG_PUNCTUATION for ch in text)
+
+
+def _check_tags(tags: dict[str, str], r: Reader) -> None:
+    for k, v in tags.items():
+        if (
+            k.lower().startswith("aws:")
+            or not 1 <= len(k) <= 128
+            or len(v) > 256
+            or not (_aws_tag_text(k) and _aws_tag_text(v))
+        ):
+            r.problem(
+                f"{PROJECT}:tags.{k}",
+                v,
+                "not a valid AWS tag",
+                "keys of 1-128 characters not starting with 'aws:', values up to 256, of letters, digits, "
+                "spaces and _ . : / = + - @",
+            )
+
+
+def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r: Reader) -> None:
+    """`by_name` is None when the node groups did not parse: nothing to check a job against."""
+    p = PROJECT
+    for name, n in Counter(j.name for j in c.jobs).items():
+        if n > 1:
+            r.problem(f"{p}:jobs", name, f"name used by {n} jobs", "unique names")
+    queues = _queues(c, by_name)
+    for i, j in enumerate(c.jobs):
+        k = f"{p}:jobs[{i}]"
+        check_job_name(j, k, r)
+        _check_job_placement(j, by_name, k, r)
+        _check_job_fits_queue(j, queues, k, r)
+        check_job_run(j, k, r)
+        _check_job_operator(j, c.operators, k, r)
+        check_job_env_and_wait(j, k, r)
+        if j.verl is not None:
+            _check_verl(j, by_name, k, r)
+
+
+def _check_verl(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:
+    """A VERL job runs on Ray, on GPUs that hold its model for training and rollout."""
+    v, key = j.verl, f"{k}.verl"
+    if j.kind == "PyTorchJob":
+        r.problem(f"{k}.kind", j.kind, "VERL runs on Ray", "RayJob or RayCluster")
+    if j.command:
+        r.problem(f"{k}.command", list(j.command), "a VERL job runs VERL's trainer", "no command with verl")
+    r.ranges(
+        key,
+        (
+            ("epochs", v.epochs, 1, 100),
+            ("batchSize", v.batch_size, 1, 65536),
+            ("rollouts", v.rollouts, 1, 64),
+            ("tensorParallel", v.tensor_parallel, 1, 8),
+            ("saveEvery", v.save_every, 1, 100000),
+        ),
+    )
+    if not v.billions():
+        r.problem(
+            f"{key}.modelBillions",
+            None,
+            f"the size of {v.model} is not in its name",
+            "its parameters in billions",
+        )
+    group = (by_name or {}).get(j.node_group)
+    if by_name is None or (group is None and j.node_group != SYSTEM_GROUP) or v.tensor_parallel < 1:
+        return
+    it = group.instance if group is not None else None
+    gpus = it.gpus if it is not None else 0
+    memory_gib = it.gpu_memory_mib / 1024 if it else 0.0  # EC2 gives it per GPU
+    why = verl_fits(v.algorithm, v.billions(), v.tensor_parallel, gpus, memory_gib, max(1, j.nodes))
+    if why:
+        r.problem(
+            f"{k}.nodeGroup", j.node_group, f"cannot hold VERL job {j.name}: {why}", "a GPU group that fits"
+        )
+
+
+def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> dict[str, QueueSpec]:
+    """Each group's queue as the catalog sizes it (the program sizes it from EC2's answer, the same
+    figures); empty when the groups did not parse."""
+    placement = config_system_placement(c)
+    if by_name is None or placement is None:
+        return {}
+    queues = {SYSTEM_GROUP: QueueSpec(placement, c.system_node_count, provisioned=False)}
+    for g in by_name.values():
+        if g.instance_type in INSTANCE_TYPES:
+            queues[g.name] = QueueSpec(catalog_placement(g), g.node_count, provisioned=c.autoscaled(g))
+    return queues
+
+
+def _check_job_fits_queue(j: JobConfig, queues: dict[str, QueueSpec], k: str, r: Reader) -> None:
+    """Kueue admits a job whole or never: one larger than its queue's quota would wait forever."""
+    queue = queues.get(j.node_group)
+    if queue is None or j.nodes < 1:
+        return
+    over = shortfall(job_demand(queue.placement, j.nodes, j.kind), queue.quota())
+    if over:
+        what = "the system node group" if queue.group == SYSTEM_GROUP else f"node group '{queue.group}'"
+        r.problem(
+            f"{k}.nodes",
+            j.nodes,
+            f"job '{j.name}' can never be admitted by queue '{queue.group}': {what} holds "
+            f"{queue.max_nodes} node(s) at most, and the job needs {'; '.join(over)}",
+            f"1-{queue.max_nodes}, or a larger node group",
+        )
+
+
+def _check_job_placement(
+    j: JobConfig, groups: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader
+) -> None:
+    """The group exists and the job has a node; its upper bound is its queue's (below)."""
+    if groups is None:
+        return
+    if j.node_group != SYSTEM_GROUP and j.node_group not in groups:
+        r.problem(
+            f"{k}.nodeGroup",
+            j.node_group,
+            "no node group has that name",
+            ", ".join([*groups, SYSTEM_GROUP]),
+        )
+    elif j.nodes < 1:
+        r.problem(f"{k}.nodes", j.nodes, "a job needs at least one node", "1 or more")
+
+
+def _check_job_operator(j: JobConfig, operators: OperatorsConfig, k: str, r: Reader) -> None:
+    needs, enabled = operators.runs(j.kind)
+    if not enabled:
+        r.problem(
+            f"{k}.kind",
+            j.kind,
+            f"operators.{needs} is turned off, and nothing else in the stack runs a {j.kind}",
+            f"turn operators.{needs} back on, or remove the job",
+        )

@@ -1,0 +1,119 @@
+"""CI config: which GitHub repository, environment and branch may preview and deploy the stack."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from config.names import PROJECT
+from config.schema import Reader, setting
+
+_GITHUB_REPO = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
+_GITHUB_ENVIRONMENT = re.compile(r"[A-Za-z0-9._-]{1,255}")
+_BRANCH = re.compile(r"[A-Za-z0-9._/-]{1,255}")
+_OIDC_PROVIDER = re.compile(
+    r"arn:aws[-a-z]*:iam::[0-9]{12}:oidc-provider/token\.actions\.githubusercontent\.com"
+)
+# S3 bucket names: 3-63 lowercase letters, digits, '.' and '-', starting and ending alphanumeric.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_KMS_KEY = re.compile(r"arn:aws[-a-z]*:kms:[a-z0-9-]+:[0-9]{12}:(key|alias)/[A-Za-z0-9/_-]+")
+
+
+@dataclass(frozen=True)
+class CiConfig:
+    github_repository: str | None = setting(
+        "githubRepository", "owner/repo whose GitHub Actions may preview and deploy this stack (OIDC).", None
+    )
+    github_owner_id: int | None = setting(
+        "githubOwnerId", "Numeric owner id: also trust the immutable OIDC subject format.", None
+    )
+    github_repository_id: int | None = setting(
+        "githubRepositoryId", "Numeric repository id (with githubOwnerId).", None
+    )
+    environment: str | None = setting(
+        "environment",
+        "GitHub environment that deploys this stack (prod); previews run in `<environment>-preview`. "
+        "Unset: PRs preview, `branch` deploys.",
+        None,
+    )
+    branch: str = setting(
+        "branch", "Branch whose pushes deploy the stack when no environment is set.", "main"
+    )
+    oidc_provider_arn: str | None = setting(
+        "oidcProviderArn", "The account's GitHub OIDC provider, when another stack created it.", None
+    )
+    secrets_key_arn: str | None = setting(
+        "secretsKeyArn",
+        "KMS key of the stack's awskms secrets provider: the preview role may decrypt it.",
+        None,
+    )
+    state_bucket: str | None = setting(
+        "stateBucket",
+        "S3 bucket of a self-managed state backend: the preview role may read this stack's state there.",
+        None,
+    )
+
+
+def check_ci(ci: CiConfig, r: Reader) -> None:
+    k = f"{PROJECT}:ci"
+    if ci.github_repository is None:
+        for key, value in (
+            ("githubOwnerId", ci.github_owner_id),
+            ("githubRepositoryId", ci.github_repository_id),
+            ("environment", ci.environment),
+            ("oidcProviderArn", ci.oidc_provider_arn),
+            ("secretsKeyArn", ci.secrets_key_arn),
+            ("stateBucket", ci.state_bucket),
+        ):
+            if value is not None:
+                r.problem(
+                    f"{k}.{key}",
+                    value,
+                    "CI access is off without githubRepository",
+                    f"set {k}.githubRepository",
+                )
+        return
+    if not _GITHUB_REPO.fullmatch(ci.github_repository):
+        r.problem(f"{k}.githubRepository", ci.github_repository, "not a GitHub repository", "owner/repo")
+    if (ci.github_owner_id is None) != (ci.github_repository_id is None):
+        r.problem(
+            f"{k}.githubOwnerId" if ci.github_owner_id is None else f"{k}.githubRepositoryId",
+            None,
+            "the immutable subject format needs both numeric ids",
+            "both githubOwnerId and githubRepositoryId, or neither",
+        )
+    for key, value in (
+        ("githubOwnerId", ci.github_owner_id),
+        ("githubRepositoryId", ci.github_repository_id),
+    ):
+        if value is not None and value < 1:
+            r.problem(
+                f"{k}.{key}", value, "not a GitHub id", "a positive integer (gh api repos/<owner>/<repo>)"
+            )
+    if ci.environment is not None and not _GITHUB_ENVIRONMENT.fullmatch(ci.environment):
+        r.problem(
+            f"{k}.environment", ci.environment, "not a GitHub environment name", "letters, digits, . _ -"
+        )
+    if not _BRANCH.fullmatch(ci.branch):
+        r.problem(f"{k}.branch", ci.branch, "not a branch name", "a branch such as main")
+    if ci.oidc_provider_arn is not None and not _OIDC_PROVIDER.fullmatch(ci.oidc_provider_arn):
+        r.problem(
+            f"{k}.oidcProviderArn",
+            ci.oidc_provider_arn,
+            "not the GitHub OIDC provider's ARN",
+            "arn:aws:iam::<account>:oidc-provider/token.actions.githubusercontent.com",
+        )
+    if ci.secrets_key_arn is not None and not _KMS_KEY.fullmatch(ci.secrets_key_arn):
+        r.problem(
+            f"{k}.secretsKeyArn",
+            ci.secrets_key_arn,
+            "not a KMS key ARN",
+            "arn:aws:kms:<region>:<account>:key/<id>",
+        )
+    if ci.state_bucket is not None and not _BUCKET.fullmatch(ci.state_bucket):
+        r.problem(
+            f"{k}.stateBucket",
+            ci.state_bucket,
+            "not an S3 bucket name",
+            "the bucket of `pulumi login s3://<bucket>` (3-63 lowercase letters, digits, '.', '-')",
+        )

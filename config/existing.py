@@ -1,0 +1,168 @@
+"""Config for a cluster trainstack did not create: an EKS cluster by name, or any cluster a kubeconfig
+file reaches (kind on a laptop). With one named, the stack creates no VPC, EKS cluster or node
+group: it describes the nodes it uses (`gpuNodeGroups[].nodeSelector`, `existingCluster.systemNodes`)
+and puts only its operators, queues and jobs on the cluster, in their own namespaces and releases.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from config.names import PROJECT
+from config.schema import Reader, setting
+
+_EKS_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]{0,99}")
+_ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}")
+_S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?")
+# A label key (optional DNS prefix, then a name) and value, as Kubernetes validates them.
+_LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+def default_system_selector() -> dict[str, str]:
+    return {"kubernetes.io/os": "linux"}
+
+
+@dataclass(frozen=True)
+class SystemNodesConfig:
+    node_selector: dict[str, str] = setting(
+        "nodeSelector",
+        "Labels of the nodes operators, Ray heads and CPU jobs run on.",
+        factory=default_system_selector,
+    )
+    cpus: int = setting("cpus", "vCPUs of one of them (a CPU job asks for half).", 2)
+    memory_gib: int = setting("memoryGiB", "Memory of one of them in GiB (a CPU job asks for half).", 8)
+    count: int = setting("count", "How many of them CPU jobs may use at once (the system queue's size).", 1)
+
+
+@dataclass(frozen=True)
+class S3AccessConfig:
+    uri: str = setting("uri", "s3://bucket/prefix under which each job keeps checkpoints/<job>/.")
+    credentials_secret: str = setting(
+        "credentialsSecret",
+        "A Secret you create in the training namespace with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
+    )
+
+
+@dataclass(frozen=True)
+class ExistingClusterConfig:
+    eks_cluster_name: str | None = setting(
+        "eksClusterName",
+        "An EKS cluster in the stack's region to deploy onto (not created or changed).",
+        None,
+    )
+    kubeconfig: str | None = setting(
+        "kubeconfig",
+        "Path to a kubeconfig file of the cluster to deploy onto (kind, any cluster); no AWS is used.",
+        None,
+    )
+    context: str | None = setting("context", "The kubeconfig context (default: its current one).", None)
+    system_nodes: SystemNodesConfig = setting(
+        "systemNodes", "The cluster's nodes for operators, Ray heads and CPU jobs.", factory=SystemNodesConfig
+    )
+    pod_role_arn: str | None = setting(
+        "podRoleArn",
+        "EKS: an IAM role for the training pods (Pod Identity); default: a role the stack makes for its bucket.",
+        None,
+    )
+    checkpoint_host_path: str | None = setting(
+        "checkpointHostPath",
+        "kubeconfig: keep checkpoints under this node path, one directory per job, shared by the nodes "
+        "(kind's extraMounts); instead of S3.",
+        None,
+    )
+    s3: S3AccessConfig | None = setting(
+        "s3", "kubeconfig: checkpoints in S3 with credentials from a Secret you provide.", None
+    )
+    kind_cluster_name: str | None = setting(
+        "kindClusterName",
+        "kubeconfig: the kind cluster the image is loaded into (image.builder: kind).",
+        None,
+    )
+
+    @property
+    def named(self) -> bool:
+        return self.eks_cluster_name is not None or self.kubeconfig is not None
+
+    @property
+    def uses_aws(self) -> bool:
+        """An EKS cluster is reached through AWS; a kubeconfig stack uses no AWS account at all."""
+        return self.kubeconfig is None
+
+
+def check_selector(selector: dict[str, str], key: str, r: Reader) -> None:
+    if not selector:
+        r.problem(
+            key, selector, "a node selector is needed to find these nodes", "a map of node label to value"
+        )
+    for k, v in selector.items():
+        if (
+            not _LABEL_KEY.fullmatch(k)
+            or len(k.rpartition("/")[2]) > 63
+            or not _LABEL_VALUE.fullmatch(str(v))
+        ):
+            r.problem(f"{key}.{k}", v, "not a valid node label and value", "a Kubernetes label key and value")
+
+
+def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
+    k = f"{PROJECT}:existingCluster"
+    if e.eks_cluster_name is not None and e.kubeconfig is not None:
+        r.problem(
+            k, "eksClusterName and kubeconfig", "names two clusters", "one of eksClusterName or kubeconfig"
+        )
+    if e.eks_cluster_name is not None and not _EKS_NAME.fullmatch(e.eks_cluster_name):
+        r.problem(
+            f"{k}.eksClusterName",
+            e.eks_cluster_name,
+            "not an EKS cluster name",
+            "1-100 letters, digits, - and _",
+        )
+    if e.kubeconfig is not None and not e.kubeconfig.strip():
+        r.problem(f"{k}.kubeconfig", e.kubeconfig, "empty path", "the path of a kubeconfig file")
+    s = e.system_nodes
+    check_selector(s.node_selector, f"{k}.systemNodes.nodeSelector", r)
+    r.ranges(
+        f"{k}.systemNodes",
+        (("cpus", s.cpus, 1, 512), ("memoryGiB", s.memory_gib, 1, 4096), ("count", s.count, 1, 1000)),
+    )
+    eks_only = (("podRoleArn", e.pod_role_arn),)
+    kubeconfig_only = (
+        ("checkpointHostPath", e.checkpoint_host_path),
+        ("s3", e.s3),
+        ("kindClusterName", e.kind_cluster_name),
+    )
+    for name, value in eks_only:
+        if value is not None and e.eks_cluster_name is None:
+            r.problem(f"{k}.{name}", value, "only with eksClusterName (Pod Identity is EKS's)", "unset")
+    for name, value in kubeconfig_only:
+        if value is not None and e.kubeconfig is None:
+            r.problem(
+                f"{k}.{name}",
+                value,
+                "only with kubeconfig (an EKS stack keeps checkpoints in its bucket)",
+                "unset",
+            )
+    if e.pod_role_arn is not None and not _ROLE_ARN.fullmatch(e.pod_role_arn):
+        r.problem(
+            f"{k}.podRoleArn", e.pod_role_arn, "not an IAM role ARN", "arn:aws:iam::<account>:role/<name>"
+        )
+    if e.kubeconfig is not None:
+        if (e.checkpoint_host_path is None) == (e.s3 is None):
+            r.problem(
+                f"{k}.checkpointHostPath",
+                e.checkpoint_host_path,
+                "a kubeconfig stack keeps checkpoints on a node path or in S3, one of them",
+                "checkpointHostPath (an absolute path), or s3 with a credentials Secret",
+            )
+        if e.checkpoint_host_path is not None and not e.checkpoint_host_path.startswith("/"):
+            r.problem(
+                f"{k}.checkpointHostPath",
+                e.checkpoint_host_path,
+                "not an absolute path",
+                "/var/local/trainstack, say",
+            )
+        if e.s3 is not None and not _S3_URI.fullmatch(e.s3.uri):
+            r.problem(f"{k}.s3.uri", e.s3.uri, "not an S3 URI", "s3://bucket/prefix")

@@ -1,0 +1,122 @@
+"""Jobs plane config: the PyTorchJobs, RayJobs and RayClusters the stack launches, and their own rules.
+
+Whether a job fits its node group and has its operator is a cross-plane rule (`checks.py`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from config.names import LABEL, NAME_RULE
+from config.schema import Reader, setting
+
+JobKind = Literal["PyTorchJob", "RayJob", "RayCluster"]
+WaitMode = Literal["none", "admitted", "running", "succeeded"]
+# KubeRay appends suffixes to a Ray job's name for its pods and services.
+MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str = setting("name", "Job name (Kubernetes name; at most 47 for Ray kinds).")
+    kind: JobKind = setting("kind", "What to launch.")
+    node_group: str = setting(
+        "nodeGroup", "GPU node group the job runs on, or `system` for a CPU-only (gloo) job."
+    )
+    nodes: int = setting("nodes", "Nodes the job uses (at most the group's nodeCount).", 1)
+    model: Literal["tiny", "small", "1b"] = setting("model", "Model size the default trainer trains.", "tiny")
+    steps: int = setting("steps", "Optimizer steps of the default trainer (1-10000000).", 100)
+    image: str | None = setting("image", "Container image (default: the image the stack builds).", None)
+    command: tuple[str, ...] = setting(
+        "command", "Container command (default: the workload's trainer for the kind).", factory=tuple
+    )
+    args: tuple[str, ...] = setting(
+        "args", "Arguments appended to the trainer's (or to `command`).", factory=tuple
+    )
+    env: dict[str, str] = setting(
+        "env",
+        "Extra environment variables (kept in a Kubernetes Secret if `jobs` is a secret).",
+        factory=dict,
+    )
+    wait: WaitMode = setting(
+        "wait",
+        "What `pulumi up` waits for: admitted (Kueue admitted it whole and its nodes exist), running, "
+        "succeeded, or none.",
+        "running",
+    )
+    timeout_minutes: int = setting(
+        "timeoutMinutes",
+        "How long `pulumi up` waits (1-10080), plus queueing.maxNodeProvisionMinutes on an autoscaled group.",
+        60,
+    )
+    verl: VerlConfig | None = setting(
+        "verl", "Run VERL (GRPO/PPO) instead of the default trainer: RayJob or RayCluster only.", None
+    )
+
+
+def check_job_name(j: JobConfig, k: str, r: Reader) -> None:
+    limit = MAX_JOB_NAME[j.kind]
+    if not LABEL.fullmatch(j.name) or len(j.name) > limit:
+        r.problem(
+            f"{k}.name", j.name, f"not a valid {j.kind} name", f"{NAME_RULE}; at most {limit} characters"
+        )
+
+
+def check_job_run(j: JobConfig, k: str, r: Reader) -> None:
+    """What the job runs: steps and image."""
+    if not 1 <= j.steps <= 10_000_000:
+        r.problem(f"{k}.steps", j.steps, "out of range", "1-10000000")
+    if j.image is not None and (not j.image.strip() or any(c.isspace() for c in j.image)):
+        r.problem(f"{k}.image", j.image, "not an image reference", "registry/repository:tag or @sha256:...")
+
+
+def check_job_env_and_wait(j: JobConfig, k: str, r: Reader) -> None:
+    for name in j.env:
+        if not _ENV_NAME.fullmatch(name):
+            r.problem(
+                f"{k}.env.{name}",
+                j.env[name],
+                "not a valid environment variable name",
+                "letters, digits and '_', not starting with a digit",
+            )
+    if not 1 <= j.timeout_minutes <= 10080:
+        r.problem(f"{k}.timeoutMinutes", j.timeout_minutes, "out of range", "1-10080 (one week)")
+    if j.kind == "RayCluster" and j.wait == "succeeded":
+        r.problem(
+            f"{k}.wait", "succeeded", "a RayCluster runs until deleted and never succeeds", "none | running"
+        )
+
+
+@dataclass(frozen=True)
+class VerlConfig:
+    """RL post-training with VERL on a RayJob or RayCluster (see components/verl.py)."""
+
+    algorithm: Literal["grpo", "ppo"] = setting(
+        "algorithm", "GRPO (no critic) or PPO (a critic of the same model).", "grpo"
+    )
+    model: str = setting(
+        "model", "Hugging Face model id the policy starts from.", "Qwen/Qwen2.5-0.5B-Instruct"
+    )
+    model_billions: float = setting(
+        "modelBillions", "The model's parameters in billions (default: read from its name, e.g. 0.5B).", 0.0
+    )
+    dataset: Literal["gsm8k"] = setting(
+        "dataset", "Public dataset, prepared on each node before Ray starts.", "gsm8k"
+    )
+    epochs: int = setting("epochs", "Passes over the dataset (1-100).", 1)
+    batch_size: int = setting("batchSize", "Prompts per step (data.train_batch_size).", 256)
+    rollouts: int = setting("rollouts", "Responses per prompt (GRPO's group size; 1-64).", 5)
+    tensor_parallel: int = setting(
+        "tensorParallel", "vLLM rollout tensor parallelism, dividing the GPUs per node.", 1
+    )
+    save_every: int = setting("saveEvery", "Steps between checkpoints in /checkpoints (1-100000).", 20)
+
+    def billions(self) -> float:
+        """Parameters in billions: as given, or the `<n>B` in the model's name (0: unknown)."""
+        if self.model_billions:
+            return self.model_billions
+        found = re.search(r"(\d+(?:\.\d+)?)[Bb](?![a-z])", self.model.rsplit("/", 1)[-1])
+        return float(found.group(1)) if found else 0.0

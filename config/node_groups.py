@@ -1,0 +1,251 @@
+"""GPU node group config: instance type, size, EFA, how capacity is bought, the preflight."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from config.names import LABEL, NAME_RULE, PROJECT
+from config.schema import Reader, setting
+from conventions import SYSTEM_GROUP
+from domain.catalog import GPU_INSTANCE_TYPES, INSTANCE_TYPES
+
+CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
+MAX_NODE_GROUP_NAME = 32
+
+_ZONE = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9][a-z]")
+_RESERVATION = re.compile(r"cr-[0-9a-f]{17}")
+
+
+@dataclass(frozen=True)
+class GpuNodeGroupConfig:
+    name: str = setting("name", "Node group name (lowercase, digits, '-'; at most 32).")
+    instance_type: str = setting("instanceType", "NVIDIA GPU instance type from the catalog.")
+    node_count: int = setting(
+        "nodeCount", "Most nodes the group holds (1-64); its jobs' queue quota is sized to it.", 1
+    )
+    min_nodes: int = setting(
+        "minNodes",
+        "Nodes kept while no job needs them (0-nodeCount); the cluster autoscaler adds the rest per job. "
+        "Ignored with CAPACITY_BLOCK (EKS sizes those to the block).",
+        0,
+    )
+    efa: bool = setting("efa", "Attach EFA interfaces (instance type must support EFA).", False)
+    capacity_type: CapacityType = setting("capacityType", "How the nodes are bought.", "ON_DEMAND")
+    capacity_reservation_id: str | None = setting(
+        "capacityReservationId", "Capacity reservation or Capacity Block id (cr-...).", None
+    )
+    placement_group: bool = setting(
+        "placementGroup", "Put nodes in a cluster placement group (not with a reservation).", False
+    )
+    disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (50-16384).", 200)
+    preflight: bool | None = setting(
+        "preflight",
+        "Each job checks its own nodes' GPUs, EFA and all-reduce bandwidth before step 0 (default: on with EFA).",
+        None,
+    )
+    preflight_min_bus_bandwidth: int | None = setting(
+        "preflightMinBusBandwidthGBps",
+        "The check's floor for all-reduce bus bandwidth (default: half the instance's network, in GB/s).",
+        None,
+    )
+    availability_zone: str | None = setting(
+        "availabilityZone",
+        "AZ of the group's nodes (required with a reservation); default: a VPC AZ offering the type.",
+        None,
+    )
+    auto_repair: bool = setting(
+        "autoRepair",
+        "EKS node auto repair: a node the monitoring agent marks unhealthy is replaced (one at a time; "
+        "never more than half the group).",
+        True,
+    )
+    node_selector: dict[str, str] | None = setting(
+        "nodeSelector",
+        "On an existingCluster only (required there): the labels that select this group's nodes.",
+        None,
+    )
+
+    @property
+    def instance(self):
+        return INSTANCE_TYPES[self.instance_type]
+
+    @property
+    def hourly_usd(self) -> float:
+        """What one node costs an hour while it runs: a Capacity Block is paid ahead."""
+        return 0.0 if self.capacity_type == "CAPACITY_BLOCK" else self.instance.hourly_usd or 0.0
+
+    @property
+    def sized_by_eks(self) -> bool:
+        """EKS sizes a Capacity Block group to its block; the cluster autoscaler never does."""
+        return self.capacity_type == "CAPACITY_BLOCK"
+
+    @property
+    def checks_efa(self) -> bool:
+        return self.preflight if self.preflight is not None else self.efa
+
+    @property
+    def min_bus_bandwidth_gbps(self) -> int:
+        return self.preflight_min_bus_bandwidth or max(1, int(self.instance.network_gbps / 8 / 2))
+
+
+def default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
+    return (GpuNodeGroupConfig(name="gpu", instance_type="g6.xlarge"),)
+
+
+# What only a group trainstack creates can have, with the default that means "not set".
+CREATED_ONLY = (
+    ("minNodes", "min_nodes", 0),
+    ("capacityType", "capacity_type", "ON_DEMAND"),
+    ("capacityReservationId", "capacity_reservation_id", None),
+    ("placementGroup", "placement_group", False),
+    ("diskSizeGiB", "disk_size_gib", 200),
+    ("availabilityZone", "availability_zone", None),
+)
+
+
+def check_node_groups(groups: tuple[GpuNodeGroupConfig, ...], region: str, existing: bool, r: Reader) -> None:
+    """`existing`: the groups are described nodes of a cluster trainstack did not create."""
+    k = f"{PROJECT}:gpuNodeGroups"
+    if not groups and not existing:
+        r.problem(k, [], "at least one GPU node group is needed", "a list of node groups")
+    for i, g in enumerate(groups):
+        if existing:
+            _check_described_group(g, f"{k}[{i}]", r)
+        elif g.node_selector is not None:
+            r.problem(
+                f"{k}[{i}].nodeSelector",
+                g.node_selector,
+                "trainstack labels the nodes it creates; a selector is for existingCluster groups",
+                "unset",
+            )
+    for name, n in Counter(g.name for g in groups).items():
+        if n > 1:
+            r.problem(k, name, f"name used by {n} node groups", "unique names")
+    for i, g in enumerate(groups):
+        _check_node_group(g, region, f"{k}[{i}]", r)
+
+
+def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> None:
+    if not LABEL.fullmatch(g.name) or len(g.name) > MAX_NODE_GROUP_NAME:
+        r.problem(
+            f"{k}.name",
+            g.name,
+            "not a valid node group name",
+            f"{NAME_RULE}; at most {MAX_NODE_GROUP_NAME} characters",
+        )
+    if g.name == SYSTEM_GROUP:
+        r.problem(f"{k}.name", g.name, "reserved for the system node group", "any other name")
+    if g.preflight_min_bus_bandwidth is not None and not 1 <= g.preflight_min_bus_bandwidth <= 10_000:
+        r.problem(
+            f"{k}.preflightMinBusBandwidthGBps", g.preflight_min_bus_bandwidth, "out of range", "1-10000 GB/s"
+        )
+    if g.preflight and not g.efa:
+        r.problem(
+            f"{k}.preflight",
+            True,
+            "the preflight checks EFA and cross-node bandwidth; this group has no EFA",
+            "false or unset, or efa: true",
+        )
+    if g.instance_type not in GPU_INSTANCE_TYPES:
+        r.problem(
+            f"{k}.instanceType",
+            g.instance_type,
+            "not an NVIDIA GPU instance type in the catalog",
+            ", ".join(GPU_INSTANCE_TYPES),
+        )
+        return
+    it = g.instance
+    if not 1 <= g.node_count <= 64:
+        r.problem(f"{k}.nodeCount", g.node_count, "out of range", "1-64")
+    elif not 0 <= g.min_nodes <= g.node_count:
+        r.problem(f"{k}.minNodes", g.min_nodes, "out of range", f"0-{g.node_count} (the group's nodeCount)")
+    if g.efa and not it.efa_supported:
+        efa_types = ", ".join(t for t in GPU_INSTANCE_TYPES if INSTANCE_TYPES[t].efa_supported)
+        r.problem(
+            f"{k}.efa",
+            True,
+            f"{g.instance_type} has no EFA interfaces",
+            f"false, or an EFA instance type ({efa_types})",
+        )
+    if g.capacity_type == "CAPACITY_BLOCK" and not g.capacity_reservation_id:
+        r.problem(
+            f"{k}.capacityReservationId",
+            None,
+            "CAPACITY_BLOCK needs the Capacity Block's reservation id",
+            "cr- followed by 17 hex digits",
+        )
+    if g.availability_zone is not None and not (
+        _ZONE.fullmatch(g.availability_zone) and g.availability_zone[:-1] == region
+    ):
+        r.problem(
+            f"{k}.availabilityZone",
+            g.availability_zone,
+            f"not an AZ of the stack's region {region}",
+            f"an AZ such as {region}a",
+        )
+    if g.capacity_reservation_id is not None:
+        _check_reservation(g, k, r)
+    if not it.on_demand and g.capacity_type != "CAPACITY_BLOCK":
+        r.problem(
+            f"{k}.capacityType",
+            g.capacity_type,
+            f"{g.instance_type} is sold only as Capacity Blocks",
+            "CAPACITY_BLOCK",
+        )
+    if not 50 <= g.disk_size_gib <= 16384:
+        r.problem(f"{k}.diskSizeGiB", g.disk_size_gib, "out of range", "50-16384")
+
+
+def _check_described_group(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
+    """Nodes someone else made: found by a selector; only what the stack creates is refused."""
+    from config.existing import check_selector
+
+    if g.node_selector is None:
+        r.problem(
+            f"{k}.nodeSelector",
+            None,
+            "on an existing cluster the stack finds a group's nodes by their labels",
+            "a map of node label to value, e.g. {node.kubernetes.io/instance-type: p5.48xlarge}",
+        )
+    else:
+        check_selector(g.node_selector, f"{k}.nodeSelector", r)
+    for key, attr, default in CREATED_ONLY:
+        value = getattr(g, attr)
+        if value != default:
+            r.problem(
+                f"{k}.{key}", value, "only for node groups trainstack creates", "unset on an existingCluster"
+            )
+
+
+def _check_reservation(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
+    if g.availability_zone is None:
+        r.problem(
+            f"{k}.availabilityZone",
+            None,
+            "a capacity reservation or Capacity Block launches only in its own AZ",
+            "the reservation's AZ (aws ec2 describe-capacity-reservations --capacity-reservation-ids ...)",
+        )
+    if not _RESERVATION.fullmatch(g.capacity_reservation_id):
+        r.problem(
+            f"{k}.capacityReservationId",
+            g.capacity_reservation_id,
+            "not a capacity reservation id",
+            "cr- followed by 17 hex digits",
+        )
+    if g.capacity_type == "SPOT":
+        r.problem(
+            f"{k}.capacityType",
+            "SPOT",
+            "Spot capacity cannot target a reservation",
+            "ON_DEMAND or CAPACITY_BLOCK with a reservation",
+        )
+    if g.placement_group:
+        r.problem(
+            f"{k}.placementGroup",
+            True,
+            "a placement group breaks reservations bought without it (InsufficientInstanceCapacity)",
+            "false when capacityReservationId is set",
+        )

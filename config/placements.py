@@ -1,0 +1,34 @@
+"""What the config says one node of each group offers a job (domain.placement), from the instance
+catalog or, on a cluster the stack did not create, from the nodes the config describes. The config
+checks size queues with these; the program sizes them from EC2's answer, the same figures."""
+
+from __future__ import annotations
+
+from config.node_groups import GpuNodeGroupConfig
+from config.stack_config import StackConfig
+from domain.catalog import INSTANCE_TYPES
+from domain.placement import Placement, gpu_placement, system_placement
+
+
+def config_system_placement(c: StackConfig) -> Placement | None:
+    """What a CPU job gets on a system node: the system group's type from the catalog, or the nodes
+    an existing cluster describes; None for a type outside the catalog (reported on its own)."""
+    if c.existing_cluster.named:
+        described = c.existing_cluster.system_nodes
+        return system_placement(
+            "", described.cpus, described.memory_gib, 0.0, selector=described.node_selector
+        )
+    system = c.cluster.system_node_group
+    cpu = INSTANCE_TYPES.get(system.instance_type)
+    if cpu is None:
+        return None
+    return system_placement(system.instance_type, cpu.vcpus, cpu.memory_gib, cpu.hourly_usd or 0.0)
+
+
+def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float = 0.0) -> Placement:
+    """A group's node as the catalog describes it; on an existing cluster, found by its selector."""
+    it = g.instance
+    efa = it.max_efa_interfaces if g.efa else 0
+    return gpu_placement(
+        g.name, g.instance_type, it.gpus, efa, it.vcpus, it.memory_gib, hourly_usd, selector=g.node_selector
+    )

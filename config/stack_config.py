@@ -1,0 +1,100 @@
+"""`StackConfig`: the whole typed config of one stack, one field per top-level key, each plane's
+settings in its own module; `load_config` (the package) reads and checks it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from config.build import ImageConfig, RegistryConfig, StorageConfig
+from config.ci import CiConfig
+from config.cluster import ClusterConfig
+from config.existing import ExistingClusterConfig
+from config.jobs import JobConfig
+from config.network import NetworkConfig
+from config.node_groups import GpuNodeGroupConfig, default_gpu_node_groups
+from config.operators import OperatorsConfig
+from config.queueing import QueueingConfig
+from config.schema import setting
+from config.tracking import TrackingConfig
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    stack: str
+    region: str
+    aws_profile: str | None = None
+    secret_job_env: bool = False  # `trainstack:jobs` holds a secret: every job env value is one
+    tags: dict[str, str] = setting("tags", "Tags added to every AWS resource.", factory=dict)
+    network: NetworkConfig = setting("network", "VPC and subnets.", factory=NetworkConfig)
+    existing_cluster: ExistingClusterConfig = setting(
+        "existingCluster",
+        "A cluster trainstack did not create to deploy onto (then network and cluster are unused).",
+        factory=ExistingClusterConfig,
+    )
+    cluster: ClusterConfig = setting("cluster", "EKS control plane and system nodes.", factory=ClusterConfig)
+    gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = setting(
+        "gpuNodeGroups", "GPU node groups, one entry each.", factory=default_gpu_node_groups
+    )
+    image: ImageConfig = setting("image", "Training image build.", factory=ImageConfig)
+    registry: RegistryConfig = setting("registry", "ECR repository.", factory=RegistryConfig)
+    storage: StorageConfig = setting(
+        "storage", "S3 bucket for build contexts, artifacts, checkpoints.", factory=StorageConfig
+    )
+    operators: OperatorsConfig = setting(
+        "operators", "Cluster operators installed by the stack.", factory=OperatorsConfig
+    )
+    queueing: QueueingConfig = setting(
+        "queueing", "Kueue admission and cluster autoscaler timings.", factory=QueueingConfig
+    )
+    ci: CiConfig = setting(
+        "ci", "GitHub Actions access through OIDC (off unless githubRepository is set).", factory=CiConfig
+    )
+    tracking: TrackingConfig = setting(
+        "tracking",
+        "MLflow experiment tracking: an existing server, or one the stack runs.",
+        factory=TrackingConfig,
+    )
+    jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
+    hf_token: str | None = setting(
+        "hfToken",
+        "Hugging Face token (a secret), given to jobs as HF_TOKEN through a Kubernetes Secret.",
+        None,
+    )
+    tracking_token: str | None = setting(
+        "trackingToken",
+        "Bearer token for tracking.uri (a secret), given to jobs as MLFLOW_TRACKING_TOKEN.",
+        None,
+    )
+    tracking_password: str | None = setting(
+        "trackingPassword",
+        "Basic-auth password for tracking.uri with tracking.username (a secret), as MLFLOW_TRACKING_PASSWORD.",
+        None,
+    )
+    docker_hub_access_token: str | None = setting(
+        "dockerHubAccessToken",
+        "Docker Hub access token (a secret: `pulumi config set --secret`); see image.dockerHubUsername.",
+        None,
+    )
+
+    @property
+    def fsx_groups(self) -> tuple[str, ...]:
+        """GPU groups whose jobs keep checkpoints on the FSx file system (none when it is off)."""
+        fsx = self.storage.fsx
+        if not fsx.enabled:
+            return ()
+        return fsx.node_groups or tuple(g.name for g in self.gpu_node_groups)
+
+    @property
+    def system_node_count(self) -> int:
+        """System nodes CPU jobs may use: the system group's at creation, or the described ones."""
+        if self.existing_cluster.named:
+            return self.existing_cluster.system_nodes.count
+        return self.cluster.system_node_group.desired_size
+
+    def autoscaled(self, group: GpuNodeGroupConfig) -> bool:
+        """The cluster autoscaler sizes the group per job from its minNodes; else it keeps every node."""
+        return (
+            self.operators.cluster_autoscaler.enabled
+            and not group.sized_by_eks
+            and not self.existing_cluster.named  # its node groups are not the stack's to scale
+        )

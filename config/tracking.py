@@ -1,0 +1,102 @@
+"""Tracking plane config: where jobs log their MLflow runs.
+
+`mode: external` names a server the user already runs (its credentials are the secrets
+`trackingToken`, or `tracking.username` with `trackingPassword`); `mode: server` runs the official
+MLflow image in the cluster, its backend store in PostgreSQL (RDS, or in the cluster for dev) and
+its artifacts in the stack's bucket. Off by default: jobs then print their metrics only."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from config.names import PROJECT
+from config.schema import Reader, setting
+
+KEY = f"{PROJECT}:tracking"
+EXPERIMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/-]{0,199}")
+# RDS instance classes a tracking server's PostgreSQL runs on (one small server per stack).
+RDS_CLASSES = ("db.t4g.micro", "db.t4g.small", "db.t4g.medium", "db.m7g.large")
+
+
+@dataclass(frozen=True)
+class TrackingServerConfig:
+    database: Literal["in-cluster", "rds"] = setting(
+        "database",
+        "The backend store: `in-cluster` (PostgreSQL on an EBS volume in the cluster, for dev) or `rds` "
+        "(RDS PostgreSQL in the private subnets, encrypted, protected with storage.protect).",
+        "in-cluster",
+    )
+    instance_class: str = setting(
+        "instanceClass", f"RDS instance class: {', '.join(RDS_CLASSES)}.", RDS_CLASSES[0]
+    )
+    storage_gib: int = setting("storageGiB", "The database volume, GiB (20-1000).", 20)
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    mode: Literal["none", "external", "server"] = setting(
+        "mode", "`none`, `external` (a server at `uri`) or `server` (one the stack runs).", "none"
+    )
+    uri: str = setting("uri", "An existing MLflow server's URI (mode external), https:// or http://.", "")
+    username: str = setting(
+        "username", "Basic-auth user for the external server (with trackingPassword).", ""
+    )
+    experiment: str = setting(
+        "experiment", "The MLflow experiment every job logs to (default: the stack name).", ""
+    )
+    server: TrackingServerConfig = setting(
+        "server", "The server the stack runs (mode server).", factory=TrackingServerConfig
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "none"
+
+    def experiment_name(self, stack: str) -> str:
+        return self.experiment or stack
+
+
+def check_tracking(t: TrackingConfig, has_token: bool, has_password: bool, existing: bool, r: Reader) -> None:
+    if t.mode == "external" and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", t.uri):
+        r.problem(
+            f"{KEY}.uri", t.uri or None, "mode external needs the server's URI", "https://mlflow.example.com"
+        )
+    if t.mode != "external":
+        for key, value in (("uri", t.uri), ("username", t.username)):
+            if value:
+                r.problem(
+                    f"{KEY}.{key}", value, f"only read with mode external (mode is {t.mode})", "remove it"
+                )
+        for key, present in (("trackingToken", has_token), ("trackingPassword", has_password)):
+            if present:
+                r.problem(
+                    f"{PROJECT}:{key}",
+                    "(secret)",
+                    f"only read with mode external (mode is {t.mode})",
+                    "remove it",
+                )
+    if has_password and not t.username:
+        r.problem(
+            f"{KEY}.username", None, "trackingPassword is set without a user", "the basic-auth user name"
+        )
+    if has_token and has_password:
+        r.problem(f"{PROJECT}:trackingToken", "(secret)", "set with trackingPassword", "one of the two")
+    if t.experiment and not EXPERIMENT.fullmatch(t.experiment):
+        r.problem(
+            f"{KEY}.experiment", t.experiment, "not an experiment name", "letters, digits, space . _ / -"
+        )
+    if t.mode == "server":
+        if existing:
+            r.problem(
+                f"{KEY}.mode",
+                t.mode,
+                "a tracking server needs the stack's own cluster (its database, bucket and identities)",
+                "external (your server's URI), or none",
+            )
+        if t.server.instance_class not in RDS_CLASSES:
+            r.problem(
+                f"{KEY}.server.instanceClass", t.server.instance_class, "not offered", ", ".join(RDS_CLASSES)
+            )
+        r.ranges(f"{KEY}.server", (("storageGiB", t.server.storage_gib, 20, 1000),))

@@ -1,0 +1,43 @@
+"""Names the program builds from the project and stack names, kept within each service's limit: every
+place that creates, reads or checks one of these resources builds its name here."""
+
+from __future__ import annotations
+
+import hashlib
+
+PROJECT = "trainstack"  # the Pulumi project: config keys, AWS names, the CI roles
+STACK_TAG = "trainstack:stack"  # on every AWS resource of the stack (the provider's default tags)
+
+# AWS limits (characters) on the names the program builds from the project and stack names.
+ECR_PULL_THROUGH_PREFIX_MAX = 30
+ECR_REPOSITORY_MAX = 256
+IAM_ROLE_NAME_MAX = 64
+EKS_CLUSTER_NAME_MAX = 100
+EKS_NODE_GROUP_NAME_MAX = 63
+CODEBUILD_PROJECT_MAX = 150
+
+
+def fit(name: str, limit: int) -> str:
+    """`name` if it is within `limit`, else its head and a hash of the whole: the same stack always
+    gets the same name, and names that fit (every stack already deployed) never change."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:7]
+    return f"{name[: limit - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def eks_cluster_name(stack: str) -> str:
+    return fit(f"{PROJECT}-{stack}", EKS_CLUSTER_NAME_MAX)
+
+
+def gpu_node_group_name(cluster_name: str, group: str) -> str:
+    return fit(f"{cluster_name}-{group}", EKS_NODE_GROUP_NAME_MAX)
+
+
+def control_plane_log_group(cluster_name: str) -> str:
+    return f"/aws/eks/{cluster_name}/cluster"
+
+
+def creator_parameter(stack: str) -> str:
+    """The SSM parameter the first run records the cluster's creator in."""
+    return f"/{PROJECT}/{stack}/eks-cluster-creator"

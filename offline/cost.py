@@ -1,0 +1,110 @@
+"""Estimated hourly cost of a stack, from the catalog's on-demand prices: what it costs idle (no job
+admitted: the control plane, NAT gateways, system nodes and each GPU group's floor), and what each job
+adds while it runs (its nodes beyond that floor)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+from domain.catalog import (
+    EBS_GP3_GB_MONTH_USD,
+    FSX_GB_MONTH_USD,
+    HOURS_PER_MONTH,
+    INSTANCE_TYPES,
+    NAT_GATEWAY_HOURLY_USD,
+    RDS_GP3_GB_MONTH_USD,
+    RDS_POSTGRES_HOURLY_USD,
+)
+from config import StackConfig
+from config.cluster import support_status
+
+
+@dataclass(frozen=True)
+class CostLine:
+    item: str
+    quantity: int
+    unit_usd: float | None  # None: bought ahead (Capacity Blocks), not billed per hour here
+
+    @property
+    def subtotal(self) -> float:
+        return self.quantity * (self.unit_usd or 0.0)
+
+
+def nat_gateway_count(cfg: StackConfig) -> int:
+    if cfg.network.existing_vpc_id:
+        return 0
+    return cfg.network.availability_zones if cfg.network.nat_gateways == "onePerAz" else 1
+
+
+def idle_nodes(cfg: StackConfig, group) -> int:
+    """GPU nodes a group keeps with no job: its floor when the autoscaler sizes it, else all."""
+    if cfg.autoscaled(group):
+        return group.min_nodes
+    return group.node_count
+
+
+def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
+    """What the idle stack costs per hour on `today`: the control plane's price follows its
+    version's support (extended support is six times standard). On a cluster the stack did not
+    create, nothing: the cluster and its nodes are its owner's."""
+    if cfg.existing_cluster.named:
+        return []
+    system = cfg.cluster.system_node_group
+    status, control_plane = support_status(cfg.cluster.kubernetes_version, today)
+    lines = [
+        CostLine(f"EKS control plane {cfg.cluster.kubernetes_version}, {status}", 1, control_plane),
+        CostLine("NAT gateway", nat_gateway_count(cfg), NAT_GATEWAY_HOURLY_USD),
+        CostLine(
+            f"{system.instance_type} (system nodes)",
+            system.desired_size,
+            INSTANCE_TYPES[system.instance_type].hourly_usd,
+        ),
+    ]
+    fsx = cfg.storage.fsx
+    if cfg.fsx_groups:  # billed per GB of capacity, used or not
+        per_gib_hour = FSX_GB_MONTH_USD[fsx.throughput_per_tib] / HOURS_PER_MONTH
+        lines.append(
+            CostLine(
+                f"GiB of FSx for Lustre (PERSISTENT_2, {fsx.throughput_per_tib} MB/s/TiB)",
+                fsx.storage_capacity_gib,
+                per_gib_hour,
+            )
+        )
+    lines += tracking_cost(cfg)
+    for g in cfg.gpu_node_groups:
+        price = None if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd
+        lines.append(
+            CostLine(f"{g.instance_type} (node group {g.name}, {g.capacity_type})", idle_nodes(cfg, g), price)
+        )
+    return [line for line in lines if line.quantity]
+
+
+def tracking_cost(cfg: StackConfig) -> list[CostLine]:
+    """The MLflow server's database (the server itself runs on the system nodes)."""
+    t = cfg.tracking
+    if t.mode != "server":
+        return []
+    db = t.server
+    if db.database == "rds":
+        return [
+            CostLine(
+                f"{db.instance_class} (RDS PostgreSQL for MLflow)",
+                1,
+                RDS_POSTGRES_HOURLY_USD[db.instance_class],
+            ),
+            CostLine(
+                "GiB of RDS gp3 (MLflow's database)", db.storage_gib, RDS_GP3_GB_MONTH_USD / HOURS_PER_MONTH
+            ),
+        ]
+    return [
+        CostLine(
+            "GiB of EBS gp3 (MLflow's in-cluster PostgreSQL)",
+            db.storage_gib,
+            EBS_GP3_GB_MONTH_USD / HOURS_PER_MONTH,
+        )
+    ]
+
+
+def total(lines: list[CostLine]) -> float:
+    return round(sum(line.subtotal for line in lines), 4)

@@ -1,0 +1,61 @@
+"""Compose a stack from its config, plane by plane, as in the README's architecture diagram:
+
+    account (provider; quotas, AZs, reservations: nothing registered if one fails)
+      ->  build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM, storage)
+      ->  operators plane (device plugins, training operator, KubeRay)
+      ->  queueing plane (Kueue queues per node group, cluster autoscaler)
+      ->  tracking plane (MLflow)  ->  jobs plane (PyTorchJob / RayJob / RayCluster, each queued)
+
+On a cluster trainstack did not create (`existingCluster`) the compute plane only attaches: the
+provider comes from the named cluster and the node groups are described, not created; a kubeconfig
+stack (kind) uses no AWS at all. Each plane gets only what it needs from the one before; each
+returns the stack outputs it owns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config import StackConfig
+from planes.account import account_checks, aws_account, existing_cluster_checks
+from planes.attached import attached_compute_plane
+from planes.build import build_plane, local_build_plane
+from planes.ci import ci_access, ci_outputs
+from planes.compute import compute_plane
+from planes.jobs import jobs_plane
+from planes.operators import operators_plane
+from planes.outputs import outputs
+from planes.queueing import queueing_plane
+from planes.tracking import tracking_outputs, tracking_plane
+
+
+def build_stack(cfg: StackConfig) -> dict[str, Any]:
+    if cfg.existing_cluster.named:
+        return attached_stack(cfg)
+    account = aws_account(cfg)
+    facts = account_checks(cfg, account)
+    ci = ci_access(cfg, account)
+    build = build_plane(cfg, account)
+    compute = compute_plane(cfg, account, facts, build.bucket, ci)
+    operators = operators_plane(cfg, compute)
+    queues = queueing_plane(cfg, compute, operators)
+    tracking = tracking_plane(cfg, account, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
+    return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking) | ci_outputs(ci)
+
+
+def attached_stack(cfg: StackConfig) -> dict[str, Any]:
+    """The same planes on a cluster trainstack did not create: nothing of the cluster is created or
+    changed; an EKS one is checked first, a kubeconfig one (kind) uses no AWS account at all."""
+    account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None
+    if account is not None:
+        existing_cluster_checks(cfg, account)
+        build = build_plane(cfg, account)
+    else:
+        build = local_build_plane(cfg)
+    compute = attached_compute_plane(cfg, account, build.bucket)
+    operators = operators_plane(cfg, compute)
+    queues = queueing_plane(cfg, compute, operators)
+    tracking = tracking_plane(cfg, account, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
+    return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking)

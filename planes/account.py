@@ -1,0 +1,73 @@
+"""Account plane: the explicit AWS provider every AWS resource goes through, who the stack runs
+as, and the account checks that run before anything AWS creates is registered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import boto3
+import pulumi
+import pulumi_aws as aws
+
+from account_checks import AccountFacts, check_account, check_existing_cluster
+from config import StackConfig, under_mock_engine
+from domain.names import STACK_TAG
+
+
+@dataclass(frozen=True)
+class Account:
+    """Where the stack deploys: the explicit AWS provider and who it runs as."""
+
+    provider: aws.Provider
+    account_id: str
+    caller_arn: str
+
+    @property
+    def opts(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(providers=[self.provider])
+
+    @property
+    def invoke_opts(self) -> pulumi.InvokeOptions:
+        return pulumi.InvokeOptions(provider=self.provider)
+
+
+def aws_account(cfg: StackConfig) -> Account:
+    # One explicit provider carries region, profile and default tags to every AWS resource; the
+    # image build's boto3 calls use the same region, profile and (checked) account.
+    provider = aws.Provider(
+        "aws",
+        region=cfg.region,
+        profile=cfg.aws_profile,
+        default_tags={"tags": {STACK_TAG: cfg.stack, "managed-by": "pulumi", **cfg.tags}},
+    )
+    caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
+    return Account(provider, caller.account_id, caller.arn)
+
+
+def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:
+    """Quotas, AZs, reservations, the CodeBuild credential and the aws CLI, read before any resource
+    that AWS creates is registered; stops with every problem found."""
+    return check_account(
+        cfg,
+        account.account_id,
+        account.caller_arn,
+        account.invoke_opts,
+        session=boto3_session(cfg),
+        live=not under_mock_engine(),
+    )
+
+
+def boto3_session(cfg: StackConfig):
+    """Made only when a check needs it: the stack's region and profile, as the provider uses."""
+    return lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region)
+
+
+def existing_cluster_checks(cfg: StackConfig, account: Account) -> None:
+    """The EKS cluster exists and can take the stack's pods' identity; the CodeBuild credential."""
+    check_existing_cluster(
+        cfg,
+        account.account_id,
+        account.invoke_opts,
+        session=boto3_session(cfg),
+        live=not under_mock_engine(),
+    )

@@ -1,0 +1,89 @@
+"""Build plane: the bucket, the registry and the training image (CodeBuild, local Docker, or kind)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.bucket import ArtifactBucket, ArtifactBucketArgs
+from components.image import ImageBuild, ImageBuildArgs
+from components.kind_image import KindImage, KindImageArgs
+from components.registry import ImageRegistry, ImageRegistryArgs
+from config import PROJECT_ROOT, StackConfig
+from planes.account import Account
+
+ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
+
+
+@dataclass(frozen=True)
+class BuildPlane:
+    bucket: ArtifactBucket | None  # None: a kubeconfig stack, no AWS
+    registry: ImageRegistry | None
+    image: ImageBuild | KindImage | None  # None: image.builder none, every job names its image
+
+    @property
+    def image_uri(self) -> pulumi.Output[str] | None:
+        return self.image.image_uri if self.image else None
+
+
+def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
+    bucket = ArtifactBucket(
+        "artifacts",
+        ArtifactBucketArgs(
+            encryption=cfg.storage.encryption,
+            checkpoint_retention_days=cfg.storage.checkpoint_retention_days,
+            build_context_retention_days=cfg.storage.build_context_retention_days,
+            protect=cfg.storage.protect,
+        ),
+        account.opts,
+    )
+    registry = ImageRegistry(
+        "training",
+        ImageRegistryArgs(
+            untagged_expiry_days=cfg.registry.untagged_expiry_days,
+            keep_last_images=cfg.registry.keep_last_images,
+            force_delete=cfg.registry.force_delete,
+            protect=cfg.storage.protect,
+        ),
+        account.opts,
+    )
+    if cfg.image.builder == "none":
+        return BuildPlane(bucket, registry, None)
+    image = ImageBuild(
+        "image",
+        ImageBuildArgs(
+            context_dir=PROJECT_ROOT / cfg.image.context,
+            base_image=cfg.image.base_image,
+            builder=cfg.image.builder,
+            compute_type=cfg.image.compute_type,
+            build_timeout_minutes=cfg.image.build_timeout_minutes,
+            nightly_rebuild=cfg.image.nightly_rebuild,
+            source_repository=cfg.image.source_repository,
+            docker_hub_username=cfg.image.docker_hub_username,
+            docker_hub_access_token=cfg.docker_hub_access_token,
+            bucket=bucket,
+            registry=registry,
+            region=cfg.region,
+            account_id=account.account_id,
+            aws_profile=cfg.aws_profile,
+            archive_dir=ARCHIVE_DIR / cfg.stack,
+        ),
+        account.opts,
+    )
+    return BuildPlane(bucket, registry, image)
+
+
+def local_build_plane(cfg: StackConfig) -> BuildPlane:
+    """No AWS: the image is built by the local Docker and loaded into kind (or named per job)."""
+    if cfg.image.builder != "kind":
+        return BuildPlane(None, None, None)
+    image = KindImage(
+        "image",
+        KindImageArgs(
+            context_dir=PROJECT_ROOT / cfg.image.context,
+            base_image=cfg.image.base_image,
+            kind_cluster_name=cfg.existing_cluster.kind_cluster_name,
+        ),
+    )
+    return BuildPlane(None, None, image)

@@ -1,0 +1,100 @@
+"""Storage plane: FSx for Lustre for the groups that keep checkpoints on it, the datasets through
+Mountpoint, and the rule for where each job keeps its checkpoints (a relaunch finds them again)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from account_checks import AccountFacts
+from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket
+from components.cluster import Cluster
+from components.jobs import (
+    Checkpoints,
+)
+from components.network import Network
+from components.pod_identity import (
+    TrainingPodIdentity,
+)
+from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
+from config import StackConfig
+from planes.account import Account
+from planes.build import BuildPlane
+
+
+@dataclass(frozen=True)
+class SharedStorage:
+    """What jobs mount besides their own volumes."""
+
+    fsx: FsxCheckpoints | None
+    fsx_groups: frozenset[str]  # GPU groups whose jobs keep checkpoints on it
+    datasets: S3Datasets | None
+
+
+def shared_storage(
+    cfg: StackConfig,
+    account: Account,
+    facts: AccountFacts,
+    network: Network,
+    cluster: Cluster,
+    bucket: ArtifactBucket,
+    pods: TrainingPodIdentity,
+) -> SharedStorage:
+    """FSx for Lustre in the AZ of the groups that mount it (the account checks made sure it is
+    one), and the datasets through Mountpoint."""
+    fsx = None
+    if cfg.fsx_groups:
+        zone = facts.group_zones[sorted(cfg.fsx_groups)[0]]
+        f = cfg.storage.fsx
+        fsx = FsxCheckpoints(
+            "checkpoints-fsx",
+            FsxCheckpointsArgs(
+                cluster=cluster,
+                subnet_id=network.private_subnet_by_zone[zone],
+                vpc_id=network.vpc_id,
+                client_security_group_ids=[cluster.cluster_security_group_id],
+                storage_capacity_gib=f.storage_capacity_gib,
+                throughput_per_tib=f.throughput_per_tib,
+                bucket=bucket,
+                account_id=account.account_id,
+                region=cfg.region,
+                namespace=pods.namespace,
+                namespace_name=pods.namespace_name,
+                protect=cfg.storage.protect,
+            ),
+            account.opts,
+        )
+    datasets = None
+    if cfg.storage.datasets_mount:
+        datasets = S3Datasets(
+            "datasets-s3",
+            S3DatasetsArgs(
+                cluster=cluster, bucket=bucket, namespace=pods.namespace, namespace_name=pods.namespace_name
+            ),
+            account.opts,
+        )
+    return SharedStorage(fsx, frozenset(cfg.fsx_groups), datasets)
+
+
+def storage_claims(storage: SharedStorage | None) -> list[pulumi.Resource]:
+    """The claims a job's pods mount: they must be bound before the pods start."""
+    if storage is None:
+        return []
+    return [s.claim for s in (storage.fsx, storage.datasets) if s is not None]
+
+
+def checkpoints(
+    cfg: StackConfig, build: BuildPlane, storage: SharedStorage | None, group: str, job: str
+) -> Checkpoints:
+    """A job's checkpoints: in the stack's bucket; on a kubeconfig stack on the nodes' shared path
+    or under the user's S3 URI. A relaunch finds them under the same job name."""
+    e = cfg.existing_cluster
+    if storage is not None and storage.fsx is not None and group in storage.fsx_groups:
+        # The file system exports to S3 itself: no per-rank upload, and a relaunch finds them there.
+        return Checkpoints(claim=storage.fsx.claim_name, sub_path=f"{CHECKPOINT_PREFIX}{job}")
+    if e.checkpoint_host_path:
+        return Checkpoints(host_path=f"{e.checkpoint_host_path.rstrip('/')}/{job}")
+    if e.s3:
+        return Checkpoints(f"{e.s3.uri.rstrip('/')}/{CHECKPOINT_PREFIX}{job}/", e.s3.credentials_secret)
+    return Checkpoints(pulumi.Output.concat("s3://", build.bucket.bucket_name, f"/{CHECKPOINT_PREFIX}{job}/"))

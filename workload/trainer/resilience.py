@@ -1,0 +1,131 @@
+"""What ends or pauses training, and how each process exits.
+
+Across nodes the ranks agree on everything that ends or pauses training: a SIGTERM on any node
+(eviction, Spot reclaim) makes every rank save the same step and stop; checkpoint times come from
+one clock. A rank that stops making progress dumps its stacks and exits for a restart; a job whose
+own nodes fail their check exits for good. Every exit code the workload chooses is defined here,
+the launcher's (trainer.launch) included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from trainer.distributed import DistContext
+
+# Exit codes, read by the PyTorchJob's `ExitCode` restart policy: 1-127 are permanent failures,
+# 128 and above retryable (signals are 128+).
+# A check that found a problem (trainer.preflight on its own), or a Ray Train run that failed.
+FAILED_EXIT_CODE = 1
+# The job's own nodes failed the check before step 0 (PreflightFailed): permanent.
+PREFLIGHT_EXIT_CODE = 3
+# A rank that stopped making progress (a hung collective, a dead peer, a stuck loader) exits with
+# this, after dumping every thread's stack: torchrun restarts the workers, which resume from the
+# newest complete checkpoint.
+WATCHDOG_EXIT_CODE = 86
+# The training operator's user-defined retryable exit code (128 + SIGUSR1) under `ExitCode`: the
+# launcher's, when worker-0's rendezvous store is gone with its node (trainer.launch).
+RETRYABLE_EXIT_CODE = 138
+
+
+class StopRequested:
+    """Turns SIGTERM into a checkpoint at the end of the current step (agreed across ranks)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        # Under Ray Train the loop runs in a worker thread; Ray handles termination there.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+
+class Agreement:
+    """Per-step decisions every rank must share: stop (SIGTERM on any node), checkpoint now
+    (time-based, by rank 0's clock), and whether any rank is still writing or uploading a
+    checkpoint (so a finished one is marked complete at once, not at the next save). One tiny MAX
+    all-reduce per step."""
+
+    def __init__(self, ctx: DistContext, checkpoint_seconds: float):
+        self.ctx = ctx
+        self.checkpoint_seconds = checkpoint_seconds
+        self.last_checkpoint = time.monotonic()
+
+    def decide(self, stop: bool, writing: bool = False, uploading: bool = False) -> Decision:
+        due = (
+            self.ctx.rank == 0
+            and self.checkpoint_seconds > 0
+            and time.monotonic() - self.last_checkpoint >= self.checkpoint_seconds
+        )
+        flags = torch.tensor([int(stop), int(due), int(writing), int(uploading)], device=self.ctx.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        return Decision(*(bool(flags[i]) for i in range(len(flags))))
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: bool
+    checkpoint_due: bool
+    any_writing: bool  # some rank's checkpoint files are still being written
+    any_uploading: bool  # some rank's S3 upload is still running
+
+
+class StepWatchdog:
+    """Ends a rank that stops making progress within `timeout` seconds of its last step, whatever
+    it waits on (NCCL's own timeout covers only its collectives): every thread's stack goes to
+    stderr, then the process exits WATCHDOG_EXIT_CODE without cleanup, as a hung one must."""
+
+    def __init__(self, timeout: float, rank: int):
+        self.timeout, self.rank = timeout, rank
+        self.last = time.monotonic()
+        self.paused = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="step-watchdog", daemon=True)
+        if timeout > 0:
+            self._thread.start()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    @contextlib.contextmanager
+    def pause(self):
+        """Around long waits that are progress (a checkpoint save and its upload)."""
+        self.paused = True
+        try:
+            yield
+        finally:
+            self.paused = False
+            self.beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(5.0, self.timeout / 4)):
+            idle = time.monotonic() - self.last
+            if not self.paused and idle > self.timeout:
+                sys.stderr.write(
+                    f"watchdog: rank {self.rank} made no progress for {idle:.0f} s (limit {self.timeout:g} s); "
+                    "stacks follow, then exit for a restart from the newest checkpoint\n"
+                )
+                faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+                sys.stderr.flush()
+                os._exit(WATCHDOG_EXIT_CODE)
+
+
+class PreflightFailed(SystemExit):
+    """The job's nodes failed the check: no step runs over TCP or on missing devices. Exit code 3,
+    a permanent failure under the PyTorchJob's ExitCode restart policy (signals are 128+)."""
+
+    code = PREFLIGHT_EXIT_CODE
