@@ -3,12 +3,8 @@ its Secrets, checkpoints, datasets and tracking."""
 
 from __future__ import annotations
 
-from components.jobs import (
-    JobSpec,
-    NodeCheck,
-    TrainingJob,
-    TrainingJobArgs,
-)
+from components.job_pods import JobSpec, NodeCheck, TrainingJobArgs
+from components.jobs import TrainingJob
 from components.operators import ClusterOperators
 from components.queueing import Queueing
 from components.verl import VERL_IMAGE

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.jobs import (
-    TrainingJob,
-)
+from components.jobs import TrainingJob
 from components.operators import ClusterOperators
 from components.queueing import Queueing
 from config import StackConfig

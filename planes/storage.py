@@ -10,9 +10,7 @@ import pulumi
 from account_checks import AccountFacts
 from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket
 from components.cluster import Cluster
-from components.jobs import (
-    Checkpoints,
-)
+from components.job_pods import Checkpoints
 from components.network import Network
 from components.pod_identity import (
     TrainingPodIdentity,

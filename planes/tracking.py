@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from components.jobs import (
-    JobTracking,
-)
+from components.job_pods import JobTracking
 from components.tracking import PORT_FORWARD, TrackingServer, TrackingServerArgs
 from config import StackConfig
 from conventions import SYSTEM_GROUP

@@ -12,10 +12,11 @@ import kubernetes_validate
 import pytest
 from conftest import CRD_FILES, crd_errors, plan, stack_values
 
-from components.jobs import EFA_ENV, GPU_ENV, TERMINATION_GRACE_SECONDS, WAIT_FOR, wait_annotations
+from components.job_pods import EFA_ENV, GPU_ENV, TERMINATION_GRACE_SECONDS
+from components.jobs import WAIT_FOR, wait_annotations
+from config.schema import ConfigError
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
-from config.schema import ConfigError
 
 PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
 RAYJOB = "kubernetes:ray.io/v1:RayJob"

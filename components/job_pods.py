@@ -1,0 +1,292 @@
+"""What every pod of a training job is given: the job's spec and where it runs, its container
+environment (NCCL/libfabric per group, the HF token, tracking, Secrets), its volumes (checkpoints,
+datasets, a memory-backed /dev/shm) and the pod template each kind's manifest builds on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import verl as verl_job
+from config.jobs import VerlConfig
+from conventions import (
+    JOB_LABEL,
+    PART_OF,
+)
+from domain.placement import Placement
+
+WORKDIR = "/opt/trainstack"
+CHECKPOINT_DIR = "/checkpoints"
+DATASETS_DIR = "/datasets"  # the bucket's datasets/, read-only (Mountpoint for S3)
+# Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
+TERMINATION_GRACE_SECONDS = 600
+# Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the operator's
+# teardown of its pods and services. pulumi-kubernetes' default is 10 minutes, the grace alone.
+DELETE_TIMEOUT = f"{(TERMINATION_GRACE_SECONDS + 300) // 60}m"
+# A pod on a node that stopped answering is evicted after 60 s, not Kubernetes' default 300 s: the
+# pod is lost either way, and its replacement is what the surviving ranks wait for.
+NODE_LOSS_TOLERATIONS = [
+    {
+        "key": f"node.kubernetes.io/{taint}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 60,
+    }
+    for taint in ("unreachable", "not-ready")
+]
+# How long surviving launchers wait in the rendezvous for a lost node's replacement (torch's default
+# is 600 s): eviction, a new node from node repair or the autoscaler (~5 min), its image pull and
+# start, with margin. Past it the job fails rather than holding its GPUs idle.
+RENDEZVOUS_JOIN_TIMEOUT_SECONDS = 1800
+RAY_VERSION = "2.60.0"  # workload/requirements.txt
+
+# Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging.
+GPU_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+# EFA groups only: libfabric's EFA provider under aws-ofi-nccl (libfabric >= 1.18 needs no
+# FI_EFA_USE_DEVICE_RDMA; NCCL_PROTO=simple was for aws-ofi-nccl <= 1.5). NCCL's INFO log for the
+# init and network subsystems says which network it uses (`trainstack doctor` reads it).
+EFA_ENV = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_FORK_SAFE": "1",
+    "NCCL_SOCKET_IFNAME": "^lo",
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,NET",
+}
+
+
+def placement_env(p: Placement) -> list[dict[str, str]]:
+    """The NCCL watchdog on GPU groups, libfabric's EFA settings on EFA groups only."""
+    fixed = {**(GPU_ENV if p.gpus else {}), **(EFA_ENV if p.efa else {})}
+    return [{"name": k, "value": v} for k, v in fixed.items()]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    kind: str
+    nodes: int
+    model: str
+    steps: int
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: dict[str, str]
+    wait: str  # none | admitted | running | succeeded
+    timeout_minutes: int
+    verl: VerlConfig | None = None  # VERL instead of the default trainer (Ray kinds)
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where a job keeps checkpoints: a node volume mirrored to S3 (the stack's bucket, or a URI
+    with credentials from a Secret the user made), or a node path the nodes share (kind)."""
+
+    uri: pulumi.Input[str] | None = None  # s3://.../checkpoints/<job>/
+    credentials_secret: str | None = None  # a Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
+    host_path: str | None = None  # <path>/<job> on every node, instead of S3
+    claim: str | None = None  # a shared file system (FSx) that exports to S3 itself, and
+    sub_path: str | None = None  # the job's directory in it
+
+    def volume(self) -> dict[str, Any]:
+        if self.claim:
+            return {"name": "checkpoints", "persistentVolumeClaim": {"claimName": self.claim}}
+        if self.host_path:
+            return {"name": "checkpoints", "hostPath": {"path": self.host_path, "type": "DirectoryOrCreate"}}
+        return {"name": "checkpoints", "emptyDir": {}}
+
+    def mount(self) -> dict[str, Any]:
+        mount = {"name": "checkpoints", "mountPath": CHECKPOINT_DIR}
+        return mount | {"subPath": self.sub_path} if self.sub_path else mount
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """What the default trainer checks on its own nodes before step 0."""
+
+    gpus_per_node: int
+    efa_per_node: int
+    min_bus_bandwidth_gbps: int
+
+    def args(self) -> list[str]:
+        return [
+            "--preflight-gpus-per-node",
+            str(self.gpus_per_node),
+            "--preflight-efa-per-node",
+            str(self.efa_per_node),
+            "--preflight-min-bus-bandwidth",
+            str(self.min_bus_bandwidth_gbps),
+        ]
+
+
+@dataclass(frozen=True)
+class JobTracking:
+    """Where a job's rank 0 logs its MLflow run, and the job's identity in it."""
+
+    uri: pulumi.Input[str]
+    experiment: str
+    stack: str
+    # A Secret with the server's credentials (MLFLOW_TRACKING_TOKEN, or _USERNAME and _PASSWORD).
+    credentials_secret: pulumi.Input[str] | None = None
+    credential_keys: tuple[str, ...] = ()
+
+    def env(self, job: str, image: pulumi.Input[str]) -> list[dict[str, Any]]:
+        env = [
+            {"name": "MLFLOW_TRACKING_URI", "value": self.uri},
+            {"name": "MLFLOW_EXPERIMENT_NAME", "value": self.experiment},
+            {"name": "TRAINSTACK_JOB", "value": job},
+            {"name": "TRAINSTACK_STACK", "value": self.stack},
+            {"name": "TRAINSTACK_IMAGE", "value": image},
+        ]
+        return env + [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": self.credentials_secret, "key": key}}}
+            for key in self.credential_keys
+        ]
+
+
+@dataclass(frozen=True)
+class TrainingJobArgs:
+    spec: JobSpec
+    placement: Placement
+    nodes: pulumi.Resource | None  # the group's nodes: the pods need them (None: the cluster's own)
+    image: pulumi.Input[str]
+    checkpoints: Checkpoints
+    namespace: str
+    service_account: str
+    provider: k8s.Provider
+    operator: pulumi.Resource | None  # None: installed outside the stack (validated in config)
+    queue: str  # its node group's LocalQueue
+    # Minutes the autoscaler may take to bring the job's nodes (0 on a group with fixed nodes):
+    # `pulumi up` waits that much longer for a job to run.
+    provision_minutes: int = 0
+    waits_for: list[pulumi.Resource] = field(default_factory=list)
+    # Secrets come in as their resources' outputs, not plain names: when one is replaced (a
+    # Secret's data cannot change in place), Pulumi deletes the job before it and relaunches it
+    # after, so a running job never loses its Secret.
+    env_secret: pulumi.Input[str] | None = (
+        None  # a Secret holding the job's env values (when they are secret)
+    )
+    hf_token_secret: pulumi.Input[str] | None = None  # a Secret with HF_TOKEN
+    node_check: NodeCheck | None = None  # the default trainer checks its nodes first
+    datasets_claim: str | None = None  # the bucket's datasets, mounted read-only at /datasets
+    head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
+    tracking: JobTracking | None = None  # MLflow, when the stack has a tracking server
+    prep_image: pulumi.Input[str] | None = None  # the stack's image: prepares a VERL job's data
+
+
+def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
+    """The default trainer's flags: size, length, checkpoints on a volume mirrored to S3, and the
+    check of its own nodes where the group asks for one."""
+    spec = args.spec
+    return [
+        "--model",
+        spec.model,
+        "--steps",
+        str(spec.steps),
+        "--checkpoint-dir",
+        CHECKPOINT_DIR,
+        *(["--s3-checkpoints", args.checkpoints.uri] if args.checkpoints.uri else []),
+        *(args.node_check.args() if args.node_check else []),
+        *spec.args,
+    ]
+
+
+def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+    if not args.hf_token_secret:
+        return []
+    return [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "HF_TOKEN"}}}
+    ]
+
+
+def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [*placement_env(args.placement)]
+    secret = args.checkpoints.credentials_secret
+    if secret:  # outside EKS: the user's S3 credentials, by name, never in the stack
+        env += [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        ]
+    env += hf_token_env(args)
+    if args.tracking:
+        env += args.tracking.env(args.spec.name, args.image)
+    for name, value in args.spec.env.items():
+        if args.env_secret:
+            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": args.env_secret, "key": name}}})
+        else:
+            env.append({"name": name, "value": value})
+    return env
+
+
+def volumes(
+    placement: Placement, checkpoints: Checkpoints, datasets_claim: str | None = None
+) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): /dev/shm in memory, checkpoints on the node's disk (mirrored to S3), a
+    shared file system or the nodes' shared path; the bucket's datasets read-only, when mounted."""
+    vols = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}},
+        checkpoints.volume(),
+    ]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, checkpoints.mount()]
+    if datasets_claim:
+        vols.append(
+            {"name": "datasets", "persistentVolumeClaim": {"claimName": datasets_claim, "readOnly": True}}
+        )
+        mounts.append({"name": "datasets", "mountPath": DATASETS_DIR, "readOnly": True})
+    return vols, mounts
+
+
+def pod_template(
+    args: TrainingJobArgs, container: dict[str, Any], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
+    metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
+    placement = args.placement.pod_placement()
+    prep = verl_data_prep(args)
+    if prep:
+        vols, mounts = [*vols, prep["volume"]], [*mounts, prep["mount"]]
+    return {
+        "metadata": metadata,
+        "spec": {
+            "serviceAccountName": args.service_account,
+            **({"initContainers": [prep["container"]]} if prep else {}),
+            **placement,
+            "tolerations": [*placement.get("tolerations", []), *NODE_LOSS_TOLERATIONS],
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+            "containers": [
+                {
+                    "image": args.image,
+                    "workingDir": WORKDIR,
+                    "env": container_env(args),
+                    "resources": args.placement.resources(),
+                    "volumeMounts": mounts,
+                    **container,
+                }
+            ],
+            "volumes": vols,
+        },
+    }
+
+
+def verl_data_prep(args: TrainingJobArgs) -> dict[str, Any] | None:
+    """A VERL job's dataset, written by the stack's image into /data before Ray starts on the pod."""
+    verl = args.spec.verl
+    if verl is None:
+        return None
+    mount = {"name": "verl-data", "mountPath": verl_job.DATA_DIR}
+    container = {
+        "name": "prepare-data",
+        "image": args.prep_image,
+        "workingDir": WORKDIR,
+        "command": verl_job.data_prep_command(verl),
+        "env": hf_token_env(args),
+        "volumeMounts": [mount],
+    }
+    return {"container": container, "volume": {"name": "verl-data", "emptyDir": {}}, "mount": mount}
