@@ -19,17 +19,18 @@ import shutil
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import yaml
 
+from config import PROJECT, PROJECT_ROOT, parse_config, template_values
+from domain.catalog import image_compressed_gb
 from offline.account import FactError, parse_facts, read_facts_file
+from offline.cost import hourly_cost, total
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
 from offline.timeline import critical_path, describe, job_start_minutes, until_training
-from domain.catalog import image_compressed_gb
-from config import PROJECT, PROJECT_ROOT, parse_config, template_values
-from offline.cost import hourly_cost, total
+from stack_outputs import StackOutputs
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_DIRECTORY = "kubernetes:kustomize/v2:Directory"
@@ -284,9 +285,10 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
     image_gb = 0.0 if cfg.image.builder == "kind" else image_compressed_gb(cfg.image.base_image)
     lines += ["", *describe(critical_path(run.resources, until_training(run.resources), image_gb))]
     lines += ["", *cost_lines(cfg)]
-    jobs = run.outputs.get("jobs") or {}
+    outputs = cast(StackOutputs, run.outputs)  # what the program exported, as `trainstack` reads it
+    jobs = outputs.get("jobs") or {}
     if jobs:
-        lines += ["", f"Jobs ({run.outputs.get('gpusTotal', 0)} GPUs at the GPU node groups' maximum size):"]
+        lines += ["", f"Jobs ({outputs.get('gpusTotal', 0)} GPUs at the GPU node groups' maximum size):"]
         starts = job_start_minutes(run.resources, image_gb)
         for name, job in jobs.items():
             start = starts.get(name)

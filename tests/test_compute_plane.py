@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import ROOT, plan, policy_of, stack_values
 
-from offline.engine import EKS_CLUSTER_SECURITY_GROUP, OfflineMocks, ProviderRefusal, run_program
 from config import EKS_ADDON_VERSIONS
+from offline.engine import EKS_CLUSTER_SECURITY_GROUP, run_program
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NG = "eks:index:ManagedNodeGroup"
@@ -428,45 +428,6 @@ def test_the_deploying_role_gets_no_second_access_entry():
     run = run_program("prod", others, caller_arn=caller)
     (entry,) = run.by_type("aws:eks/accessEntry:AccessEntry")
     assert entry.inputs["principalArn"] == "arn:aws:iam::123456789012:role/ops/Oncall"
-
-
-def test_the_offline_engine_refuses_the_creators_second_entry_as_eks_does():
-    import pulumi
-
-    mocks = OfflineMocks("us-east-1", "arn:aws:sts::123456789012:assumed-role/PlatformAdmin/alice")
-    args = pulumi.runtime.MockResourceArgs(
-        typ="eks:index:Cluster",
-        name="eks",
-        inputs={
-            "name": "c",
-            "accessEntries": {"admin-0": {"principalArn": "arn:aws:iam::123456789012:role/PlatformAdmin"}},
-        },
-        provider="",
-        resource_id="",
-        custom=False,
-    )
-    with pytest.raises(ProviderRefusal, match="ResourceInUseException"):
-        mocks.new_resource(args)
-
-
-def test_cluster_security_group_output_matches_pulumi_eks():
-    """pulumi-eks returns its own group unless skipDefaultSecurityGroups; the engine does the same."""
-    import pulumi
-
-    def outputs(skip):
-        args = pulumi.runtime.MockResourceArgs(
-            typ="eks:index:Cluster",
-            name="eks",
-            inputs={"name": "c", "skipDefaultSecurityGroups": skip},
-            provider="",
-            resource_id="",
-            custom=False,
-        )
-        return mocks.new_resource(args)[1]
-
-    mocks = OfflineMocks("us-east-1")
-    assert outputs(False)["clusterSecurityGroupId"] != EKS_CLUSTER_SECURITY_GROUP
-    assert outputs(True)["clusterSecurityGroupId"] == EKS_CLUSTER_SECURITY_GROUP
 
 
 def test_a_live_run_refuses_template_values(monkeypatch):

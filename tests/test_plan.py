@@ -263,6 +263,7 @@ def test_offline_engine_names_an_unanswered_invoke(tmp_path):
     program = tmp_path / "program.py"
     program.write_text("import pulumi_aws as aws\naws.ec2.get_vpc(default=True)\n")
     with pytest.raises(
-        Exception, match=r"no answer for invoke aws:ec2/getVpc:getVpc; add one to offline/engine.py"
+        Exception,
+        match=r"no answer for invoke aws:ec2/getVpc:getVpc; add one to offline/engine/aws_answers\.py",
     ):
         run_program("t", {"aws:region": "us-east-1"}, program=program)

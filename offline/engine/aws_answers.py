@@ -138,7 +138,9 @@ def _random_password(r: NewResource) -> dict[str, Any]:
 
 def _db_instance(r: NewResource) -> dict[str, Any]:
     identifier = r.state.get("identifier") or f"{r.resource_name}-{r.suffix}"
-    address = f"{identifier}.c{hashlib.sha1(identifier.encode()).hexdigest()[:11]}.{r.region}.rds.amazonaws.com"
+    address = (
+        f"{identifier}.c{hashlib.sha1(identifier.encode()).hexdigest()[:11]}.{r.region}.rds.amazonaws.com"
+    )
     return {"address": address, "endpoint": f"{address}:5432", "port": 5432, "identifier": identifier}
 
 

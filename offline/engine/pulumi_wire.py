@@ -2,8 +2,8 @@
 
 Everything the offline engine needs of the Pulumi SDK beyond its public `Mocks` goes through here,
 so an SDK upgrade that moves an internal breaks this module only. It decodes the wire form of
-inputs (the `4dabf18193072939515e22adb298388d` signatures of secrets, resource references, output
-values, assets and unknowns) into plain JSON for a `Registration`, reads a RegisterResource
+inputs (secrets, resource references, output values, assets and unknowns, each an object marked
+with Pulumi's signature key) into plain JSON for a `Registration`, reads a RegisterResource
 request's options, and builds a resource reference as a provider returns one. `RecordingMonitor` is
 Pulumi's own `MockMonitor` that also records each registration's parent, dependencies and raw
 inputs, answers method calls on remote components, and registers the children a remote component's
@@ -19,13 +19,14 @@ from typing import Any, Protocol
 
 import pulumi
 from google.protobuf import json_format, struct_pb2
-from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime import config as runtime_config
+from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime.proto import provider_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from offline.engine.recording import SECRET_MASK, UNKNOWN_MASK, Registration, RemoteChild
+
 
 def clean(value: Any, reveal: bool = False) -> Any:
     """Turn the wire form of inputs into plain JSON, masking secrets (unless `reveal`) and unknowns."""
@@ -187,7 +188,9 @@ def reset_runtime(config: dict[str, str], secret_keys: list[str]) -> None:
 
 def install(monitor: RecordingMonitor, project: str, stack: str, logger: logging.Logger) -> None:
     """Make `monitor` (and its mocks) the engine the program talks to; `logger` gets pulumi.log."""
-    mocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, logger=logger, monitor=monitor)
+    mocks.set_mocks(
+        monitor.mocks, project=project, stack=stack, preview=False, logger=logger, monitor=monitor
+    )
 
 
 def run_stack(main: Callable[[], None]) -> None:
