@@ -10,12 +10,11 @@ import pytest
 import yaml
 from conftest import plan, stack_values
 
+from account_checks import AccountCheckError, aws_cli
 from domain.names import fit
 from offline import plan as offline_plan
 from offline.account import FactError, OfflineAccount, parse_facts
 from offline.engine import run_program
-import account_checks as account
-from account_checks import AccountCheckError
 
 P5_GROUP = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True}
 
@@ -213,7 +212,7 @@ def test_a_failed_check_leaves_nothing_registered_but_the_provider():
     ],
 )
 def test_aws_cli_check(where, said, problem):
-    check = account._aws_cli(lambda _: where, lambda _: said)
+    check = aws_cli.installed_cli_check(lambda _: where, lambda _: said)
     assert (check.problem is None) if problem is None else (problem in check.problem)
 
 
@@ -221,7 +220,7 @@ def test_a_live_run_without_the_aws_cli_stops_at_start(monkeypatch):
     from planes import account as account_plane
 
     monkeypatch.setattr(account_plane, "under_mock_engine", lambda: False)
-    monkeypatch.setattr(account.shutil, "which", lambda _: None)
+    monkeypatch.setattr(aws_cli.shutil, "which", lambda _: None)
     registered = []
     with pytest.raises(AccountCheckError, match="the aws CLI is not on this machine's PATH"):
         run_program("dev", stack_values("dev"), registered=registered)

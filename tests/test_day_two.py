@@ -7,12 +7,12 @@ import datetime
 import pytest
 from conftest import stack_values
 
-from offline.engine import run_program
 from account_checks import AccountCheckError
-from domain.names import creator_parameter
 from config import parse_config
 from config.cluster import EKS_ADDON_VERSIONS
+from domain.names import creator_parameter
 from offline.cost import hourly_cost
+from offline.engine import run_program
 
 ACCOUNT = "123456789012"
 ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"  # bootstraps the stack from a laptop

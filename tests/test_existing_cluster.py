@@ -11,10 +11,10 @@ import subprocess
 import pytest
 from conftest import ROOT, crd_errors, plan, policy_of, stack_values
 
-from offline.engine import SECRET_MASK, run_program
-from offline.plan import manifest_of
 from account_checks import AccountCheckError
 from config.schema import ConfigError
+from offline.engine import SECRET_MASK, run_program
+from offline.plan import manifest_of
 
 CLUSTER = {"eks-cluster:ml-platform": {"version": "1.35", "zones": ["us-east-1a", "us-east-1b"]}}
 JOBS = (

@@ -10,11 +10,11 @@ import json
 import pytest
 from conftest import crd_errors, plan, policy_of
 
+from account_checks import AccountCheckError
+from config.schema import ConfigError
+from offline.cost import hourly_cost
 from offline.plan import manifest_of
 from offline.timeline import critical_path, until_training
-from account_checks import AccountCheckError
-from offline.cost import hourly_cost
-from config.schema import ConfigError
 
 FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
 DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
