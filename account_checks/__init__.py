@@ -53,9 +53,7 @@ __all__ = [
 class AccountFacts:
     """What the checks found that the compute plane builds on."""
 
-    vpc_zones: tuple[str, ...]  # AZs of a created VPC; empty when the VPC exists
-    existing_subnet_zones: dict[str, str]  # AZ -> first listed private subnet in it
-    group_zones: dict[str, str]  # GPU group name -> its AZ
+    zones: ZonePlan  # the VPC's AZs, an existing VPC's subnets by AZ, each GPU group's AZ
     creator: Creator
 
 
@@ -86,7 +84,7 @@ def check_account(
         checks.append(source_credential_check(cfg, session))
     checks.append(aws_cli_check(live))
     conclude(cfg, account_id, checks)
-    return AccountFacts(zones.vpc_zones, zones.existing_subnet_zones, zones.group_zones, creator)
+    return AccountFacts(zones, creator)
 
 
 def check_existing_cluster(

@@ -15,9 +15,17 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from cli.analysis import KINDS, PROVISIONING_REQUESTS, WORKLOADS
 from cli.errors import EXIT_FAILED, CliError
 from conventions import JOB_LABEL
+
+# The API (group, version, plural) of each job kind the stack launches, and of Kueue's objects.
+KINDS = {
+    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
+    "RayJob": ("ray.io", "v1", "rayjobs"),
+    "RayCluster": ("ray.io", "v1", "rayclusters"),
+}
+WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+PROVISIONING_REQUESTS = ("autoscaling.x-k8s.io", "v1", "provisioningrequests")
 
 
 def current_user(kubeconfig: dict, source: str) -> dict:

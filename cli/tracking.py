@@ -11,6 +11,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from stack_outputs import StackOutputs
+
 JOB_TAG = "trainstack.job"  # workload/trainer/tracking.py sets it on every run
 METRIC_KEYS = ("loss", "val_loss", "tokens_per_s", "mfu", "goodput", "step_time_s")
 
@@ -27,7 +29,7 @@ class Run:
     uri: str  # the server it was found on
 
 
-def tracking_uri(flag: str | None, outputs: dict) -> str | None:
+def tracking_uri(flag: str | None, outputs: StackOutputs) -> str | None:
     """--tracking-uri, then $MLFLOW_TRACKING_URI, then the stack's external server. A server in the
     cluster has no endpoint outside it: None (the caller says how to port-forward)."""
     if flag or os.environ.get("MLFLOW_TRACKING_URI"):

@@ -43,7 +43,7 @@ def shared_storage(
     one), and the datasets through Mountpoint."""
     fsx = None
     if cfg.fsx_groups:
-        zone = facts.group_zones[sorted(cfg.fsx_groups)[0]]
+        zone = facts.zones.group_zones[sorted(cfg.fsx_groups)[0]]
         f = cfg.storage.fsx
         fsx = FsxCheckpoints(
             "checkpoints-fsx",

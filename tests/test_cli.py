@@ -13,7 +13,8 @@ import pytest
 from conftest import crd_errors
 from kube_server import FakeCluster, KubeServer
 
-from cli import analysis
+from cli import kube
+from cli.analysis import findings, phases
 from cli.main import main
 
 NS = "training"
@@ -308,7 +309,7 @@ def healthy() -> FakeCluster:
         deployment("kueue-controller-manager", "kueue-system"),
         deployment("cluster-autoscaler-aws-cluster-autoscaler", "kube-system"),
     ]
-    c.crds = [crd(n) for n in analysis.REQUIRED_CRDS]
+    c.crds = [crd(n) for n in findings.REQUIRED_CRDS]
     c.webhooks = [webhook("validator.training-operator.kubeflow.org")]
     c.pods = [pod("fsdp-worker-0", "fsdp", "p5", index=0), pod("fsdp-worker-1", "fsdp", "p5", index=1)]
     c.custom[("pytorchjobs", "fsdp")] = pytorchjob("fsdp", 2, ("Created", "True"), ("Running", "True"))
@@ -359,7 +360,7 @@ def run(cluster: FakeCluster, tmp_path: Path, *argv: str, outputs: dict | None =
 )
 def test_status_phase_per_kind(tmp_path, kind, obj, phase, failed):
     c = healthy()
-    c.custom = {(analysis.KINDS[kind][2], "j"): obj}
+    c.custom = {(kube.KINDS[kind][2], "j"): obj}
     c.workloads = [workload("j", "p5", *ADMITTED, kind=kind)]
     c.pods = [
         pod(
@@ -545,7 +546,7 @@ def test_logs_follow_streams_every_pod(tmp_path):
 def test_ray_pods_are_prefixed_head_and_worker():
     head = pod("r-head-abcde", "r", "gpu", ray="head")
     worker = pod("r-gpu-worker-xk2p9", "r", "gpu", ray="worker")
-    assert (analysis.pod_role(head), analysis.pod_role(worker)) == ("head", "worker-xk2p9")
+    assert (phases.pod_role(head), phases.pod_role(worker)) == ("head", "worker-xk2p9")
 
 
 # --- doctor ------------------------------------------------------------------------------------

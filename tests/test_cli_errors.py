@@ -16,7 +16,7 @@ from conftest import unused_port
 from kube_server import FakeCluster, KubeServer
 from test_cli import OUTPUTS, healthy
 
-from cli import analysis
+from cli.analysis import phases
 from cli.kube import Cluster
 from cli.main import main
 
@@ -223,7 +223,7 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(tmp_path,
     def broken(kind, obj):
         raise RuntimeError("a bug\nwith a second line")
 
-    monkeypatch.setattr(analysis, "job_phase", broken)
+    monkeypatch.setattr(phases, "job_phase", broken)
     with KubeServer(healthy()) as server:
         outputs = write(tmp_path, {**OUTPUTS, "kubeconfig": server.kubeconfig()})
         code, err = one_line_error(capsys, ["status", "--outputs", outputs])

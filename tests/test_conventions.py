@@ -17,7 +17,7 @@ def first_party_imports(folder: str) -> set[str]:
     """Top-level project modules the files of `folder` import."""
     local = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if p.is_dir()}
     found = set()
-    for path in (ROOT / folder).glob("*.py"):
+    for path in (ROOT / folder).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.add(node.module.split(".")[0])
@@ -29,7 +29,7 @@ def first_party_imports(folder: str) -> set[str]:
 def test_the_command_package_carries_every_project_module_it_imports():
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     packaged = set(setup["packages"]) | set(setup.get("py-modules", []))
-    assert first_party_imports("cli") == {"cli", "conventions"}
+    assert first_party_imports("cli") == {"cli", "conventions", "stack_outputs"}
     assert first_party_imports("cli") <= packaged
 
 

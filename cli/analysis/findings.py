@@ -1,305 +1,20 @@
-"""What the objects of a running stack mean: job phases, why pods wait, metrics, checks, estimates.
-
-Pure functions over Kubernetes objects as plain dicts (the API's JSON), so each rule is tested on
-fixture objects shaped like real ones.
-"""
+"""`doctor`'s findings: each rule an EKS training engineer checks (nodes, GPU faults, queues,
+device plugins, operators, Pod Identity, pending and crashing pods, NCCL in the logs), with a fix
+for each failure."""
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from cli.analysis.phases import allocatable, node_ready
+from cli.analysis.queues import queue_state
 from conventions import EFA_RESOURCE, GPU_RESOURCE, NODE_GROUP_LABEL
-
-KINDS = {
-    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
-    "RayJob": ("ray.io", "v1", "rayjobs"),
-    "RayCluster": ("ray.io", "v1", "rayclusters"),
-}
-WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
-PROVISIONING_REQUESTS = ("autoscaling.x-k8s.io", "v1", "provisioningrequests")
+from stack_outputs import GpuNodeGroup
 
 
 @dataclass
-class Phase:
-    name: str
-    failed: bool = False
-    done: bool = False
-
-
-def job_phase(kind: str, obj: dict | None) -> Phase:
-    """One word per job, as `kubectl get` would say it, and whether it failed."""
-    if obj is None:
-        return Phase("NotFound", failed=True)
-    status = obj.get("status") or {}
-    if kind == "PyTorchJob":
-        true = [c["type"] for c in status.get("conditions", []) if c.get("status") == "True"]
-        for name in ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created"):
-            if name in true:
-                return Phase(name, failed=name == "Failed", done=name in ("Failed", "Succeeded"))
-        return Phase("Pending")
-    if kind == "RayJob":
-        job, deployment = (
-            status.get("jobStatus") or "PENDING",
-            status.get("jobDeploymentStatus") or "Initializing",
-        )
-        failed = job == "FAILED" or deployment in ("Failed", "ValidationFailed")
-        return Phase(f"{job} ({deployment})", failed=failed, done=job in ("SUCCEEDED", "FAILED", "STOPPED"))
-    state = status.get("state") or "pending"
-    provisioned = any(
-        c.get("type") == "RayClusterProvisioned" and c.get("status") == "True"
-        for c in status.get("conditions", [])
-    )
-    name = state if state else ("provisioned" if provisioned else "pending")
-    return Phase(name, failed=state == "failed")
-
-
-def expected_pods(kind: str, obj: dict | None) -> int:
-    if obj is None:
-        return 0
-    spec = obj.get("spec") or {}
-    if kind == "PyTorchJob":
-        return sum(int(r.get("replicas", 1)) for r in spec.get("pytorchReplicaSpecs", {}).values())
-    cluster = spec.get("rayClusterSpec", {}) if kind == "RayJob" else spec
-    return 1 + sum(int(g.get("replicas", 0)) for g in cluster.get("workerGroupSpecs", []))
-
-
-def pod_ready(pod: dict) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in pod.get("status", {}).get("conditions", [])
-    )
-
-
-def restarts(pod: dict) -> int:
-    return sum(
-        int(c.get("restartCount", 0)) for c in pod.get("status", {}).get("containerStatuses", []) or []
-    )
-
-
-def pod_role(pod: dict) -> str:
-    """`worker-3`, `head`, `worker-<pod suffix>`: what a log line is prefixed with."""
-    labels = pod.get("metadata", {}).get("labels", {})
-    if "training.kubeflow.org/replica-type" in labels:
-        kind = labels["training.kubeflow.org/replica-type"].lower()
-        return f"{kind}-{labels.get('training.kubeflow.org/replica-index', '?')}"
-    if "ray.io/node-type" in labels:
-        node_type = labels["ray.io/node-type"]
-        return "head" if node_type == "head" else f"worker-{pod['metadata']['name'].rsplit('-', 1)[-1]}"
-    return pod.get("metadata", {}).get("name", "?")
-
-
-def pod_rank(pod: dict) -> int | None:
-    """The node rank of a PyTorchJob worker (torchrun's ranks on it follow from it)."""
-    index = pod.get("metadata", {}).get("labels", {}).get("training.kubeflow.org/replica-index")
-    return int(index) if index is not None and str(index).isdigit() else None
-
-
-def parse_metrics(text: str) -> list[dict]:
-    """The trainer's `metrics {json}` records with a step and a loss; malformed lines are skipped."""
-    found = []
-    for line in text.splitlines():
-        _, sep, payload = line.partition("metrics ")
-        if not sep:
-            continue
-        try:
-            record = json.loads(payload)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int) and "loss" in record:
-            found.append(record)
-    return found
-
-
-def node_ready(node: dict) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in node.get("status", {}).get("conditions", [])
-    )
-
-
-def allocatable(node: dict, resource: str) -> int:
-    value = node.get("status", {}).get("allocatable", {}).get(resource, "0")
-    try:
-        return int(value)
-    except ValueError:
-        return 0
-
-
-@dataclass
-class GroupStatus:
-    """A GPU group now: its nodes (the autoscaler adds them per job, up to `maximum`), how many are
-    Ready, and the devices each Ready node advertises."""
-
-    name: str
-    nodes: int
-    ready: int
-    minimum: int
-    maximum: int
-    gpus: list[int]
-    efa: list[int]
-    gpus_expected: int
-    efa_expected: int
-
-    @property
-    def failed(self) -> bool:
-        return (
-            self.ready < self.minimum
-            or any(g < self.gpus_expected for g in self.gpus)
-            or any(e < self.efa_expected for e in self.efa)
-        )
-
-
-def group_status(name: str, facts: dict, nodes: list[dict]) -> GroupStatus:
-    """`facts`: the stack's outputs for the group. Its nodes carry the stack's group label, or (on a
-    cluster the stack did not create) the labels its nodeSelector names."""
-    selector = facts.get("nodeSelector") or {NODE_GROUP_LABEL: name}
-    mine = [n for n in nodes if selector.items() <= n.get("metadata", {}).get("labels", {}).items()]
-    ready = [n for n in mine if node_ready(n)]  # a joining node has no devices yet
-    maximum = int(facts.get("nodes", 0))
-    return GroupStatus(
-        name,
-        len(mine),
-        len(ready),
-        int(facts.get("minNodes", maximum)),
-        maximum,
-        [allocatable(n, GPU_RESOURCE) for n in ready],
-        [allocatable(n, EFA_RESOURCE) for n in ready],
-        int(facts.get("gpusPerNode", 0)),
-        int(facts.get("efaInterfacesPerNode", 0)),
-    )
-
-
-# --- queues ------------------------------------------------------------------------------------
-
-
-@dataclass
-class QueueState:
-    """Where a job is in Kueue: admitted, provisioning (quota held, nodes coming), waiting, evicted,
-    finished; `failed` when it waits for something that will not come by itself."""
-
-    state: str
-    detail: str
-    failed: bool = False
-    fix: str = ""
-
-
-def _conditions(obj: dict) -> dict[str, dict]:
-    return {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
-
-
-def _true(conditions: dict[str, dict], kind: str) -> bool:
-    return conditions.get(kind, {}).get("status") == "True"
-
-
-def _owned_by(obj: dict, kind: str, name: str) -> bool:
-    return any(
-        r.get("kind") == kind and r.get("name") == name for r in obj["metadata"].get("ownerReferences", [])
-    )
-
-
-def _owner_name(obj: dict) -> str:
-    refs = obj["metadata"].get("ownerReferences", [])
-    return refs[0]["name"] if refs else obj["metadata"]["name"]
-
-
-def queue_state(kind: str, name: str, workloads: list[dict], requests: list[dict]) -> QueueState:
-    workload = next((w for w in workloads if _owned_by(w, kind, name)), None)
-    if workload is None:
-        return QueueState(
-            "not queued",
-            "Kueue has no Workload for it: Kueue is not running, or the job lacks its queue label",
-            True,
-            "kubectl -n kueue-system get pods; the stack labels every job (kueue.x-k8s.io/queue-name)",
-        )
-    cond = _conditions(workload)
-    queue = workload["spec"].get("queueName", "?")
-    if _true(cond, "Finished"):
-        return QueueState("finished", cond["Finished"].get("message", ""))
-    if _true(cond, "Admitted"):
-        return QueueState("admitted", f"queue {queue}")
-    if _true(cond, "Evicted"):
-        why = cond["Evicted"]
-        return QueueState(
-            "evicted",
-            f"{why.get('reason', '')}: {why.get('message', '')}".strip(": "),
-            True,
-            "its pods were not all Ready in time (queueing.podsReadyTimeoutMinutes): "
-            "`trainstack doctor` shows why a pod waits; Kueue requeues it with a backoff",
-        )
-    if _true(cond, "QuotaReserved"):
-        return _provisioning(workload, queue, requests)
-    ahead = _ahead(workload, workloads)
-    message = cond.get("QuotaReserved", {}).get("message") or "not yet considered by Kueue"
-    if ahead:
-        return QueueState("waiting", f"behind {', '.join(ahead)} in queue {queue}: {message}")
-    return QueueState(
-        "waiting",
-        f"first in queue {queue}, not admitted: {message}",
-        True,
-        f"kubectl describe clusterqueue trainstack-{queue} (an inactive queue names what it lacks); "
-        "kubectl -n kueue-system logs deploy/kueue-controller-manager",
-    )
-
-
-def _ahead(workload: dict, workloads: list[dict]) -> list[str]:
-    """Jobs before it in its queue: holding quota, or waiting since earlier (first in, first out)."""
-    queue, created = workload["spec"].get("queueName"), workload["metadata"].get("creationTimestamp", "")
-    ahead = []
-    for other in workloads:
-        if other is workload or other["spec"].get("queueName") != queue:
-            continue
-        cond = _conditions(other)
-        if _true(cond, "Finished"):
-            continue
-        holding = _true(cond, "QuotaReserved") or _true(cond, "Admitted")
-        if holding or other["metadata"].get("creationTimestamp", "") < created:
-            ahead.append(_owner_name(other) + (" (running)" if holding else " (waiting)"))
-    return sorted(ahead)
-
-
-def _provisioning(workload: dict, queue: str, requests: list[dict]) -> QueueState:
-    """Quota reserved; the admission checks (the ProvisioningRequest) decide when it starts."""
-    checks = workload.get("status", {}).get("admissionChecks", [])
-    mine = [r for r in requests if _owned_by(r, "Workload", workload["metadata"]["name"])]
-    request = max(mine, key=lambda r: r["metadata"].get("creationTimestamp", ""), default=None)
-    said = []
-    failed = False
-    for check in checks:
-        state = check.get("state", "Pending")
-        said.append(f"{check['name']} {state}" + (f": {check['message']}" if check.get("message") else ""))
-        failed |= state in ("Retry", "Rejected")
-    if request is not None:
-        cond = _conditions(request)
-        if _true(cond, "Failed"):
-            failed = True
-            said.append(
-                f"ProvisioningRequest {request['metadata']['name']} failed: {cond['Failed'].get('message', '')}"
-            )
-        elif "Provisioned" in cond:
-            said.append(
-                f"ProvisioningRequest {request['metadata']['name']}: {cond['Provisioned'].get('message', '')}"
-            )
-    detail = f"quota held in queue {queue}, nodes being provisioned" + (
-        f"; {'; '.join(said)}" if said else ""
-    )
-    fix = (
-        "the autoscaler could not get the nodes (capacity, quota, the AZ): "
-        "kubectl -n kube-system logs deploy/cluster-autoscaler; another instance type, AZ or capacity "
-        "reservation; Kueue retries the request with a backoff"
-        if failed
-        else ""
-    )
-    return QueueState("provisioning", detail, failed, fix)
-
-
-# --- doctor ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Check:
+class Finding:
     name: str
     ok: bool
     detail: str
@@ -321,7 +36,7 @@ class ClusterView:
     pods: list[dict]
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> recent log
     previous_logs: dict[str, str] = field(default_factory=dict)  # pod name -> last crashed run
-    gpu_groups: dict[str, dict] = field(default_factory=dict)  # stack outputs: gpuNodeGroups
+    gpu_groups: dict[str, GpuNodeGroup] = field(default_factory=dict)  # stack outputs: gpuNodeGroups
     jobs: dict[str, str] = field(default_factory=dict)  # the stack's jobs that exist: name -> kind
     workloads: list[dict] = field(default_factory=list)  # Kueue's, one per queued job
     provisioning_requests: list[dict] = field(default_factory=list)
@@ -352,10 +67,10 @@ HF_REJECTED = re.compile(
 )
 
 
-def check_nodes(view: ClusterView) -> list[Check]:
+def check_nodes(view: ClusterView) -> list[Finding]:
     not_ready = [n["metadata"]["name"] for n in view.nodes if not node_ready(n)]
     return [
-        Check(
+        Finding(
             "nodes Ready",
             not not_ready and bool(view.nodes),
             f"{len(view.nodes) - len(not_ready)}/{len(view.nodes)} Ready"
@@ -367,8 +82,8 @@ def check_nodes(view: ClusterView) -> list[Check]:
     ]
 
 
-def check_device_plugins(view: ClusterView) -> list[Check]:
-    checks = []
+def check_device_plugins(view: ClusterView) -> list[Finding]:
+    findings = []
     gpu_nodes = [n for n in view.nodes if NODE_GROUP_LABEL in n.get("metadata", {}).get("labels", {})]
     efa_nodes = [
         n for n in gpu_nodes if n["metadata"]["labels"].get("vpc.amazonaws.com/efa.present") == "true"
@@ -378,8 +93,8 @@ def check_device_plugins(view: ClusterView) -> list[Check]:
         wanted = gpu_nodes if resource == GPU_RESOURCE else efa_nodes
         if not sets:
             if wanted:
-                checks.append(
-                    Check(
+                findings.append(
+                    Finding(
                         f"{fragment} DaemonSet",
                         False,
                         f"not installed, and {len(wanted)} node(s) need it",
@@ -391,8 +106,8 @@ def check_device_plugins(view: ClusterView) -> list[Check]:
             status = ds.get("status", {})
             desired, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
             if desired == 0 and wanted:
-                checks.append(
-                    Check(
+                findings.append(
+                    Finding(
                         f"{ds['metadata']['name']} DaemonSet",
                         False,
                         f"0 pods scheduled on {len(wanted)} node(s) that need it: its node affinity matches none",
@@ -401,8 +116,8 @@ def check_device_plugins(view: ClusterView) -> list[Check]:
                     )
                 )
             else:
-                checks.append(
-                    Check(
+                findings.append(
+                    Finding(
                         f"{ds['metadata']['name']} DaemonSet",
                         ready >= desired,
                         f"{ready}/{desired} pods ready",
@@ -417,8 +132,8 @@ def check_device_plugins(view: ClusterView) -> list[Check]:
         for resource, key in ((GPU_RESOURCE, "gpusPerNode"), (EFA_RESOURCE, "efaInterfacesPerNode")):
             expected = int(facts.get(key, 0))
             if expected and allocatable(node, resource) < expected:
-                checks.append(
-                    Check(
+                findings.append(
+                    Finding(
                         f"{resource} on {node['metadata']['name']}",
                         False,
                         f"allocatable {allocatable(node, resource)}, the instance type has {expected}",
@@ -426,12 +141,12 @@ def check_device_plugins(view: ClusterView) -> list[Check]:
                         f"kubectl -n kube-system get pods -o wide --field-selector spec.nodeName={node['metadata']['name']}",
                     )
                 )
-    return checks
+    return findings
 
 
-def check_operators(view: ClusterView) -> list[Check]:
-    checks = [
-        Check(
+def check_operators(view: ClusterView) -> list[Finding]:
+    findings = [
+        Finding(
             f"CRD {crd}",
             crd in view.crds,
             "installed" if crd in view.crds else "missing",
@@ -442,8 +157,8 @@ def check_operators(view: ClusterView) -> list[Check]:
     for name, title in OPERATORS.items():
         found = [d for d in view.deployments if d["metadata"]["name"] == name]
         ready = bool(found) and found[0].get("status", {}).get("readyReplicas", 0) >= 1
-        checks.append(
-            Check(
+        findings.append(
+            Finding(
                 title,
                 ready,
                 "ready" if ready else ("not ready" if found else "not installed"),
@@ -453,9 +168,9 @@ def check_operators(view: ClusterView) -> list[Check]:
             )
         )
     webhook = any("training-operator" in w for w in view.webhooks)
-    operator_ready = any(c.ok for c in checks if c.name == OPERATORS["training-operator"])
-    checks.append(
-        Check(
+    operator_ready = any(c.ok for c in findings if c.name == OPERATORS["training-operator"])
+    findings.append(
+        Finding(
             "training operator webhook",
             webhook and operator_ready,
             "serving" if webhook and operator_ready else "not serving: PyTorchJobs are rejected",
@@ -464,14 +179,14 @@ def check_operators(view: ClusterView) -> list[Check]:
             else "wait for the training-operator Deployment to be Ready (it writes its own certificates)",
         )
     )
-    return checks
+    return findings
 
 
 def _env_names(pod: dict) -> set[str]:
     return {e.get("name") for c in pod.get("spec", {}).get("containers", []) for e in c.get("env", []) or []}
 
 
-def check_pod_identity(view: ClusterView) -> list[Check]:
+def check_pod_identity(view: ClusterView) -> list[Finding]:
     trainers = [p for p in view.pods if p.get("spec", {}).get("serviceAccountName") == "trainer"]
     if not trainers:
         return []
@@ -479,7 +194,7 @@ def check_pod_identity(view: ClusterView) -> list[Check]:
         p["metadata"]["name"] for p in trainers if "AWS_CONTAINER_CREDENTIALS_FULL_URI" not in _env_names(p)
     ]
     return [
-        Check(
+        Finding(
             "Pod Identity for training/trainer",
             not missing,
             "credentials injected" if not missing else f"no Pod Identity credentials in {', '.join(missing)}",
@@ -520,8 +235,8 @@ PENDING_RULES = (
 )
 
 
-def check_pods(view: ClusterView) -> list[Check]:
-    checks = []
+def check_pods(view: ClusterView) -> list[Finding]:
+    findings = []
     for pod in view.pods:
         name = pod["metadata"]["name"]
         status = pod.get("status", {})
@@ -533,12 +248,12 @@ def check_pods(view: ClusterView) -> list[Check]:
                     ((w, f) for rule, w, f in PENDING_RULES if rule.search(message)),
                     ("it cannot be scheduled", "kubectl describe pod: read its events"),
                 )
-                checks.append(Check(f"pod {name}", False, f"Pending: {why} ({message})", fix))
+                findings.append(Finding(f"pod {name}", False, f"Pending: {why} ({message})", fix))
         for container in status.get("containerStatuses", []) or []:
             reason = (container.get("state", {}).get("waiting") or {}).get("reason", "")
             if reason in ("ImagePullBackOff", "ErrImagePull"):
-                checks.append(
-                    Check(
+                findings.append(
+                    Finding(
                         f"pod {name}",
                         False,
                         f"{reason}: {container.get('image')}",
@@ -547,8 +262,8 @@ def check_pods(view: ClusterView) -> list[Check]:
                 )
             elif reason == "CrashLoopBackOff":
                 tail = "\n".join(view.previous_logs.get(name, "").splitlines()[-10:])
-                checks.append(
-                    Check(
+                findings.append(
+                    Finding(
                         f"pod {name}",
                         False,
                         f"CrashLoopBackOff ({container.get('restartCount', 0)} restarts); last lines:\n{tail}",
@@ -558,19 +273,19 @@ def check_pods(view: ClusterView) -> list[Check]:
             elif reason == "CreateContainerConfigError" and "hf-token" in (
                 container.get("state", {}).get("waiting", {}).get("message", "")
             ):
-                checks.append(
-                    Check(
+                findings.append(
+                    Finding(
                         "Hugging Face token",
                         False,
                         f"pod {name}: the hf-token Secret is missing",
                         "pulumi config set --secret hfToken <token>, then pulumi up",
                     )
                 )
-    return checks
+    return findings
 
 
-def check_logs(view: ClusterView) -> list[Check]:
-    checks = []
+def check_logs(view: ClusterView) -> list[Finding]:
+    findings = []
     efa_groups = {g for g, f in view.gpu_groups.items() if int(f.get("efaInterfacesPerNode", 0))}
     for pod in view.pods:
         name = pod["metadata"]["name"]
@@ -579,8 +294,8 @@ def check_logs(view: ClusterView) -> list[Check]:
         networks = NCCL_NETWORK.findall(text)
         if group in efa_groups and networks:
             efa = all("libfabric" in n.lower() for n in networks)
-            checks.append(
-                Check(
+            findings.append(
+                Finding(
                     f"NCCL network in {name}",
                     efa,
                     f"NCCL uses {networks[-1]}",
@@ -591,8 +306,8 @@ def check_logs(view: ClusterView) -> list[Check]:
                 )
             )
         if WATCHDOG.search(text):
-            checks.append(
-                Check(
+            findings.append(
+                Finding(
                     f"collectives in {name}",
                     False,
                     "NCCL watchdog timeout: a rank stopped taking part in a collective",
@@ -600,15 +315,15 @@ def check_logs(view: ClusterView) -> list[Check]:
                 )
             )
         if HF_REJECTED.search(text):
-            checks.append(
-                Check(
+            findings.append(
+                Finding(
                     "Hugging Face token",
                     False,
                     f"pod {name}: the Hub rejected the token",
                     "pulumi config set --secret hfToken <a token with access>, then pulumi up",
                 )
             )
-    return checks
+    return findings
 
 
 # Node conditions the EKS node monitoring agent sets (False: a fault it found, such as an NVIDIA XID
@@ -622,7 +337,7 @@ HEALTH_CONDITIONS = (
 )
 
 
-def check_node_health(view: ClusterView) -> list[Check]:
+def check_node_health(view: ClusterView) -> list[Finding]:
     faults = []
     for n in view.nodes:
         for c in n.get("status", {}).get("conditions", []):
@@ -630,7 +345,7 @@ def check_node_health(view: ClusterView) -> list[Check]:
                 what = f"{c.get('reason', '')}: {c.get('message', '')}".strip(": ")
                 faults.append(f"{n['metadata']['name']} {c['type']} ({what})")
     return [
-        Check(
+        Finding(
             "node health (EKS node monitoring agent)",
             not faults,
             "; ".join(faults) if faults else "no GPU, network, kernel, runtime or storage fault reported",
@@ -649,7 +364,7 @@ XID_EVENT = re.compile(r"^NvidiaXID(\d+)(Error|Warning)$")
 NODE_REMOVED = "RemovingNode"  # the node lifecycle controller's event when a Node object goes
 
 
-def check_gpu_faults(view: ClusterView) -> list[Check]:
+def check_gpu_faults(view: ClusterView) -> list[Finding]:
     """XID errors of the last hour (what Kubernetes keeps of events), and which faulty nodes are
     already gone: replaced by node repair (or the autoscaler), so the job only needed its restart."""
     present = {n["metadata"]["name"] for n in view.nodes}
@@ -665,7 +380,7 @@ def check_gpu_faults(view: ClusterView) -> list[Check]:
         elif e.get("reason") == NODE_REMOVED:
             removed.add(name)
     if not xids:
-        return [Check("GPU XID errors (last hour)", True, "none reported")]
+        return [Finding("GPU XID errors (last hour)", True, "none reported")]
     replaced = sorted(n for n in fatal if n in removed or n not in present)
     pending = sorted(n for n in fatal if n not in replaced)
 
@@ -681,22 +396,22 @@ def check_gpu_faults(view: ClusterView) -> list[Check]:
         if pending
         else ""
     )
-    return [Check("GPU XID errors (last hour)", not pending, detail, fix)]
+    return [Finding("GPU XID errors (last hour)", not pending, detail, fix)]
 
 
-def check_queues(view: ClusterView) -> list[Check]:
+def check_queues(view: ClusterView) -> list[Finding]:
     """Why each job waits, if it does: behind other jobs (fine), or for something that will not
     come by itself (a queue it can never fit, nodes the autoscaler cannot get, pods never ready)."""
-    checks = []
+    findings = []
     for name, kind in view.jobs.items():
         q = queue_state(kind, name, view.workloads, view.provisioning_requests)
-        checks.append(
-            Check(f"job {name} in its queue", not q.failed, f"{q.state}: {q.detail}".rstrip(": "), q.fix)
+        findings.append(
+            Finding(f"job {name} in its queue", not q.failed, f"{q.state}: {q.detail}".rstrip(": "), q.fix)
         )
-    return checks
+    return findings
 
 
-def doctor(view: ClusterView) -> list[Check]:
+def doctor(view: ClusterView) -> list[Finding]:
     return [
         *check_nodes(view),
         *check_node_health(view),
@@ -708,36 +423,3 @@ def doctor(view: ClusterView) -> list[Check]:
         *check_pods(view),
         *check_logs(view),
     ]
-
-
-# --- estimate ----------------------------------------------------------------------------------
-
-
-@dataclass
-class EstimateRow:
-    nodes: int
-    tokens_per_s: float
-    hours: float
-    cost_usd: float
-
-
-def estimate(
-    tokens: float,
-    measured_tokens_per_s: float,
-    measured_nodes: int,
-    hourly_usd_per_node: float,
-    max_nodes: int,
-    efficiency: float,
-) -> list[EstimateRow]:
-    """Time and cost to train `tokens` on 1, 2, 4, ... nodes: throughput scales with the node count
-    times `efficiency` per doubling away from the measured configuration."""
-    rows = []
-    nodes = 1
-    while nodes <= max_nodes:
-        # Fewer nodes than measured scale up by the same rule (less communication per node).
-        scale = (nodes / measured_nodes) * efficiency ** math.log2(nodes / measured_nodes)
-        tput = measured_tokens_per_s * scale
-        hours = tokens / tput / 3600
-        rows.append(EstimateRow(nodes, tput, hours, hours * nodes * hourly_usd_per_node))
-        nodes *= 2
-    return rows

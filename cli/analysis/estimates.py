@@ -1,0 +1,36 @@
+"""Time and cost to a token budget on more or fewer nodes, from a measured throughput."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class EstimateRow:
+    nodes: int
+    tokens_per_s: float
+    hours: float
+    cost_usd: float
+
+
+def estimate(
+    tokens: float,
+    measured_tokens_per_s: float,
+    measured_nodes: int,
+    hourly_usd_per_node: float,
+    max_nodes: int,
+    efficiency: float,
+) -> list[EstimateRow]:
+    """Time and cost to train `tokens` on 1, 2, 4, ... nodes: throughput scales with the node count
+    times `efficiency` per doubling away from the measured configuration."""
+    rows = []
+    nodes = 1
+    while nodes <= max_nodes:
+        # Fewer nodes than measured scale up by the same rule (less communication per node).
+        scale = (nodes / measured_nodes) * efficiency ** math.log2(nodes / measured_nodes)
+        tput = measured_tokens_per_s * scale
+        hours = tokens / tput / 3600
+        rows.append(EstimateRow(nodes, tput, hours, hours * nodes * hourly_usd_per_node))
+        nodes *= 2
+    return rows

@@ -1,0 +1,34 @@
+"""What several commands fetch: a job's metrics records from its pods' logs, and its MLflow run."""
+
+from __future__ import annotations
+
+import argparse
+
+from cli import tracking
+from cli.analysis import phases
+from cli.kube import Cluster
+from stack_outputs import StackOutputs
+
+
+def metric_records(cluster: Cluster, pods: list[dict], tail: int | None = None) -> list[dict]:
+    """The trainer's metrics records in the pods' logs, one per step (merged), by step."""
+    records: dict[int, dict] = {}
+    for pod in pods:
+        for r in phases.parse_metrics(cluster.log(pod["metadata"]["name"], tail=tail)):
+            records[r["step"]] = {**records.get(r["step"], {}), **r}
+    return [records[s] for s in sorted(records)]
+
+
+def job_run(args: argparse.Namespace, outputs: StackOutputs, job: str) -> tracking.Run | str | None:
+    """The job's MLflow run; a line saying why it cannot be read; None without tracking."""
+    if not outputs.get("trackingUri"):
+        return None
+    uri = tracking.tracking_uri(args.tracking_uri, outputs)
+    if uri is None:
+        return f"run `{outputs['trackingPortForward']}`, then pass --tracking-uri http://localhost:5000"
+    try:
+        return (
+            tracking.find_run(uri, outputs.get("trackingExperiment", ""), job, args.timeout) or "no run yet"
+        )
+    except tracking.TrackingUnavailable as err:
+        return str(err)

@@ -1,0 +1,76 @@
+"""`trainstack estimate JOB --tokens 1e11`: time and cost to a token budget on 1, 2, 4, ... nodes,
+from the job's measured throughput (its latest metrics, or --tokens-per-s)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+
+from cli.analysis import estimates
+from cli.analysis.estimates import EstimateRow
+from cli.commands.common import metric_records
+from cli.errors import EXIT_FAILED, CliError
+from cli.output import Output
+from cli.stack import connect, known_job, load_outputs
+
+
+@dataclass
+class Estimate:
+    measured: float  # tokens/s
+    nodes: int  # that it was measured on
+    rows: list[EstimateRow]
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    return render(args, fetch(args), out)
+
+
+def fetch(args: argparse.Namespace) -> Estimate:
+    outputs = load_outputs(args)
+    job = known_job(outputs, args.job)
+    if job is None:
+        raise CliError(f"no job {args.job} in the stack's outputs: the stack launches no jobs")
+    measured = args.tokens_per_s
+    if measured is None:
+        cluster = connect(args, outputs)
+        records = metric_records(cluster, cluster.job_pods(args.job))
+        measured = records[-1].get("tokens_per_s") if records else None
+    if not measured:
+        raise CliError("no measured throughput yet: wait for metrics, or pass --tokens-per-s", EXIT_FAILED)
+    nodes = int(job["nodes"])
+    group = (outputs.get("gpuNodeGroups") or {}).get(job["nodeGroup"], {})
+    per_node_usd = job["hourlyUsd"] / nodes if nodes else 0.0
+    rows = estimates.estimate(
+        args.tokens,
+        measured,
+        nodes,
+        per_node_usd,
+        args.max_nodes or max(8, int(group.get("nodes", nodes))),
+        args.efficiency,
+    )
+    return Estimate(measured, nodes, rows)
+
+
+def render(args: argparse.Namespace, estimate: Estimate, out: Output) -> int:
+    measured, nodes, rows = estimate.measured, estimate.nodes, estimate.rows
+    if out.as_json:
+        out.dump(
+            {
+                "job": args.job,
+                "tokens": args.tokens,
+                "measured": {"tokensPerS": measured, "nodes": nodes},
+                "efficiencyPerDoubling": args.efficiency,
+                "rows": [asdict(r) for r in rows],
+            }
+        )
+        return 0
+    out.line(
+        f"{args.tokens:.3g} tokens, measured {measured:,.0f} tokens/s on {nodes} node(s), "
+        f"{args.efficiency:.0%} scaling efficiency per doubling"
+    )
+    out.line(f"{'NODES':>6} {'TOKENS/S':>14} {'HOURS':>10} {'COST':>12}")
+    for r in rows:
+        out.line(
+            f"{r.nodes:>6} {r.tokens_per_s:>14,.0f} {r.hours:>10.1f} {'$' + format(r.cost_usd, ',.0f'):>12}"
+        )
+    return 0
