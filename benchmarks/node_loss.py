@@ -26,9 +26,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "workload")]
 
-from node_drill import TwoNodeJob  # noqa: E402
+from support.node_drill import TwoNodeJob  # noqa: E402
 
 from components.job_pods import NODE_LOSS_TOLERATIONS  # noqa: E402
 from domain.catalog import ADDED_LAYERS_COMPRESSED_GB, BASE_IMAGE_COMPRESSED_GB, image_pull_minutes  # noqa: E402

@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 import tomllib
 
-from conftest import ROOT, plan
+from support.paths import ROOT
+from support.plans import plan
 
 import conventions
 from offline.plan import manifest_of

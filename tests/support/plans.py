@@ -1,0 +1,27 @@
+"""The real program under the mock engine, on a template stack file with config overrides."""
+
+from __future__ import annotations
+
+import json
+
+from offline.engine import PlanRun, run_program
+from offline.plan import read_stack_file
+from support.paths import ROOT
+
+
+def stack_values(stack: str, **overrides) -> dict[str, str]:
+    """The stack file's config, with `trainstack:<key>` overrides given as Python values."""
+    values, _ = read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
+    for key, value in overrides.items():
+        full = key if ":" in key else f"trainstack:{key}"
+        values[full] = value if isinstance(value, str) else json.dumps(value)
+    return values
+
+
+def plan(stack: str = "dev", facts: dict | None = None, **overrides) -> PlanRun:
+    """The offline plan of `stack` with config overrides; `facts` change what the account answers."""
+    return run_program(stack, stack_values(stack, **overrides), facts=facts)
+
+
+def policy_of(run: PlanRun, name: str) -> dict:
+    return json.loads(run.one("aws:iam/rolePolicy:RolePolicy", name).inputs["policy"])

@@ -1,0 +1,104 @@
+"""The code paths that only run on GPU nodes, held to NCCL's rules on CPU (see collective_spy.py):
+every collective on the default group carries tensors on the training device, every one on the
+gloo control group CPU tensors. On a GPU machine the same code runs for real (README: GPU checks)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from support.collective_spy import TRAINING_DEVICE, emulated_nccl
+from trainer import preflight
+from trainer.data import TokenWindows, write_synthetic_dataset
+from trainer.distributed import DistContext
+from trainer.metrics import Window, validation_loss
+from trainer.model import MODEL_SIZES, Transformer
+from trainer.resilience import Agreement, Decision
+
+CONTROL = object()  # the gloo control group
+
+
+def gpu_context() -> DistContext:
+    return DistContext(rank=0, world_size=2, local_rank=0, device=TRAINING_DEVICE, control=CONTROL)
+
+
+def test_the_preflight_measures_on_the_training_device(monkeypatch):
+    with emulated_nccl(monkeypatch) as spy:
+        busbw = preflight.bus_bandwidth(TRAINING_DEVICE, size_mb=1, iters=2)
+    assert busbw > 0
+    reductions = [c for c in spy.calls if c[0] == "all_reduce"]
+    # Warm-up, timed iterations, then the slowest rank's time: all on the training device.
+    assert reductions == [("all_reduce", "default", "meta")] * (3 + 2 + 1)
+
+
+def test_the_trainers_collectives_follow_each_groups_device(monkeypatch, tmp_path):
+    ctx = gpu_context()
+    cfg = MODEL_SIZES["tiny"]
+    data = TokenWindows(
+        write_synthetic_dataset(tmp_path / "d.bin", 20_000, cfg.vocab_size), cfg.vocab_size, 32, 0, 2
+    )
+    with torch.device(TRAINING_DEVICE):
+        model = Transformer(cfg)
+    window = Window(0.0, TRAINING_DEVICE)
+    window.add(torch.ones((), device=TRAINING_DEVICE))
+    with emulated_nccl(monkeypatch) as spy:
+        # (Meta tensors read as 1: every flag comes back set.)
+        decision = Agreement(ctx, checkpoint_seconds=0).decide(stop=True, writing=False, uploading=True)
+        assert decision == Decision(stop=True, checkpoint_due=True, any_writing=True, any_uploading=True)
+        window.metrics(10, ctx, tokens_per_step=64, batch_size=2, fpt=1.0, peak=None)
+        validation_loss(model, data, ctx, batches=2, batch_size=2)
+    assert [c[1:] for c in spy.calls] == [("default", "meta")] * 3
+
+
+def test_the_spy_refuses_a_cpu_tensor_on_the_default_group(monkeypatch):
+    """The rule the tests above rely on, as NCCL states it."""
+    import pytest
+    import torch.distributed as dist
+
+    with emulated_nccl(monkeypatch), pytest.raises(RuntimeError, match="device type cpu"):
+        dist.all_reduce(torch.zeros(1))
+
+
+def test_a_jobs_own_node_check_runs_before_step_0_and_fails_the_job_for_good(monkeypatch, tmp_path, capsys):
+    """On an EFA group the default trainer checks the nodes it got before its first step: devices,
+    the network NCCL chose, bus bandwidth. A failure exits 3, which the PyTorchJob's ExitCode policy
+    treats as permanent; nothing trains over TCP."""
+    import pytest
+    import torch.distributed as dist
+    from trainer.config import parse_args
+    from trainer.resilience import PREFLIGHT_EXIT_CODE
+    from trainer.train import train
+
+    gathered_on = []
+
+    def all_gather_object(out, obj, group=None):
+        gathered_on.append(group)
+        out[:] = [obj] * len(out)
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    monkeypatch.setattr(preflight, "TERMINATION_LOG", tmp_path / "termination-log")
+    monkeypatch.setattr(preflight, "RDMA_DEVICES", tmp_path / "no-infiniband")
+    args = parse_args(
+        [
+            "--preflight-gpus-per-node",
+            "8",
+            "--preflight-efa-per-node",
+            "32",
+            "--preflight-min-bus-bandwidth",
+            "200",
+        ]
+    )
+    with emulated_nccl(monkeypatch) as spy, pytest.raises(SystemExit) as stopped:
+        train(args, gpu_context())
+    assert stopped.value.code == PREFLIGHT_EXIT_CODE == 3
+    # Gathered over gloo: NCCL would need the objects on the GPU.
+    assert gathered_on == [CONTROL]
+    assert {c[1:] for c in spy.calls if c[0] == "all_reduce"} == {("default", "meta")}
+    out = capsys.readouterr().out
+    assert "metrics" not in out  # no step ran
+    (line,) = [x for x in out.splitlines() if x.startswith("preflight ")]
+    problems = json.loads(line.removeprefix("preflight "))["problems"]
+    assert any("0 EFA devices given to the pod" in p for p in problems)
+    assert any(p.startswith("the collectives use") and "not EFA" in p for p in problems)
+    assert any(p.startswith("all-reduce bus bandwidth") for p in problems)
+    assert (tmp_path / "termination-log").read_text().startswith(problems[0][:40])

@@ -1,0 +1,249 @@
+"""The training workload: model, data sharding, checkpoints, and real CPU training runs.
+
+The runs use torchrun with 2 gloo processes and a local 2-CPU Ray, as the image would run them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import boto3
+import numpy as np
+import pytest
+import torch
+from moto import mock_aws
+from support.node_drill import TwoNodeJob
+from support.paths import WORKLOAD
+from support.training import losses, metrics_of, run_to_end, torchrun
+from trainer import checkpoint
+from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset
+from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count
+from trainer.resilience import RETRYABLE_EXIT_CODE
+
+# --- model and data -------------------------------------------------------------------------
+
+
+def test_parameter_counts():
+    tiny = MODEL_SIZES["tiny"]
+    assert parameter_count(tiny) == sum(p.numel() for p in Transformer(tiny).parameters())
+    with torch.device("meta"):
+        big = Transformer(MODEL_SIZES["1b"])
+    assert parameter_count(MODEL_SIZES["1b"]) == sum(p.numel() for p in big.parameters())
+    assert 1.0e9 < parameter_count(MODEL_SIZES["1b"]) < 1.3e9
+    assert flops_per_token(MODEL_SIZES["1b"], 2048) > 6e9
+
+
+def test_model_is_causal():
+    torch.manual_seed(0)
+    cfg = MODEL_SIZES["tiny"]
+    model = Transformer(cfg).eval()
+    tokens = torch.randint(0, cfg.vocab_size, (1, 24))
+    changed = tokens.clone()
+    changed[0, 12:] = (changed[0, 12:] + 1) % cfg.vocab_size
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    assert torch.allclose(a[0, :12], b[0, :12], atol=1e-6)
+    assert not torch.allclose(a[0, 12:], b[0, 12:])
+
+
+def test_token_dtype():
+    assert token_dtype(32000) == np.uint16 and token_dtype(128256) == np.uint32
+
+
+def test_ranks_read_disjoint_deterministic_shards(tmp_path):
+    path = write_synthetic_dataset(tmp_path / "tokens.bin", 50_000, 256, seed=1)
+    r0 = TokenWindows(path, 256, 32, rank=0, world_size=2)
+    r1 = TokenWindows(path, 256, 32, rank=1, world_size=2)
+    x0, y0 = r0.batch(7, 4)
+    x1, _ = r1.batch(7, 4)
+    assert x0.shape == (4, 32) and torch.equal(x0[:, 1:], y0[:, :-1])
+    rows0, rows1 = {tuple(r.tolist()) for r in x0}, {tuple(r.tolist()) for r in x1}
+    assert not rows0 & rows1
+    assert torch.equal(r0.batch(7, 4)[0], x0)  # same step, same batch: resume needs no loader state
+    assert not torch.equal(r0.batch(8, 4)[0], x0)
+
+
+def test_dataset_from_s3_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    local = write_synthetic_dataset(tmp_path / "src.bin", 10_000, 256)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="data")
+        s3.upload_file(str(local), "data", "datasets/tokens.bin")
+        path = resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache")
+        assert path == tmp_path / "cache" / "datasets" / "tokens.bin"
+        assert path.read_bytes() == local.read_bytes()
+
+
+def test_latest_complete_skips_torn_checkpoints(tmp_path):
+    for step, complete in ((10, True), (20, True), (30, False)):
+        d = checkpoint.step_dir(tmp_path, step)
+        d.mkdir()
+        (d / "__0_0.distcp").write_bytes(b"x")
+        if complete:
+            (d / checkpoint.MARKER).write_text("{}")
+    assert checkpoint.latest_complete(tmp_path) == 20
+    checkpoint.prune(tmp_path, keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step_00000020",
+        "step_00000030",
+    ]  # newer torn one stays
+
+
+# --- real training runs ---------------------------------------------------------------------
+
+
+@pytest.mark.slow(seconds=70)
+def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_checkpoint(tmp_path):
+    """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them (tests/node_drill.py).
+    First a node that does not host the rendezvous is lost, launcher and workers, with no chance to
+    clean up: the survivor's torchrun restarts its workers and admits the replacement. Then worker-0
+    is lost with the store: the survivor exits 138 (retryable), and the recreated pods meet in a
+    new rendezvous. Each time the job resumes from the newest complete checkpoint (never from the
+    torn save the lost node left), and it ends at the right step with the losses of an
+    uninterrupted run, which is checked first: two torchrun processes whose loss goes down."""
+    args = ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--collective-timeout", "30"]
+    uninterrupted = run_to_end(tmp_path / "reference", *args[:-2])
+    reference = losses(uninterrupted)
+    assert sorted(reference) == [5, 10, 15, 20, 25, 30, 35, 40] and reference[40] < reference[5] - 1.0
+    assert uninterrupted[0] == {
+        "event": "start",
+        "resumed_from": 0,
+        "steps": 40,
+        "world_size": 2,
+        "model": "tiny",
+        "flops_convention": FLOPS_CONVENTION,
+    }
+    assert all(r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in uninterrupted if "loss" in r)
+    assert sorted(p.name for p in (tmp_path / "reference" / "ckpt" / "step_00000040").iterdir()) == [
+        ".metadata",
+        "COMPLETE",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+
+    job = TwoNodeJob(tmp_path / "job", args)
+    try:
+        job.start("worker-0", hosts_store=True)
+        job.start("worker-1")
+        job.wait_for_checkpoint(20)
+        job.lose("worker-1")
+        torn = checkpoint.step_dir(tmp_path / "job" / "ckpt", 25)  # a save the lost node never finished
+        torn.mkdir()
+        (torn / "__1_0.distcp").write_bytes(b"half a shard")
+        job.start("worker-1-replacement")
+        job.wait_for_checkpoint(30)
+        job.lose("worker-0")
+        assert job.exit_code("worker-1-replacement") == RETRYABLE_EXIT_CODE
+        assert "the rendezvous store (127.0.0.1:" in job.log("worker-1-replacement")
+        job.start("worker-0-replacement", hosts_store=True)
+        job.start("worker-1-recreated")
+        assert job.finish() == {"worker-0-replacement": 0, "worker-1-recreated": 0}
+    finally:
+        job.stop()
+
+    records = [
+        r
+        for name in ("worker-0", "worker-1-replacement", "worker-0-replacement", "worker-1-recreated")
+        for r in metrics_of(job.log(name))
+    ]
+    starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
+    assert starts == [0, 20, 30]  # each loss resumed from the newest complete checkpoint, not 25
+    trained = losses(records)
+    assert max(trained) == 40 and checkpoint.latest_complete(tmp_path / "job" / "ckpt") == 40
+    for step, value in trained.items():
+        if step % 10:  # a window that straddles a resume is partial; the others match
+            assert value == pytest.approx(reference[step], abs=2e-3), (step, value, reference[step])
+
+
+@pytest.mark.slow
+def test_a_rank_that_hangs_is_ended_by_the_step_watchdog(tmp_path):
+    """Rank 1 stops at step 5 (as on a GPU that fell off the bus); rank 0 waits in the next
+    all-reduce. Both watchdogs end their ranks after 5 s without a step, with every thread's stack,
+    and torchrun sees a failed worker (it would restart them, within maxRestarts) instead of a job
+    that hangs until someone notices."""
+    proc = torchrun(tmp_path, "--steps", "40", "--inject-hang-step", "5", "--step-timeout", "5")
+    out, _ = proc.communicate(timeout=240)  # a bound for the test, far above the watchdog's
+    assert proc.returncode != 0, out[-3000:]
+    assert "watchdog: rank 1 made no progress" in out and "limit 5 s" in out
+    assert "Thread 0x" in out and "in _watch" in out  # faulthandler's dump of every thread
+    assert "exitcode  : 86" in out or "exitcode: 86" in out, out[-3000:]
+
+
+@pytest.mark.slow(seconds=100)  # mostly Ray's own start-up waits
+def test_ray_train_trains_and_resumes(tmp_path):
+    script = f"""
+import sys
+from trainer.ray_train import main
+common = ["--num-workers", "2", "--checkpoint-every", "10", "--log-every", "5",
+          "--checkpoint-dir", {str(tmp_path / "ckpt")!r}, "--data-cache", {str(tmp_path / "data")!r},
+          "--storage-path", {str(tmp_path / "ray")!r}]
+assert main(common + ["--steps", "20"]) == 0
+# Ray restores its latest reported checkpoint into a worker group (a restart, or a rerun with the
+# same name and storage): here onto a fresh, empty volume. (Resuming from the job's own volume is
+# the same loop as under torchrun, tested there.)
+fresh = [a if a != {str(tmp_path / "ckpt")!r} else {str(tmp_path / "fresh")!r} for a in common]
+assert main(fresh + ["--steps", "30"]) == 0
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=WORKLOAD,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**env, "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    starts = [r for r in metrics_of(out) if r.get("event") == "start"]
+    assert [r["resumed_from"] for r in starts] == [0, 20]  # the second run: from Ray's checkpoint
+    loss = losses(metrics_of(out))
+    assert loss[20] < loss[5]
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == [10, 20]
+    assert checkpoint.complete_steps(tmp_path / "fresh")[-1] == 30
+    # Ray Train holds the checkpoints too, assembled from each worker's own files (no copies).
+    reported = [p for p in (tmp_path / "ray").rglob("checkpoint_*") if p.is_dir()]
+    assert reported
+    assert sorted(f.name for f in max(reported, key=lambda p: p.stat().st_mtime).iterdir()) == [
+        ".metadata",
+        "COMPLETE",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+
+
+def test_ray_trainer_uses_rays_fault_tolerance():
+    from trainer.ray_train import build_trainer
+
+    trainer = build_trainer(["--num-workers", "2", "--s3-checkpoints", "s3://bucket/checkpoints/job"])
+    run = trainer.run_config
+    assert run.failure_config.max_failures == 3
+    assert run.storage_path == "s3://bucket/checkpoints/job/ray"  # storage every node reaches
+    assert build_trainer(["--max-failures", "5"]).run_config.failure_config.max_failures == 5
+
+
+def test_a_metrics_line_is_one_write(monkeypatch):
+    """Ranks share one pipe: a line written in two parts (print's text, then its newline, as
+    Python does unbuffered) can have another process's warning spliced into it."""
+    from trainer import metrics
+
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    class RankZero:
+        rank = 0
+
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    metrics.log(RankZero(), {"event": "checkpoint", "step": 30})
+    assert writes == ['metrics {"event": "checkpoint", "step": 30}\n']
