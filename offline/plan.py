@@ -231,14 +231,21 @@ def write_plan(run: PlanRun, out_dir: Path) -> int:
         shutil.rmtree(out_dir)
     manifests = out_dir / "manifests"
     manifests.mkdir(parents=True)
-    (out_dir / "resources.json").write_text(json.dumps([r.as_json() for r in run.resources], indent=2) + "\n")
-    (out_dir / "outputs.json").write_text(json.dumps(run.outputs, indent=2, default=str) + "\n")
+    # Resources register concurrently, so their order (and the order of keys resolved from outputs)
+    # varies between runs: sorted, the same config writes the same bytes, and a diff of two plans
+    # shows only what changed.
+    registered = sorted(run.resources, key=lambda r: r.urn)
+    resources = [{**r.as_json(), "dependencies": sorted(r.dependencies)} for r in registered]
+    (out_dir / "resources.json").write_text(json.dumps(resources, indent=2, sort_keys=True) + "\n")
+    (out_dir / "outputs.json").write_text(
+        json.dumps(run.outputs, indent=2, sort_keys=True, default=str) + "\n"
+    )
     count = 0
-    for reg in run.resources:
+    for reg in registered:
         found = manifest_of(reg)
         if found:
             name, body = found
-            (manifests / name).write_text(yaml.safe_dump(body, sort_keys=False))
+            (manifests / name).write_text(yaml.safe_dump(body, sort_keys=True))
             count += 1
     return count
 

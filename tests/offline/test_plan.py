@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 from support.paths import ROOT
+from support.plans import stack_values
 
-from offline.plan import read_stack_file
+from offline.engine import run_program
+from offline.plan import read_stack_file, write_plan
 
 
 def run_plan(tmp_path: Path, stack: str, *extra: str) -> subprocess.CompletedProcess:
@@ -267,3 +269,14 @@ def test_offline_engine_names_an_unanswered_invoke(tmp_path):
         match=r"no answer for invoke aws:ec2/getVpc:getVpc; add one to offline/engine/aws_answers\.py",
     ):
         run_program("t", {"aws:region": "us-east-1"}, program=program)
+
+
+def test_the_same_config_plans_to_the_same_bytes(tmp_path):
+    """Two runs register concurrently in different orders; the files a reviewer diffs must not."""
+    written = []
+    for attempt in ("first", "second"):
+        out = tmp_path / attempt
+        write_plan(run_program("prod", stack_values("prod")), out)
+        written.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
+    first, second = written
+    assert len(first) > 10 and first == second
