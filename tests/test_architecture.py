@@ -162,3 +162,34 @@ def test_config_checks_and_components_share_the_domain_not_each_other():
     components, and components never into planes."""
     assert not {d for m, deps in GRAPH.items() if top(m) == "config" for d in deps if top(d) == "components"}
     assert not {d for m, deps in GRAPH.items() if top(m) == "components" for d in deps if top(d) == "planes"}
+
+
+# The layers, lowest first, as the README's "Where things live" lists them: a module imports only
+# its own package or the layers before its own (or beside it in the same row). The image's `trainer` is a world of its own.
+LAYERS = (
+    ("conventions", "stack_outputs"),
+    ("domain",),
+    ("config",),
+    ("components",),
+    ("account_checks",),
+    ("planes", "__main__"),
+    ("offline",),
+    ("cli",),
+    ("trainer",),
+)
+LAYER_OF = {package: i for i, packages in enumerate(LAYERS) for package in packages}
+
+
+def test_every_package_has_a_layer():
+    assert {top(m) for m in MODULES} == set(LAYER_OF)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_only_its_own_package_and_the_layers_below(module):
+    mine = top(module)
+    upward = {
+        d
+        for d in GRAPH[module]
+        if top(d) != mine and (LAYER_OF[top(d)] > LAYER_OF[mine] or top(d) == "trainer" or mine == "trainer")
+    }
+    assert upward == set(), f"{module} imports {sorted(upward)}, which are not below its layer"
