@@ -19,7 +19,7 @@ from domain.names import (
     control_plane_log_group,
     creator_parameter,
     eks_cluster_name,
-    gpu_node_group_name,
+    node_group_name,
 )
 from domain.principals import role_of_principal
 
@@ -52,7 +52,7 @@ def read_running_cluster(cfg: StackConfig, opts: pulumi.InvokeOptions) -> Runnin
     groups, sizes = {}, {}
     node_groups = set(aws.eks.get_node_groups(cluster_name=name, opts=opts).names)
     for g in cfg.gpu_node_groups:
-        node_group = gpu_node_group_name(name, g.name)
+        node_group = node_group_name(name, g.name)
         if node_group in node_groups:
             found = aws.eks.get_node_group(cluster_name=name, node_group_name=node_group, opts=opts)
             subnet = found.subnet_ids[0]
@@ -73,7 +73,7 @@ def group_floor_checks(cfg: StackConfig, running: RunningCluster | None) -> list
             continue
         problem = None
         if g.min_nodes > now:
-            node_group = gpu_node_group_name(running.name, g.name)
+            node_group = node_group_name(running.name, g.name)
             problem = (
                 f"{PROJECT}:gpuNodeGroups[{i}].minNodes = {g.min_nodes}: node group {node_group} has {now} "
                 "node(s) now and EKS refuses a minimum above its desired size, which the autoscaler owns; "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from domain.names import IAM_ROLE_NAME_MAX, fit
+from domain.names import ci_role_name
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 AUDIENCE = "sts.amazonaws.com"
@@ -181,7 +181,7 @@ def preview_policy(args: GitHubCiAccessArgs) -> dict:
 
 def role_name(args: GitHubCiAccessArgs, use: str) -> str:
     """Fixed, so the program can tell when the deploy role itself runs `pulumi up`."""
-    return fit(f"{args.role_prefix}-github-{use}", IAM_ROLE_NAME_MAX)
+    return ci_role_name(args.role_prefix, use)
 
 
 def preview_environment(environment: str) -> str:

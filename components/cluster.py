@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from components.iam import service_trust
 from components.network import Network
 from conventions import SYSTEM_NODE_LABEL
-from domain.names import EKS_NODE_GROUP_NAME_MAX, control_plane_log_group, fit
+from domain.names import control_plane_log_group, node_group_name
 from domain.principals import same_principal
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -183,7 +183,7 @@ class Cluster(pulumi.ComponentResource):
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks,
-            node_group_name=fit(f"{args.cluster_name}-system", EKS_NODE_GROUP_NAME_MAX),
+            node_group_name=node_group_name(args.cluster_name, "system"),
             node_role=self.node_role,
             ami_type="AL2023_x86_64_STANDARD",
             instance_types=[args.system_instance_type],

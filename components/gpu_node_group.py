@@ -36,7 +36,7 @@ from conventions import (
     NODE_TEMPLATE_TAG,
     autoscaler_discovery_tags,
 )
-from domain.names import gpu_node_group_name
+from domain import names
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self.memory_gib = facts.memory_size // 1024
         gpu_model = facts.gpuses[0].name
         self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
-        node_group_name = gpu_node_group_name(args.cluster.cluster_name, args.group_name)
+        node_group_name = names.node_group_name(args.cluster.cluster_name, args.group_name)
 
         template: dict = {
             "name_prefix": f"{node_group_name}-",

@@ -28,7 +28,7 @@ from components.bucket import BUILD_CONTEXT_PREFIX, ArtifactBucket
 from components.build_trigger import ImageBuildTrigger
 from components.iam import service_trust
 from components.registry import STACK_BUILD_TAG_PREFIX, ImageRegistry
-from domain.names import CODEBUILD_PROJECT_MAX, ECR_PULL_THROUGH_PREFIX_MAX, fit
+from domain.names import codebuild_project_name, pull_through_prefix
 
 BUILDSPEC = Path(__file__).with_name("buildspec.yml")
 CODEBUILD_IMAGE = "aws/codebuild/standard:7.0"
@@ -138,7 +138,7 @@ class ImageBuild(pulumi.ComponentResource):
 
     def _codebuild(self, name: str, args: ImageBuildArgs, archive: bytes) -> pulumi.Output[str]:
         child = pulumi.ResourceOptions(parent=self)
-        project_name = fit(f"{pulumi.get_project()}-{pulumi.get_stack()}-{name}", CODEBUILD_PROJECT_MAX)
+        project_name = codebuild_project_name(pulumi.get_project(), pulumi.get_stack(), name)
         buildspec = BUILDSPEC.read_text()
         bucket, repo = args.bucket, args.registry.repository
 
@@ -176,7 +176,7 @@ class ImageBuild(pulumi.ComponentResource):
         base_image: pulumi.Input[str] = args.base_image
         cache_arn = None
         if args.docker_hub_username and args.docker_hub_access_token:
-            cache_prefix = fit(f"{project_name}-dockerhub", ECR_PULL_THROUGH_PREFIX_MAX)
+            cache_prefix = pull_through_prefix(project_name)
             self._docker_hub_cache(name, cache_prefix, args)
             registry_host = f"{args.account_id}.dkr.ecr.{args.region}.amazonaws.com"
             base_image = f"{registry_host}/{docker_hub_cache_path(args.base_image, cache_prefix)}"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from domain.names import ECR_REPOSITORY_MAX, fit
+from domain.names import ecr_repository_name
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class ImageRegistry(pulumi.ComponentResource):
         )
         self.repository = aws.ecr.Repository(
             name,
-            name=fit(f"{pulumi.get_project()}/{pulumi.get_stack()}/{name}", ECR_REPOSITORY_MAX),
+            name=ecr_repository_name(pulumi.get_project(), pulumi.get_stack(), name),
             # Jobs run images pinned by digest; immutable tags keep a tag meaning one build.
             image_tag_mutability="IMMUTABLE",
             image_scanning_configuration={"scan_on_push": True},

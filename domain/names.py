@@ -30,8 +30,27 @@ def eks_cluster_name(stack: str) -> str:
     return fit(f"{PROJECT}-{stack}", EKS_CLUSTER_NAME_MAX)
 
 
-def gpu_node_group_name(cluster_name: str, group: str) -> str:
+def node_group_name(cluster_name: str, group: str) -> str:
+    """An EKS managed node group: the system group's, or a GPU group's (its config name)."""
     return fit(f"{cluster_name}-{group}", EKS_NODE_GROUP_NAME_MAX)
+
+
+def codebuild_project_name(project: str, stack: str, image: str) -> str:
+    return fit(f"{project}-{stack}-{image}", CODEBUILD_PROJECT_MAX)
+
+
+def pull_through_prefix(codebuild_project: str) -> str:
+    """The ECR pull-through cache of Docker Hub for one image build."""
+    return fit(f"{codebuild_project}-dockerhub", ECR_PULL_THROUGH_PREFIX_MAX)
+
+
+def ecr_repository_name(project: str, stack: str, repository: str) -> str:
+    return fit(f"{project}/{stack}/{repository}", ECR_REPOSITORY_MAX)
+
+
+def ci_role_name(role_prefix: str, use: str) -> str:
+    """A GitHub Actions role (use: preview or deploy), fixed so the program knows it by name."""
+    return fit(f"{role_prefix}-github-{use}", IAM_ROLE_NAME_MAX)
 
 
 def control_plane_log_group(cluster_name: str) -> str:

@@ -12,9 +12,7 @@ from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket
 from components.cluster import Cluster
 from components.job_pods import Checkpoints
 from components.network import Network
-from components.pod_identity import (
-    TrainingPodIdentity,
-)
+from components.pod_identity import TrainingPodIdentity
 from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
 from config import StackConfig
 from planes.account import Account
