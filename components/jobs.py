@@ -43,6 +43,7 @@ from conventions import (
     RAY_ROLE_LABEL,
 )
 from domain.placement import RAY_HEAD
+from stack_outputs import JobSummary
 
 # What `pulumi up` waits for, per kind and mode (pulumi-kubernetes `pulumi.com/waitFor`).
 # "admitted": Kueue resumed the job (its suspend field turns false once the whole job is admitted
@@ -230,7 +231,7 @@ class TrainingJob(pulumi.ComponentResource):
         )
         p = args.placement
         self.spec_name = spec.name
-        self.summary = {
+        self.summary: JobSummary = {
             "kind": spec.kind,
             "nodeGroup": p.group,
             "nodes": spec.nodes,

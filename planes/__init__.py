@@ -14,8 +14,6 @@ returns the stack outputs it owns.
 
 from __future__ import annotations
 
-from typing import Any
-
 from config import StackConfig
 from planes.account import account_checks, aws_account, existing_cluster_checks
 from planes.attached import attached_compute_plane
@@ -27,9 +25,10 @@ from planes.operators import operators_plane
 from planes.outputs import outputs
 from planes.queueing import queueing_plane
 from planes.tracking import tracking_outputs, tracking_plane
+from stack_outputs import StackOutputs
 
 
-def build_stack(cfg: StackConfig) -> dict[str, Any]:
+def build_stack(cfg: StackConfig) -> StackOutputs:
     if cfg.existing_cluster.named:
         return attached_stack(cfg)
     account = aws_account(cfg)
@@ -44,7 +43,7 @@ def build_stack(cfg: StackConfig) -> dict[str, Any]:
     return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking) | ci_outputs(ci)
 
 
-def attached_stack(cfg: StackConfig) -> dict[str, Any]:
+def attached_stack(cfg: StackConfig) -> StackOutputs:
     """The same planes on a cluster trainstack did not create: nothing of the cluster is created or
     changed; an EKS one is checked first, a kubeconfig one (kind) uses no AWS account at all."""
     account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None

@@ -3,14 +3,13 @@ put in the repository's variables."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pulumi
 
 from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
 from config import PROJECT, StackConfig
 from domain.principals import same_principal
 from planes.account import Account
+from stack_outputs import StackOutputs
 
 
 def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
@@ -49,7 +48,7 @@ def ci_deploy_entry(ci: GitHubCiAccess | None, account: Account, creator: str) -
     return ci.deploy_role.arn
 
 
-def ci_outputs(ci: GitHubCiAccess | None) -> dict[str, Any]:
+def ci_outputs(ci: GitHubCiAccess | None) -> StackOutputs:
     """The values to put in the repository's variables (see the README's CI section)."""
     if ci is None:
         return {}

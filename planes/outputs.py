@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from components.jobs import TrainingJob
 from components.operators import ClusterOperators
 from components.queueing import Queueing
 from config import StackConfig
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
+from stack_outputs import GpuNodeGroup, StackOutputs
 
 
 def outputs(
@@ -20,9 +19,9 @@ def outputs(
     operators: ClusterOperators,
     queues: Queueing,
     jobs: list[TrainingJob],
-) -> dict[str, Any]:
+) -> StackOutputs:
     pods = compute.pod_identity
-    found = {
+    found: StackOutputs = {
         "clusterName": compute.cluster_name,
         "trainingNamespace": pods.namespace_name,
         "trainingServiceAccount": pods.service_account_name,
@@ -53,9 +52,9 @@ def outputs(
     return found
 
 
-def gpu_group_outputs(cfg: StackConfig, compute: ComputePlane) -> dict[str, dict[str, Any]]:
+def gpu_group_outputs(cfg: StackConfig, compute: ComputePlane) -> dict[str, GpuNodeGroup]:
     created = {ng.group_name: ng for ng in compute.node_groups}
-    found = {}
+    found: dict[str, GpuNodeGroup] = {}
     for g in cfg.gpu_node_groups:
         p, ng = compute.placements[g.name], created.get(g.name)
         autoscaled = ng is not None and ng.autoscaled

@@ -4,7 +4,6 @@ the stack runs, and the outputs `trainstack` reads to find it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from components.job_pods import JobTracking
 from components.tracking import PORT_FORWARD, TrackingServer, TrackingServerArgs
@@ -13,6 +12,7 @@ from conventions import SYSTEM_GROUP
 from planes.account import Account
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
+from stack_outputs import StackOutputs
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ def tracking_plane(
     return Tracking(JobTracking(server.uri, experiment, cfg.stack), server)
 
 
-def tracking_outputs(tracking: Tracking | None) -> dict[str, Any]:
+def tracking_outputs(tracking: Tracking | None) -> StackOutputs:
     if tracking is None:
         return {}
-    found = {"trackingUri": tracking.job.uri, "trackingExperiment": tracking.job.experiment}
+    found: StackOutputs = {"trackingUri": tracking.job.uri, "trackingExperiment": tracking.job.experiment}
     if tracking.server is not None:  # no public endpoint: `trainstack` and people port-forward
         found["trackingPortForward"] = PORT_FORWARD
     return found
