@@ -178,7 +178,8 @@ def rayjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
     }
 
 
-KINDS = {
+# Per kind: its API version and what builds its spec.
+SPEC_BUILDERS = {
     "PyTorchJob": ("kubeflow.org/v1", pytorchjob_spec),
     "RayJob": ("ray.io/v1", rayjob_spec),
     "RayCluster": ("ray.io/v1", ray_cluster_spec),
@@ -205,7 +206,7 @@ class TrainingJob(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
         spec = args.spec
         super().__init__(f"trainstack:jobs:{spec.kind}", name, None, opts)
-        api_version, build = KINDS[spec.kind]
+        api_version, build = SPEC_BUILDERS[spec.kind]
         deps = [d for d in (args.operator, args.nodes, *args.waits_for) if d is not None]
         timeout = f"{spec.timeout_minutes + args.provision_minutes}m"
         self.resource = k8s.apiextensions.CustomResource(
