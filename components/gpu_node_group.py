@@ -99,23 +99,30 @@ def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     return labels
 
 
-# One node at a time, and none when half the group is unhealthy (a systemic fault, such as a bad
-# AMI or an AZ event, is a person's to look at, not a reason to churn every node).
-NODE_REPAIR = {
-    "enabled": True,
-    "maxParallelNodesRepairedCount": 1,
-    "maxUnhealthyNodeThresholdPercentage": 50,
-}
+def node_repair_config(max_nodes: int) -> dict:
+    """One node at a time, and none when more than half the group is unhealthy (a systemic fault,
+    such as a bad AMI or an AZ event, is a person's to look at, not a reason to churn every node).
+    EKS stops repairing *above* the threshold, so a count of half the group (at least 1) repairs a
+    one-node group's only node, which a 50% threshold never does (1 of 1 is 100%)."""
+    return {
+        "enabled": True,
+        "maxParallelNodesRepairedCount": 1,
+        "maxUnhealthyNodeThresholdCount": max(1, max_nodes // 2),
+    }
 
 
-def with_node_repair(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+def node_repair(max_nodes: int) -> pulumi.ResourceTransform:
     """Resource transform: node auto repair on the node group pulumi-eks creates (its Python SDK has
     no argument for it; EKS's NodeGroup takes `nodeRepairConfig`)."""
-    if args.type_ != "aws:eks/nodeGroup:NodeGroup":
-        return None
-    return pulumi.ResourceTransformResult(
-        props={**args.props, "nodeRepairConfig": dict(NODE_REPAIR)}, opts=args.opts
-    )
+
+    def with_node_repair(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != "aws:eks/nodeGroup:NodeGroup":
+            return None
+        return pulumi.ResourceTransformResult(
+            props={**args.props, "nodeRepairConfig": node_repair_config(max_nodes)}, opts=args.opts
+        )
+
+    return with_node_repair
 
 
 def node_template_tags(cluster_name: str, labels: dict[str, str], gpus: int, efa: int) -> dict[str, str]:
@@ -241,7 +248,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             taints=[GPU_TAINT],
             # Only the cluster: GPU nodes join on their own, in parallel with the system nodes.
             opts=pulumi.ResourceOptions(
-                parent=self, transforms=[with_node_repair] if args.auto_repair else None
+                parent=self, transforms=[node_repair(args.node_count)] if args.auto_repair else None
             ),
         )
         self.autoscaling_group_name = self.node_group.node_group.apply(

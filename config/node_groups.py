@@ -59,7 +59,7 @@ class GpuNodeGroupConfig:
     auto_repair: bool = setting(
         "autoRepair",
         "EKS node auto repair: a node the monitoring agent marks unhealthy is replaced (one at a time; "
-        "never more than half the group).",
+        "none while more than half the group is unhealthy; a one-node group's node too).",
         True,
     )
     node_selector: dict[str, str] | None = setting(

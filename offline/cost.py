@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
+from config import StackConfig
+from config.cluster import support_status
 from domain.catalog import (
     EBS_GP3_GB_MONTH_USD,
     FSX_GB_MONTH_USD,
@@ -16,8 +18,6 @@ from domain.catalog import (
     RDS_GP3_GB_MONTH_USD,
     RDS_POSTGRES_HOURLY_USD,
 )
-from config import StackConfig
-from config.cluster import support_status
 
 
 @dataclass(frozen=True)

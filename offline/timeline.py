@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from conventions import NODE_GROUP_LABEL, TRAINING_NAMESPACE
-from offline.engine import Registration
 from domain.catalog import image_pull_minutes
+from offline.engine import Registration
 
 # Typical minutes (midpoints of the reference's ranges); anything not listed takes seconds.
 TYPICAL_MINUTES = {

@@ -13,6 +13,7 @@ program as a stack and read the stack's outputs.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -151,6 +152,16 @@ class RecordingMonitor(mocks.MockMonitor):
             self._record_remote_children(request.type, request.name, response.urn)
         return response
 
+    def _transforms_over(self, urn: str) -> list[Callable[..., Any]]:
+        """The transforms that reach a child of `urn`: its own, then each ancestor's, nearest first
+        (Pulumi hands a component's transforms to everything registered below it)."""
+        by_urn = {r.urn: r for r in self.registrations}
+        found: list[Callable[..., Any]] = []
+        while urn in by_urn:
+            found += by_urn[urn].transforms
+            urn = by_urn[urn].parent or ""
+        return found
+
     def Call(self, request):
         """A method call on a remote component (pulumi-eks's Cluster.getKubeconfig): Pulumi's
         MockMonitor answers invokes only. `__self__` arrives as the component's URN."""
@@ -164,7 +175,9 @@ class RecordingMonitor(mocks.MockMonitor):
     def _record_remote_children(self, type_: str, name: str, parent_urn: str) -> None:
         """Children a remote component (pulumi-eks) creates inside its provider: registered so that
         resource references to them resolve, and recorded so the plan shows them."""
+        transforms = self._transforms_over(parent_urn)
         for child in self.offline.take_children(type_, name):
+            child.state = transformed(child, transforms)
             urn = self.make_urn(parent_urn, child.type, child.name)
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, child.id, child.state)
             self.registrations.append(
@@ -178,6 +191,21 @@ class RecordingMonitor(mocks.MockMonitor):
                     dependencies=[self.make_urn(parent_urn, *dep) for dep in child.depends_on],
                 )
             )
+
+
+def transformed(child: RemoteChild, transforms: list[Callable[..., Any]]) -> dict[str, Any]:
+    """A remote component's child as its provider registers it: the real engine calls the
+    component's transforms back for each child it creates (pulumi-eks's node group gets
+    `nodeRepairConfig` this way), so the offline one does too."""
+    state = child.state
+    for transform in transforms:
+        args = pulumi.ResourceTransformArgs(True, child.type, child.name, state, pulumi.ResourceOptions())
+        result = transform(args)
+        if inspect.isawaitable(result):
+            result = _sync_await(result)
+        if result is not None:
+            state = dict(result.props)
+    return state
 
 
 def reset_runtime(config: dict[str, str], secret_keys: list[str]) -> None:
