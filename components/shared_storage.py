@@ -233,6 +233,19 @@ class S3DatasetsArgs:
     bucket: ArtifactBucket
     namespace: pulumi.Resource
     namespace_name: str
+    region: str
+    # Mountpoint sizes its concurrent reads from it; it would ask the instance metadata, which its
+    # pods cannot reach (hop limit 1), and fall back to 10 Gbit/s.
+    maximum_throughput_gbps: float | None = None
+
+
+def mount_options(args: S3DatasetsArgs) -> list[str]:
+    """Mountpoint's flags: read-only under datasets/, the bucket's region (no metadata to detect it
+    from), and the nodes' network bandwidth."""
+    options = ["read-only", f"prefix {DATASET_PREFIX}", "allow-other", f"region {args.region}"]
+    if args.maximum_throughput_gbps:
+        options.append(f"maximum-throughput-gbps {args.maximum_throughput_gbps:g}")
+    return options
 
 
 class S3Datasets(pulumi.ComponentResource):
@@ -265,7 +278,7 @@ class S3Datasets(pulumi.ComponentResource):
             spec={
                 "capacity": {"storage": "1Ti"},  # required by the API, ignored by the driver
                 "accessModes": ["ReadOnlyMany"],
-                "mountOptions": ["read-only", f"prefix {DATASET_PREFIX}", "allow-other"],
+                "mountOptions": mount_options(args),
                 "storageClassName": "",
                 "csi": {
                     "driver": "s3.csi.aws.com",

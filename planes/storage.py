@@ -66,11 +66,24 @@ def shared_storage(
         datasets = S3Datasets(
             "datasets-s3",
             S3DatasetsArgs(
-                cluster=cluster, bucket=bucket, namespace=pods.namespace, namespace_name=pods.namespace_name
+                cluster=cluster,
+                bucket=bucket,
+                namespace=pods.namespace,
+                namespace_name=pods.namespace_name,
+                region=cfg.region,
+                maximum_throughput_gbps=dataset_throughput_gbps(cfg),
             ),
             account.opts,
         )
     return SharedStorage(fsx, frozenset(cfg.fsx_groups), datasets)
+
+
+def dataset_throughput_gbps(cfg: StackConfig) -> float | None:
+    """One volume serves every job: the smallest network of the GPU groups that run jobs, so no
+    node's Mountpoint reads past its link (and its memory); None without such a job."""
+    groups = {g.name: g for g in cfg.gpu_node_groups}
+    links = [groups[j.node_group].instance.network_gbps for j in cfg.jobs if j.node_group in groups]
+    return min(links, default=None)
 
 
 def storage_claims(storage: SharedStorage | None) -> list[pulumi.Resource]:
