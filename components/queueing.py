@@ -1,11 +1,17 @@
 """Queueing plane: Kueue admits each job whole or not at all, and the cluster autoscaler brings up the
-nodes an admitted job needs, all of them or none (Kueue's ProvisioningRequest admission check).
+nodes an admitted job needs (Kueue's ProvisioningRequest admission check).
 
 Per node group the stack derives a ResourceFlavor (the group's node labels and GPU toleration), a
 ClusterQueue whose quota is what the group holds at its largest size, as the jobs request it, and a
 LocalQueue in the training namespace; the system group gets one for CPU jobs. Ray heads run on the
 system nodes, so each GPU queue also holds a little system-flavor quota for them. Both upstream
 pieces are installed from their official charts at pinned versions, on the system nodes.
+
+What AWS does not give: the autoscaler's AWS provider has no atomic scale-up
+(`AtomicIncreaseSize` is not implemented), so `best-effort-atomic-scale-up` marks a request
+Provisioned once its scale-up call succeeds, before the nodes join, and a node that never joins is
+given up after `max-node-provision-time`. Kueue's clock (`waitForPodsReady`) therefore starts while
+the nodes may still be coming: its timeout covers their joining as well as the image pull.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.job_pods import RENDEZVOUS_JOIN_TIMEOUT_SECONDS
 from components.operators import RELEASES, HelmChart, HelmOperator, helm_release
 from conventions import (
     GPU_RESOURCE,
@@ -80,6 +87,22 @@ def cluster_queue_spec(q: QueueSpec, namespace: str) -> dict[str, Any]:
     return spec
 
 
+# Kueue checks for the ProvisioningRequest API once, at start-up, and otherwise never sets up its
+# provisioning controller (cmd/kueue/main.go): this pod annotation changes when the autoscaler is
+# turned on, so the Helm upgrade that follows the CRD rolls Kueue, and the new pod finds the API.
+PROVISIONING_ANNOTATION = "trainstack.dev/provisioning-requests"
+# After a running job loses a pod (a lost node), Kueue waits this long for it to be ready again
+# before it suspends and requeues the whole job: at least as long as the surviving ranks wait for
+# the replacement in the rendezvous, plus its eviction (60 s) and a margin.
+RECOVERY_TIMEOUT_MINUTES = RENDEZVOUS_JOIN_TIMEOUT_SECONDS // 60 + 5
+
+
+def pods_ready_timeout(ready_minutes: int, provision_minutes: int) -> int:
+    """Kueue's `waitForPodsReady.timeout`: the pods' own time to be ready (image pull and start),
+    after the autoscaler's time to bring their nodes, which AWS does not wait for before admission."""
+    return ready_minutes + provision_minutes
+
+
 def kueue_manager_config(pods_ready_timeout_minutes: int) -> dict[str, Any]:
     """Kueue's whole manager config (the chart takes it as one string, so nothing of its default
     survives unless repeated here)."""
@@ -105,6 +128,7 @@ def kueue_manager_config(pods_ready_timeout_minutes: int) -> dict[str, Any]:
         # not pull) is evicted and requeued, so its quota goes to the next job.
         "waitForPodsReady": {
             "timeout": f"{pods_ready_timeout_minutes}m",
+            "recoveryTimeout": f"{RECOVERY_TIMEOUT_MINUTES}m",
             "blockAdmission": False,
             "requeuingStrategy": {
                 "timestamp": "Eviction",
@@ -117,9 +141,15 @@ def kueue_manager_config(pods_ready_timeout_minutes: int) -> dict[str, Any]:
     }
 
 
-def kueue_values(pods_ready_timeout_minutes: int, system_selector: dict[str, str]) -> dict[str, Any]:
+def kueue_values(
+    pods_ready_timeout_minutes: int, system_selector: dict[str, str], provisioning: bool
+) -> dict[str, Any]:
+    annotation = {PROVISIONING_ANNOTATION: "enabled" if provisioning else "disabled"}
     return {
-        "controllerManager": {"nodeSelector": dict(system_selector)},
+        "controllerManager": {
+            "nodeSelector": dict(system_selector),
+            "manager": {"podAnnotations": annotation},
+        },
         "managerConfig": {
             "controllerManagerConfigYaml": yaml.safe_dump(
                 kueue_manager_config(pods_ready_timeout_minutes), sort_keys=False
@@ -187,12 +217,6 @@ class Queueing(pulumi.ComponentResource):
         super().__init__("trainstack:queueing:Queueing", name, None, opts)
         self._args = args
         self.installed_charts: dict[str, HelmChart] = {}
-        kueue = self._helm(
-            "kueue",
-            args.kueue,
-            kueue_values(args.pods_ready_timeout_minutes, args.system_selector),
-            args.operators,
-        )
         provisioned = any(q.provisioned for q in args.queues)
         self.provisioning_crd = None
         if provisioned:  # the autoscaler is on: QueueSpec.provisioned says so
@@ -201,6 +225,16 @@ class Queueing(pulumi.ComponentResource):
                 files=[provisioning_request_crd_url(args.kubernetes_version)],
                 opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
             )
+        timeout = pods_ready_timeout(
+            args.pods_ready_timeout_minutes, args.max_node_provision_minutes if provisioned else 0
+        )
+        kueue = self._helm(
+            "kueue",
+            args.kueue,
+            kueue_values(timeout, args.system_selector, provisioned),
+            [*args.operators, *filter(None, [self.provisioning_crd])],  # the API exists when Kueue starts
+        )
+        if provisioned:
             self._helm(
                 "clusterAutoscaler",
                 args.cluster_autoscaler,
@@ -221,7 +255,7 @@ class Queueing(pulumi.ComponentResource):
                 "ProvisioningRequestConfig",
                 PROVISIONING_CHECK,
                 {
-                    # All of a job's nodes or none: a half-provisioned gang would hold GPUs idle.
+                    # Asks for all of a job's nodes at once (on AWS, not atomically: see above).
                     "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
                     "managedResources": [GPU_RESOURCE],
                     "retryStrategy": {

@@ -4,6 +4,7 @@ queue's quota)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from config.build import check_image, check_registry, check_storage
@@ -21,7 +22,7 @@ from config.schema import Reader
 from config.stack_config import StackConfig
 from config.tracking import check_tracking
 from conventions import SYSTEM_GROUP
-from domain.catalog import INSTANCE_TYPES
+from domain.catalog import INSTANCE_TYPES, image_compressed_gb, image_pull_minutes
 from domain.quota import QueueSpec, job_demand, shortfall
 from domain.verl_fit import verl_fits
 
@@ -52,6 +53,7 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_image(c.image, c.docker_hub_access_token is not None, r)
     check_operators(c.operators, r)
     check_queueing(c.queueing, r)
+    _check_pods_ready(c, r)
     check_tracking(
         c.tracking, c.tracking_token is not None, c.tracking_password is not None, c.existing_cluster.named, r
     )
@@ -59,6 +61,22 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_registry(c.registry, c.storage.protect, r)
     check_storage(c.storage, r)
     _check_shared_storage(c, r)
+
+
+def _check_pods_ready(c: StackConfig, r: Reader) -> None:
+    """Kueue evicts and requeues a job whose pods are not all ready in time: on a node that exists,
+    they need at least the image pull and a minute to start and check their node."""
+    pull = image_pull_minutes(image_compressed_gb(c.image.base_image))
+    floor = math.ceil(pull + 1)
+    given = c.queueing.pods_ready_timeout_minutes
+    if 1 <= given < floor:
+        r.problem(
+            f"{PROJECT}:queueing.podsReadyTimeoutMinutes",
+            given,
+            f"shorter than the ~{pull:.1f} min pull of the image on {c.image.base_image} plus a minute to "
+            "start: Kueue would evict every job before it could run",
+            f"{floor} or more",
+        )
 
 
 def _check_shared_storage(c: StackConfig, r: Reader) -> None:

@@ -20,8 +20,9 @@ class QueueingConfig:
     )
     pods_ready_timeout_minutes: int = setting(
         "podsReadyTimeoutMinutes",
-        "Minutes an admitted job's pods may take to be ready (image pull included) before Kueue evicts "
-        "and requeues it, giving its quota back (1-240).",
+        "Minutes an admitted job's pods may take to be ready once their nodes exist (image pull included) "
+        "before Kueue evicts and requeues it, giving its quota back (1-240). Kueue's timeout adds "
+        "maxNodeProvisionMinutes where the autoscaler brings the nodes: AWS admits before they join.",
         20,
     )
     max_node_provision_minutes: int = setting(

@@ -366,7 +366,10 @@ def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_the_char
     config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
     assert config["integrations"]["frameworks"] == list(KUEUE_FRAMEWORKS)
     assert "kubeflow.org/pytorchjob" in config["integrations"]["frameworks"]
-    assert config["waitForPodsReady"]["timeout"] == "20m"
+    # 20 minutes to be ready once the nodes exist, after the autoscaler's 30 to bring them (AWS
+    # marks a ProvisioningRequest provisioned before its nodes join).
+    assert config["waitForPodsReady"]["timeout"] == "50m"
+    assert config["waitForPodsReady"]["recoveryTimeout"] == "35m"  # the 30-minute rendezvous wait, and more
     assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
     chart = shared_dir("charts", "TRAINSTACK_CHARTS_DIR") / "kueue-0.19.2"
     default = yaml.safe_load(
@@ -426,4 +429,4 @@ def test_idle_time_and_provisioning_limits_come_from_config(tmp_path):
             "controllerManagerConfigYaml"
         ]
     )
-    assert config["waitForPodsReady"]["timeout"] == "25m"
+    assert config["waitForPodsReady"]["timeout"] == "65m"  # 25 to be ready after 40 for the nodes
