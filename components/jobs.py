@@ -42,7 +42,7 @@ from conventions import (
     QUEUE_LABEL,
     RAY_ROLE_LABEL,
 )
-from domain.placement import RAY_HEAD
+from domain.placement import RAY_HEAD, RAY_SUBMITTER
 from stack_outputs import JobSummary
 
 # What `pulumi up` waits for, per kind and mode (pulumi-kubernetes `pulumi.com/waitFor`).
@@ -166,11 +166,34 @@ def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
     }
 
 
+def submitter_template(args: TrainingJobArgs) -> dict[str, Any]:
+    """The pod that runs `ray job submit` (KubeRay fills in its command), beside the head on the
+    system nodes, with the requests the queue's quota counts for it (domain.quota.SUBMITTER)."""
+    return {
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.spec.name}},
+        "spec": {
+            "nodeSelector": dict(args.head_selector),
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "ray-job-submitter",
+                    "image": args.image,
+                    "resources": {
+                        "requests": dict(RAY_SUBMITTER),
+                        "limits": {"memory": RAY_SUBMITTER["memory"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
 def rayjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
     return {
         "entrypoint": ray_entrypoint(args),
         **({"runtimeEnvYAML": verl_job.runtime_env(args.spec.verl)} if args.spec.verl else {}),
         "submissionMode": "K8sJobMode",
+        "submitterPodTemplate": submitter_template(args),
         # The cluster goes when the job ends; the RayJob object stays, so the stack does not drift.
         "shutdownAfterJobFinishes": True,
         "backoffLimit": 2,

@@ -219,11 +219,15 @@ def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> di
 
 
 def _check_job_fits_queue(j: JobConfig, queues: dict[str, QueueSpec], k: str, r: Reader) -> None:
-    """Kueue admits a job whole or never: one larger than its queue's quota would wait forever."""
+    """Kueue admits a job whole or never: one larger than its queue's quota would wait forever. A
+    job has one pod per node, so one with more nodes than its group never fits either, even where
+    the quota's room for Ray heads would let Kueue admit it."""
     queue = queues.get(j.node_group)
     if queue is None or j.nodes < 1:
         return
     over = shortfall(job_demand(queue.placement, j.nodes, j.kind), queue.quota())
+    if j.nodes > queue.max_nodes and not over:
+        over = [f"{j.nodes} nodes"]
     if over:
         what = "the system node group" if queue.group == SYSTEM_GROUP else f"node group '{queue.group}'"
         r.problem(

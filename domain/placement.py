@@ -18,6 +18,9 @@ from conventions import (
 )
 
 RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to the operators
+# A RayJob's submitter (the Kubernetes Job that runs `ray job submit`): Kueue counts it as a third
+# pod set. Named in the RayJob, in whole GiB, rather than Kueue's and KubeRay's default (500m, 200Mi).
+RAY_SUBMITTER = {"cpu": "500m", "memory": "1Gi"}
 
 
 @dataclass(frozen=True)

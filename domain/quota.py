@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from conventions import EFA_RESOURCE, GPU_RESOURCE, SYSTEM_GROUP, cluster_queue_name
-from domain.placement import RAY_HEAD, Placement
+from domain.placement import RAY_HEAD, RAY_SUBMITTER, Placement
 
 RAY_KINDS = ("RayJob", "RayCluster")
 SYSTEM_FLAVOR = cluster_queue_name(SYSTEM_GROUP)
@@ -35,11 +35,17 @@ def per_node(p: Placement) -> Amounts:
     return amounts
 
 
-# A Ray head's requests (RAY_HEAD), in the units above.
-HEAD: Amounts = {
-    "cpu": int(RAY_HEAD["cpu"].removesuffix("m")),
-    "memory": int(RAY_HEAD["memory"].removesuffix("Gi")),
-}
+def _amounts(requests: Mapping[str, str]) -> Amounts:
+    return {
+        "cpu": int(requests["cpu"].removesuffix("m")),
+        "memory": int(requests["memory"].removesuffix("Gi")),
+    }
+
+
+# What a Ray job needs on the system flavor, in the units above: its head, and a RayJob's submitter.
+HEAD = _amounts(RAY_HEAD)
+SUBMITTER = _amounts(RAY_SUBMITTER)
+RAY_ON_SYSTEM = {"RayCluster": HEAD, "RayJob": _add(HEAD, SUBMITTER)}
 
 
 @dataclass(frozen=True)
@@ -64,22 +70,24 @@ class QueueSpec:
 
     def quota(self) -> dict[str, Amounts]:
         """Nominal quota per flavor: the group at its largest size, as its jobs' pods request it. A GPU
-        queue adds one Ray head per node on the system flavor (no more jobs than nodes run at once);
-        the system queue, where CPU jobs take half a node each, one head beside them."""
+        queue adds a RayJob's head and submitter per node on the system flavor (no more jobs than
+        nodes run at once); the system queue, where CPU jobs take half a node each, one beside them."""
         nodes = _times(per_node(self.placement), self.max_nodes)
+        ray = RAY_ON_SYSTEM["RayJob"]
         if self.group == SYSTEM_GROUP:
-            return {self.flavor: _add(nodes, HEAD)}
-        heads = _times(HEAD, self.max_nodes)
+            return {self.flavor: _add(nodes, ray)}
+        heads = _times(ray, self.max_nodes)
         # The system flavor first: a Ray head fits it; a GPU pod does not (no GPU quota there) and
         # goes on to the group's flavor, on clusters whose node labels share no key as well.
         return {SYSTEM_FLAVOR: {r: heads.get(r, 0) for r in nodes}, self.flavor: nodes}
 
 
 def job_demand(p: Placement, nodes: int, kind: str) -> dict[str, Amounts]:
-    """What Kueue counts for a job, by flavor: its workers, and a Ray head on the system flavor."""
+    """What Kueue counts for a job, by flavor: its workers, and on the system flavor a Ray head and
+    a RayJob's submitter (kueue's rayjob integration: head, worker groups, submitter)."""
     demand = {cluster_queue_name(p.group): _times(per_node(p), nodes)}
     if kind in RAY_KINDS:
-        demand[SYSTEM_FLAVOR] = _add(demand.get(SYSTEM_FLAVOR, {}), HEAD)
+        demand[SYSTEM_FLAVOR] = _add(demand.get(SYSTEM_FLAVOR, {}), RAY_ON_SYSTEM[kind])
     return demand
 
 

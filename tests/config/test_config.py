@@ -442,7 +442,8 @@ def test_queueing_timings_are_bounded():
 
 
 def test_a_ray_job_on_the_system_group_counts_its_head():
-    """The system queue holds its CPU jobs' pods and one Ray head: Kueue counts the head too."""
+    """The system queue holds its CPU jobs' pods and one RayJob's head and submitter: Kueue counts
+    them too (a RayCluster has no submitter)."""
     (msg,) = problems(
         jobs=[
             job(kind="RayJob", nodeGroup="system", nodes=2),
@@ -452,4 +453,4 @@ def test_a_ray_job_on_the_system_group_counts_its_head():
     assert msg.startswith(
         "trainstack:jobs[1].nodes = 3: job 'two-heads' can never be admitted by queue 'system'"
     )
-    assert "cpu 3500m > 2500m on flavor trainstack-system" in msg
+    assert "cpu 3500m > 3 on flavor trainstack-system; memory 9Gi > 8Gi" in msg

@@ -43,19 +43,21 @@ def test_a_cpu_job_takes_half_a_system_node_and_no_toleration():
     assert found.node_selector == {"pool": "cpu"}  # a cluster the stack did not create
 
 
-def test_a_rayjob_demands_a_head_on_the_system_flavor_and_a_pytorchjob_does_not():
+def test_a_rayjob_demands_a_head_and_a_submitter_on_the_system_flavor_and_a_pytorchjob_neither():
     workers = {"cpu": 182_000, "memory": 1842, GPU_RESOURCE: 8, EFA_RESOURCE: 32}
     assert job_demand(p5(), 2, "PyTorchJob") == {"trainstack-p5": {k: 2 * v for k, v in workers.items()}}
+    # A RayJob's head (500m, 3Gi) and its submitter Job (500m, 1Gi); a RayCluster has no submitter.
     assert job_demand(p5(), 1, "RayJob") == {
         "trainstack-p5": workers,
-        SYSTEM_FLAVOR: {"cpu": 500, "memory": 3},
+        SYSTEM_FLAVOR: {"cpu": 1000, "memory": 4},
     }
+    assert job_demand(p5(), 1, "RayCluster")[SYSTEM_FLAVOR] == {"cpu": 500, "memory": 3}
 
 
 def test_a_queue_holds_its_group_at_its_largest_and_one_head_per_node():
     quota = QueueSpec(p5(), 4, provisioned=True).quota()
     assert quota["trainstack-p5"][GPU_RESOURCE] == 32
-    assert quota[SYSTEM_FLAVOR] == {"cpu": 2000, "memory": 12, GPU_RESOURCE: 0, EFA_RESOURCE: 0}
+    assert quota[SYSTEM_FLAVOR] == {"cpu": 4000, "memory": 16, GPU_RESOURCE: 0, EFA_RESOURCE: 0}
     assert shortfall(job_demand(p5(), 4, "RayJob"), quota) == []
     assert shortfall(job_demand(p5(), 5, "PyTorchJob"), quota) == [
         "cpu 910 > 728 on flavor trainstack-p5",

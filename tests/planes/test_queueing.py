@@ -74,14 +74,24 @@ def job_manifests(run) -> list[dict]:
     return [manifest_of(r)[1] for t in JOB_TYPES for r in run.by_type(t)]
 
 
+# Kueue's (and KubeRay's) submitter pod when a RayJob names none (rayjob_controller.go).
+DEFAULT_SUBMITTER = {
+    "spec": {"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}
+}
+
+
 def pod_sets(job: dict) -> list[tuple[dict, int]]:
-    """(pod template, count) per pod set, as Kueue's integrations read them."""
+    """(pod template, count) per pod set, as Kueue's integrations read them: a RayJob in K8sJobMode
+    (KubeRay's default) has a third, its submitter Job."""
     spec = job["spec"]
     if job["kind"] == "PyTorchJob":
         return [(r["template"], r["replicas"]) for r in spec["pytorchReplicaSpecs"].values()]
     cluster = spec["rayClusterSpec"] if job["kind"] == "RayJob" else spec
     sets = [(cluster["headGroupSpec"]["template"], 1)]
-    return sets + [(g["template"], g["replicas"]) for g in cluster["workerGroupSpecs"]]
+    sets += [(g["template"], g["replicas"]) for g in cluster["workerGroupSpecs"]]
+    if job["kind"] == "RayJob" and spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
+        sets.append((spec.get("submitterPodTemplate") or DEFAULT_SUBMITTER, 1))
+    return sets
 
 
 def matches(pod: dict, flavor: dict) -> bool:
@@ -106,6 +116,8 @@ def requests(pod: dict) -> Amounts:
                 if value.endswith("m")
                 else int(value) * 1000
                 if name == "cpu"
+                else int(value.removesuffix("Mi")) / 1024  # GiB, as the quotas are written
+                if value.endswith("Mi")
                 else int(value.removesuffix("Gi"))
                 if name == "memory"
                 else int(value)
@@ -162,8 +174,9 @@ def test_every_pod_set_matches_exactly_one_flavor_and_fits_its_queue(stack, dev_
 def test_a_ray_head_gets_the_system_flavor_never_a_gpu_one(mixed_plan):
     flavors = kueue_objects(mixed_plan, "ResourceFlavor")
     (ray,) = [j for j in job_manifests(mixed_plan) if j["metadata"]["name"] == "ray-gpu"]
-    head, worker = (t for t, _ in pod_sets(ray))
+    head, worker, submitter = (t for t, _ in pod_sets(ray))
     assert [n for n, f in flavors.items() if matches(head, f)] == ["trainstack-system"]
+    assert [n for n, f in flavors.items() if matches(submitter, f)] == ["trainstack-system"]
     assert [n for n, f in flavors.items() if matches(worker, f)] == ["trainstack-gpu"]
 
 
@@ -177,15 +190,18 @@ def test_quotas_are_what_each_group_holds_at_its_largest(mixed_plan, prod_plan):
         "nvidia.com/gpu": 16,
         "vpc.amazonaws.com/efa": 64,
     }
-    # One Ray head per node on the system flavor, nothing else there.
+    # One RayJob's head and submitter per node on the system flavor, nothing else there.
     assert p5["trainstack-system"] == {
-        "cpu": 1000,
-        "memory": 6,
+        "cpu": 2 * (500 + 500),
+        "memory": 2 * (3 + 1),
         "nvidia.com/gpu": 0,
         "vpc.amazonaws.com/efa": 0,
     }
     system = quota_of(queues["trainstack-system"])["trainstack-system"]
-    assert system == {"cpu": 2 * 1000 + 500, "memory": 2 * 2 + 3}  # two half m6i.large nodes and a head
+    assert system == {
+        "cpu": 2 * 1000 + 500 + 500,
+        "memory": 2 * 2 + 3 + 1,
+    }  # two half m6i.large, a head, a submitter
     gpu = quota_of(kueue_objects(mixed_plan, "ClusterQueue")["trainstack-gpu"])["trainstack-gpu"]
     assert gpu == {"cpu": 6000, "memory": 26, "nvidia.com/gpu": 2}  # no EFA on g6
 
