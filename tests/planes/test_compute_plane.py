@@ -498,8 +498,8 @@ def test_gpu_groups_get_node_auto_repair_unless_turned_off(prod_plan):
     )  # fmt: skip
     repaired = transform(args).props
     assert repaired["nodeRepairConfig"] == {
-        "enabled": True, "maxParallelNodesRepairedCount": 1, "maxUnhealthyNodeThresholdPercentage": 50,
-    }  # fmt: skip
+        "enabled": True, "maxParallelNodesRepairedCount": 1, "maxUnhealthyNodeThresholdCount": 1,
+    }  # fmt: skip  (prod's p5 group: 2 nodes, repairs stop above 1 unhealthy)
     assert repaired["nodeGroupName"] == "x"
     other = pulumi.ResourceTransformArgs(
         custom=True,
