@@ -27,6 +27,13 @@ NODE_MANAGED_POLICIES = (
 )
 
 
+# The add-on's chart gives its DCGM host engine (the dcgm-server DaemonSet) no tolerations, while
+# every GPU node carries the stack's nvidia.com/gpu taint: without this DCGM never runs on a GPU
+# node, the agent reports a DCGM error on healthy nodes, and node auto repair acts on them. It
+# tolerates what the agent itself tolerates (the chart's nodeAgent.tolerations).
+NODE_MONITORING_AGENT_VALUES = {"dcgmAgent": {"tolerations": [{"operator": "Exists"}]}}
+
+
 @dataclass(frozen=True)
 class ClusterArgs:
     cluster_name: str
@@ -214,7 +221,11 @@ class Cluster(pulumi.ComponentResource):
         # for the cluster's version at creation, kept on later runs (no version input to drift).
         self.health_addons = []
         if args.node_monitoring_agent:
-            self.health_addons.append(self._health_addon(name, "eks-node-monitoring-agent", args))
+            self.health_addons.append(
+                self._health_addon(
+                    name, "eks-node-monitoring-agent", args, configuration=NODE_MONITORING_AGENT_VALUES
+                )
+            )
         if args.gpu_metrics:
             # Its CloudWatch agent writes metrics as its own service account, not the node role.
             agent = aws.iam.Role(
@@ -264,12 +275,14 @@ class Cluster(pulumi.ComponentResource):
         args: ClusterArgs,
         identities: list[dict] | None = None,
         deps: list[pulumi.Resource] | None = None,
+        configuration: dict | None = None,
     ) -> aws.eks.Addon:
         return aws.eks.Addon(
             f"{name}-{addon}",
             cluster_name=args.cluster_name,
             addon_name=addon,
             pod_identity_associations=identities,
+            configuration_values=json.dumps(configuration) if configuration else None,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, self.system_nodes, *(deps or [])]),
