@@ -245,10 +245,22 @@ def test_the_kubeconfig_certificate_authority_reaches_the_connection_pool():
     assert Path(pool["ca_certs"]).read_bytes() == ca and pool["cert_reqs"] == ssl.CERT_REQUIRED
 
 
-def test_a_fake_cluster_still_answers(tmp_path):
-    """The checks above do not stop a working setup (the main paths are in test_cli.py)."""
-    with KubeServer(FakeCluster(nodes=[])) as server:
+def test_a_fake_cluster_still_answers(tmp_path, capsys):
+    """The checks above do not stop a working setup (the main paths are in test_status.py,
+    test_doctor.py, test_logs.py and test_metrics_and_estimate.py)."""
+    cluster = FakeCluster(nodes=[])
+    with KubeServer(cluster) as server:
         outputs = write(
             tmp_path, {**OUTPUTS, "jobs": {}, "gpuNodeGroups": {}, "kubeconfig": server.kubeconfig()}
         )
         assert main(["status", "--outputs", outputs]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    # Both tables, empty: no job and no node group, and the cluster was asked for its nodes.
+    heads = [line.split() for line in out.splitlines()]
+    assert heads == [
+        ["JOB", "KIND", "PHASE", "QUEUE", "PODS", "RESTARTS", "AGE", "LATEST"],
+        [],
+        ["NODE", "GROUP", "READY/NODES", "MIN-MAX", "GPUS/NODE", "EFA/NODE"],
+    ]
+    assert any(r.startswith("/api/v1/nodes") for r in cluster.requests), cluster.requests

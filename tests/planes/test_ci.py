@@ -296,12 +296,3 @@ def test_the_deploy_role_running_up_gets_no_second_access_entry():
     run = run_program("dev", values, caller_arn=caller)
     assert "ci-deploy" not in run.one("eks:index:Cluster").inputs["accessEntries"]
     assert "ci-preview" in run.one("eks:index:Cluster").inputs["accessEntries"]
-
-
-def test_ci_settings_without_a_repository_are_errors():
-    from config.schema import ConfigError
-
-    with pytest.raises(ConfigError, match=r"trainstack:ci.environment = \"prod\": CI access is off"):
-        plan("dev", ci={"environment": "prod"})
-    with pytest.raises(ConfigError, match="the immutable subject format needs both numeric ids"):
-        plan("dev", ci={"githubRepository": "acme/train", "githubOwnerId": 1})

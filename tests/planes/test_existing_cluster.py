@@ -1,7 +1,8 @@
 """trainstack on a cluster it did not create: an existing EKS cluster by name, and kind through a
 kubeconfig file (the `local` template). Offline plans: nothing of the cluster is created, the
 Kubernetes provider comes from the named cluster, jobs select the described nodes and validate
-against the CRDs, and a config that cannot work is refused with its key."""
+against the CRDs. A config that cannot work there is refused with its key:
+tests/config/test_existing_cluster_rules.py."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ import subprocess
 import pytest
 from support.crds import crd_errors
 from support.paths import ROOT
+from support.plans import EXISTING_CLUSTER as CLUSTER
 from support.plans import plan, policy_of, stack_values
 
 from account_checks import AccountCheckError
-from config.schema import ConfigError
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
 
-CLUSTER = {"eks-cluster:ml-platform": {"version": "1.35", "zones": ["us-east-1a", "us-east-1b"]}}
 JOBS = (
     "kubernetes:kubeflow.org/v1:PyTorchJob",
     "kubernetes:ray.io/v1:RayJob",
@@ -130,7 +130,8 @@ def test_a_ray_head_takes_the_system_flavor_where_node_labels_share_no_key():
     system = {
         r["name"]: r["nominalQuota"] for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     }
-    assert system["nvidia.com/gpu"] == "0" and system["cpu"] == "1"
+    # Two nodes: a RayJob head (500m) and its submitter (500m) each.
+    assert system["nvidia.com/gpu"] == "0" and system["cpu"] == "2" and system["memory"] == "8Gi"
 
 
 def test_training_pods_get_the_bucket_through_pod_identity_on_the_named_cluster(existing_plan):
@@ -267,66 +268,6 @@ def test_only_the_stacks_own_namespaces_and_objects_are_touched(local_plan, exis
                 )
         for r in run.by_type("kubernetes:helm.sh/v3:Release"):
             assert r.inputs["namespace"] in ("kube-system", "kuberay-system", "kueue-system"), r.name
-
-
-# --- config that cannot work -----------------------------------------------------------------------
-
-
-def problems(stack: str, **overrides) -> list[str]:
-    with pytest.raises(ConfigError) as err:
-        plan(stack, facts=CLUSTER, **overrides)
-    return [str(p) for p in err.value.problems]
-
-
-def test_a_described_group_needs_a_selector_and_a_known_instance_type():
-    found = problems(
-        "existing", gpuNodeGroups=[{"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2}]
-    )
-    assert found[0].startswith("trainstack:gpuNodeGroups[0].nodeSelector = null: on an existing cluster")
-    found = problems(
-        "existing",
-        gpuNodeGroups=[{"name": "p5", "instanceType": "p9.huge", "nodeSelector": {"pool": "gpu"}}],
-        jobs=[],
-    )
-    assert found[0].startswith(
-        'trainstack:gpuNodeGroups[0].instanceType = "p9.huge": not an NVIDIA GPU instance type'
-    )
-
-
-def test_what_only_a_created_group_has_is_refused_on_an_existing_cluster():
-    group = {
-        "name": "p5",
-        "instanceType": "p5.48xlarge",
-        "nodeSelector": {"pool": "gpu"},
-        "placementGroup": True,
-    }
-    (found,) = problems("existing", gpuNodeGroups=[group], jobs=[])
-    assert found == (
-        "trainstack:gpuNodeGroups[0].placementGroup = true: only for node groups trainstack creates; "
-        "allowed: unset on an existingCluster"
-    )
-    created = problems(
-        "dev", gpuNodeGroups=[{"name": "gpu", "instanceType": "g6.xlarge", "nodeSelector": {"a": "b"}}]
-    )
-    assert created[0].startswith("trainstack:gpuNodeGroups[0].nodeSelector = {")
-
-
-def test_a_kubeconfig_stack_refuses_what_needs_aws():
-    found = problems("local", image={"builder": "codebuild"})
-    assert found[0].startswith(
-        'trainstack:image.builder = "codebuild": a kubeconfig stack uses no AWS account'
-    )
-    both = {"eksClusterName": "ml-platform", "kubeconfig": "~/.kube/config", "checkpointHostPath": "/x"}
-    found = problems("local", existingCluster=both)
-    assert any(p.startswith("trainstack:existingCluster = ") and "names two clusters" in p for p in found)
-    nowhere = {"kubeconfig": "~/.kube/config", "kindClusterName": "trainstack"}
-    found = problems("local", existingCluster=nowhere)
-    assert any("keeps checkpoints on a node path or in S3" in p for p in found)
-    none_image = problems("local", image={"builder": "none"})
-    assert (
-        none_image[0]
-        == "trainstack:jobs[0].image = null: image.builder is none: nothing builds one; allowed: an image reference"
-    )
 
 
 def test_kubeconfig_stacks_can_keep_checkpoints_in_s3_with_the_users_secret():

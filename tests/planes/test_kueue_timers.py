@@ -11,7 +11,6 @@ from support.plans import plan, stack_values
 from components.job_pods import RENDEZVOUS_JOIN_TIMEOUT_SECONDS
 from components.queueing import PROVISIONING_ANNOTATION
 from config import parse_config
-from config.schema import ConfigError
 from domain.catalog import image_compressed_gb, image_pull_minutes
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -76,12 +75,3 @@ def test_turning_the_autoscaler_on_rolls_kueue(prod_plan, without_autoscaler, tm
 def pod_spec_annotations(objects: list[dict]) -> dict[str, str]:
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     return deployment["spec"]["template"]["metadata"]["annotations"]
-
-
-def test_a_pods_ready_timeout_shorter_than_the_image_pull_is_refused():
-    with pytest.raises(ConfigError) as err:
-        parse_config("prod", stack_values("prod", queueing={"podsReadyTimeoutMinutes": 2}))
-    (problem,) = [p for p in err.value.problems if "podsReadyTimeoutMinutes" in p.key]
-    assert problem.key == "trainstack:queueing.podsReadyTimeoutMinutes"
-    assert "Kueue would evict every job before it could run" in str(err.value)
-    assert "allowed: 3 or more" in str(err.value)

@@ -133,13 +133,6 @@ def test_versions_and_values_can_be_overridden():
     assert run.one(DIRECTORY).inputs["directory"].endswith(f"?ref={ref}")
 
 
-def test_a_moving_ref_is_refused():
-    from config.schema import ConfigError
-
-    with pytest.raises(ConfigError, match=r"trainingOperator.ref = \"v1.9.4\": not a full commit SHA"):
-        plan("dev", operators={"trainingOperator": {"ref": "v1.9.4"}})
-
-
 def node_labels(run) -> dict[str, dict[str, str]]:
     return {ng.name: ng.inputs.get("labels", {}) for ng in run.by_type(NG)}
 
@@ -309,16 +302,6 @@ def test_kuberay_crds_follow_the_chart_version(dev_plan):
     assert [f.replace("v1.7.1", "v1.7.0") for f in newer_files] == files and newer_files != files
     off = plan("dev", operators={"kuberay": {"enabled": False}}, jobs=[])
     assert "operators-kuberay-crds" not in {r.name for r in off.by_type(CONFIG_GROUP)}
-
-
-def test_kuberay_older_than_its_crds_is_refused():
-    from support.plans import stack_values
-
-    from config import parse_config
-    from config.schema import ConfigError
-
-    with pytest.raises(ConfigError, match=r'trainstack:operators\.kuberay\.version = "1\.6\.0"'):
-        parse_config("dev", stack_values("dev", operators={"kuberay": {"version": "1.6.0"}}))
 
 
 def test_crds_are_applied_over_helms_field_manager():

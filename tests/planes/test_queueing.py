@@ -5,9 +5,9 @@ what Kueue would do with the stack's jobs: which flavor each pod set gets and wh
 from __future__ import annotations
 
 import pytest
-import test_compute_plane
 import yaml
 from support.charts import pod_spec, render
+from support.compute import CAPACITY_BLOCK_FACTS
 from support.crds import crd_errors
 from support.paths import shared_dir
 from support.plans import plan, policy_of
@@ -22,8 +22,9 @@ from conventions import (
     autoscaler_discovery_tags,
 )
 from domain.placement import gpu_placement
-from domain.quota import Amounts, job_demand, shortfall
+from domain.quota import job_demand, shortfall
 from offline.plan import manifest_of
+from offline.scheduling import admitted_demand, matches, pod_sets, quota_of  # the one Kueue model
 
 CR = "kubernetes:kueue.x-k8s.io/v1beta2:"
 JOB_TYPES = (
@@ -42,7 +43,7 @@ CAPACITY_BLOCK = {
     "capacityReservationId": "cr-0123456789abcdef0",
     "availabilityZone": "us-east-1d",
 }
-BLOCK_FACTS = test_compute_plane.CAPACITY_BLOCK  # the account holds the block
+BLOCK_FACTS = CAPACITY_BLOCK_FACTS  # the account holds the block
 MIXED_JOBS = [
     {"name": "on-cb", "kind": "PyTorchJob", "nodeGroup": "cb", "nodes": 2},
     {"name": "ray-gpu", "kind": "RayJob", "nodeGroup": "gpu"},
@@ -72,85 +73,6 @@ def kueue_objects(run, kind: str) -> dict[str, dict]:
 
 def job_manifests(run) -> list[dict]:
     return [manifest_of(r)[1] for t in JOB_TYPES for r in run.by_type(t)]
-
-
-# Kueue's (and KubeRay's) submitter pod when a RayJob names none (rayjob_controller.go).
-DEFAULT_SUBMITTER = {
-    "spec": {"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}
-}
-
-
-def pod_sets(job: dict) -> list[tuple[dict, int]]:
-    """(pod template, count) per pod set, as Kueue's integrations read them: a RayJob in K8sJobMode
-    (KubeRay's default) has a third, its submitter Job."""
-    spec = job["spec"]
-    if job["kind"] == "PyTorchJob":
-        return [(r["template"], r["replicas"]) for r in spec["pytorchReplicaSpecs"].values()]
-    cluster = spec["rayClusterSpec"] if job["kind"] == "RayJob" else spec
-    sets = [(cluster["headGroupSpec"]["template"], 1)]
-    sets += [(g["template"], g["replicas"]) for g in cluster["workerGroupSpecs"]]
-    if job["kind"] == "RayJob" and spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
-        sets.append((spec.get("submitterPodTemplate") or DEFAULT_SUBMITTER, 1))
-    return sets
-
-
-def matches(pod: dict, flavor: dict) -> bool:
-    """Kueue's flavor assigner: only the flavor's label keys are compared with the pod's node
-    selector; a flavor's node taints must be tolerated."""
-    selector = pod["spec"].get("nodeSelector") or {}
-    labels = flavor["spec"].get("nodeLabels") or {}
-    if any(k in selector and selector[k] != v for k, v in labels.items()):
-        return False
-    tolerated = pod["spec"].get("tolerations") or []
-    return all(
-        any(t["key"] == taint["key"] for t in tolerated) for taint in flavor["spec"].get("nodeTaints", [])
-    )
-
-
-def requests(pod: dict) -> Amounts:
-    total: Amounts = {}
-    for c in pod["spec"]["containers"]:
-        for name, value in (c.get("resources") or {}).get("requests", {}).items():
-            amount = (
-                int(value.removesuffix("m"))
-                if value.endswith("m")
-                else int(value) * 1000
-                if name == "cpu"
-                else int(value.removesuffix("Mi")) / 1024  # GiB, as the quotas are written
-                if value.endswith("Mi")
-                else int(value.removesuffix("Gi"))
-                if name == "memory"
-                else int(value)
-            )
-            total[name] = total.get(name, 0) + amount
-    return total
-
-
-def quota_of(queue: dict) -> dict[str, Amounts]:
-    found = {}
-    for group in queue["spec"]["resourceGroups"]:
-        for flavor in group["flavors"]:
-            found[flavor["name"]] = {
-                r["name"]: requests(
-                    {"spec": {"containers": [{"resources": {"requests": {r["name"]: r["nominalQuota"]}}}]}}
-                )[r["name"]]
-                for r in flavor["resources"]
-            }
-    return found
-
-
-def admitted_demand(job: dict, queue: dict, flavors: dict[str, dict]) -> dict[str, Amounts]:
-    """What Kueue would charge the job's queue: each pod set on the first of the queue's flavors
-    that it matches, as the ClusterQueue orders them."""
-    order = [f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]]
-    demand: dict[str, Amounts] = {}
-    for template, count in pod_sets(job):
-        (flavor,) = [name for name, f in flavors.items() if matches(template, f)]
-        assert flavor in order, f"{job['metadata']['name']}: flavor {flavor} is not in its queue"
-        charged = demand.setdefault(flavor, {})
-        for name, amount in requests(template).items():
-            charged[name] = charged.get(name, 0) + amount * count
-    return demand
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod", "mixed"])

@@ -9,10 +9,10 @@ import json
 
 import pytest
 from support.crds import crd_errors
-from support.plans import plan, policy_of
+from support.plans import plan, policy_of, stack_values
 
 from account_checks import AccountCheckError
-from config.schema import ConfigError
+from config import parse_config
 from offline.cost import hourly_cost
 from offline.plan import manifest_of
 from offline.timeline import critical_path, until_training
@@ -189,6 +189,22 @@ def test_the_lustre_client_goes_onto_the_nodes_of_the_groups_that_mount_it(fsx_p
 
 def test_fsx_is_off_by_default_and_a_plan_without_it_has_none(prod_plan):
     assert not prod_plan.by_type(FS) and not prod_plan.by_type("kubernetes:core/v1:PersistentVolume")
+    # Off because prod's stack file leaves it at its default; its jobs keep the node disk at
+    # /checkpoints and upload to the bucket themselves, and no FSx driver is installed.
+    assert parse_config("prod", stack_values("prod")).storage.fsx.enabled is False
+    found = jobs(prod_plan)
+    assert set(found) == {"llama-1b-fsdp", "llama-1b-ray"}
+    bucket = prod_plan.outputs["bucketName"]
+    for name, job in found.items():
+        pod = worker_pod(job)
+        assert [v for v in pod["volumes"] if v["name"] == "checkpoints"] == [
+            {"name": "checkpoints", "emptyDir": {}}
+        ], name
+        assert f"--s3-checkpoints s3://{bucket}/checkpoints/{name}/" in " ".join(
+            pod["containers"][0].get("args") or [job["spec"].get("entrypoint", "")]
+        ), name
+    addons = {a.inputs["addonName"] for a in prod_plan.by_type("aws:eks/addon:Addon")}
+    assert "aws-fsx-csi-driver" not in addons and "eks-pod-identity-agent" in addons
 
 
 def test_the_plan_prices_the_file_system_and_builds_it_beside_the_cluster(fsx_plan):
@@ -205,33 +221,6 @@ def test_the_plan_prices_the_file_system_and_builds_it_beside_the_cluster(fsx_pl
     assert line.quantity == 2400 and line.unit_usd == 0.20 / 730  # 250 MB/s/TiB, per GiB-month
     chain = [s.name for s in critical_path(fsx_plan.resources, until_training(fsx_plan.resources))]
     assert "checkpoints-fsx" not in chain  # ~10 min, but it runs while EKS comes up
-
-
-@pytest.mark.parametrize(
-    ("fsx", "problem"),
-    [
-        (
-            {"enabled": True, "storageCapacityGiB": 3600},
-            "trainstack:storage.fsx.storageCapacityGiB = 3600: not a size",
-        ),
-        (
-            {"enabled": True, "storageCapacityGiB": 1000},
-            "trainstack:storage.fsx.storageCapacityGiB = 1000: not a size",
-        ),
-        (
-            {"enabled": True, "throughputPerTiB": 200},
-            "trainstack:storage.fsx.throughputPerTiB = 200: not a PERSISTENT_2",
-        ),
-        (
-            {"enabled": True, "nodeGroups": ["a100"]},
-            'trainstack:storage.fsx.nodeGroups = "a100": no GPU node group',
-        ),
-    ],
-)
-def test_invalid_file_systems_are_refused_with_the_key(fsx, problem):
-    with pytest.raises(ConfigError) as err:
-        plan("prod", storage={"fsx": fsx})
-    assert any(str(p).startswith(problem) for p in err.value.problems), err.value.problems
 
 
 def test_groups_in_two_azs_cannot_share_one_file_system():

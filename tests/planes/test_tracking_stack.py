@@ -11,7 +11,6 @@ from support.manifests import env_of
 from support.plans import plan, policy_of, stack_values
 
 from components.tracking import ALLOWED_HOSTS, MLFLOW_IMAGE, PORT_FORWARD, SERVER_PACKAGES, TRACKING_URI
-from config.schema import ConfigError
 from offline.cost import hourly_cost
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
@@ -188,49 +187,6 @@ def test_an_external_server_gets_its_credentials_through_a_secret():
     assert not run.by_type(DEPLOYMENT) or all("tracking" not in r.name for r in run.by_type(DEPLOYMENT))
     assert "mlflow-offline-token" not in json.dumps([r.inputs for r in run.resources], default=str)
     assert "trackingPortForward" not in run.outputs
-
-
-@pytest.mark.parametrize(
-    ("tracking", "secrets", "key", "reason"),
-    [
-        ({"mode": "external"}, {}, "trainstack:tracking.uri", "needs the server's URI"),
-        (
-            {"mode": "external", "uri": "https://m.example.com"},
-            {"trackingPassword": "pw"},
-            "trainstack:tracking.username",
-            "without a user",
-        ),
-        (
-            {"mode": "server", "uri": "https://m.example.com"},
-            {},
-            "trainstack:tracking.uri",
-            "only read with mode external",
-        ),
-        (
-            {"mode": "server", "server": {"instanceClass": "db.x9.huge"}},
-            {},
-            "trainstack:tracking.server.instanceClass",
-            "not offered",
-        ),
-        ({"mode": "server", "server": {"storageGiB": 5}}, {}, "trainstack:tracking.server.storageGiB", ""),
-        ({"mode": "server", "server": {"database": "sqlite"}}, {}, "trainstack:tracking.server.database", ""),
-    ],
-)
-def test_bad_tracking_config_names_its_key(tracking, secrets, key, reason):
-    values = stack_values("dev", tracking=tracking)
-    for k, v in secrets.items():
-        values[f"trainstack:{k}"] = v
-    with pytest.raises(ConfigError) as err:
-        run_program("dev", values, [f"trainstack:{k}" for k in secrets])
-    assert key in str(err.value) and reason in str(err.value)
-
-
-def test_a_tracking_token_must_be_a_secret():
-    values = stack_values("dev", tracking={"mode": "external", "uri": "https://m.example.com"})
-    values["trainstack:trackingToken"] = "plain-token"
-    with pytest.raises(ConfigError) as err:
-        run_program("dev", values)
-    assert "trainstack:trackingToken" in str(err.value) and "plain-token" not in str(err.value)
 
 
 def test_a_second_run_registers_the_same_tracking_inputs(in_cluster):

@@ -1,5 +1,6 @@
-"""VERL jobs: the RayJob the stack derives (image, runtime env, data, sizes, tracking), the checks
-that refuse a group that cannot hold one, and the dataset preparation in VERL's format."""
+"""VERL jobs: the RayJob the stack derives (image, runtime env, data, sizes, tracking) and the
+dataset preparation in VERL's format. The checks that refuse a group that cannot hold one are in
+tests/config/test_job_rules.py."""
 
 from __future__ import annotations
 
@@ -10,14 +11,10 @@ import pytest
 from support.crds import crd_errors
 from support.manifests import env_of
 from support.plans import plan
+from support.verl import GRPO, L4, P5
 
 from components.verl import VERL_IMAGE, VERL_VERSION
-from config.schema import ConfigError
 from offline.plan import manifest_of
-
-L4 = {"name": "gpu", "instanceType": "g6.xlarge", "nodeCount": 2}
-P5 = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True}
-GRPO = {"name": "grpo", "kind": "RayJob", "nodeGroup": "gpu", "nodes": 2, "wait": "none", "verl": {}}
 
 
 def ray_job(run, name: str) -> dict:
@@ -100,36 +97,6 @@ def test_a_verl_raycluster_has_its_data_and_no_entrypoint(verl_plan):
     assert m["kind"] == "RayCluster" and crd_errors(m) == []
     (workers,) = m["spec"]["workerGroupSpecs"]
     assert workers["template"]["spec"]["initContainers"][0]["name"] == "prepare-data"
-
-
-@pytest.mark.parametrize(
-    ("job", "key", "reason"),
-    [
-        ({**GRPO, "kind": "PyTorchJob"}, "trainstack:jobs[0].kind", "VERL runs on Ray"),
-        (
-            {**GRPO, "verl": {"model": "Qwen/Qwen2.5-7B-Instruct"}},
-            "trainstack:jobs[0].nodeGroup",
-            "cannot hold VERL job grpo",
-        ),
-        ({**GRPO, "nodeGroup": "system"}, "trainstack:jobs[0].nodeGroup", "VERL needs GPU nodes"),
-        (
-            {**GRPO, "verl": {"model": "my-org/policy"}},
-            "trainstack:jobs[0].verl.modelBillions",
-            "not in its name",
-        ),
-        (
-            {**GRPO, "nodeGroup": "p5", "verl": {"tensorParallel": 3}},
-            "trainstack:jobs[0].nodeGroup",
-            "does not divide",
-        ),
-        ({**GRPO, "verl": {"rollouts": 0}}, "trainstack:jobs[0].verl.rollouts", ""),
-        ({**GRPO, "command": ["python", "x.py"]}, "trainstack:jobs[0].command", "VERL's trainer"),
-    ],
-)
-def test_a_group_that_cannot_hold_a_verl_job_is_refused_with_its_key(job, key, reason):
-    with pytest.raises(ConfigError) as err:
-        plan("dev", gpuNodeGroups=[L4, P5], jobs=[job])
-    assert key in str(err.value) and reason in str(err.value), str(err.value)
 
 
 def test_gsm8k_is_written_in_verls_format(tmp_path):

@@ -8,6 +8,9 @@ from offline.engine import PlanRun, run_program
 from offline.plan import read_stack_file
 from support.paths import ROOT
 
+# What the account answers about the EKS cluster the `existing` template names (ml-platform).
+EXISTING_CLUSTER = {"eks-cluster:ml-platform": {"version": "1.35", "zones": ["us-east-1a", "us-east-1b"]}}
+
 
 def stack_values(stack: str, **overrides) -> dict[str, str]:
     """The stack file's config, with `trainstack:<key>` overrides given as Python values."""

@@ -1,0 +1,59 @@
+"""`trainstack metrics` and `trainstack estimate` against a local Kubernetes API server: the
+training curve read from the job's logs, and the time and cost of a token budget at other sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.fake_cluster import healthy, run
+
+
+def test_metrics_table_skips_malformed_lines_and_plots(tmp_path):
+    code, out = run(healthy(), tmp_path, "metrics", "fsdp", "--json", "--plot", str(tmp_path / "curve.png"))
+    data = json.loads(out)
+    assert [r["step"] for r in data["records"]] == [10, 20]
+    assert data["records"][1]["val_loss"] == 3.95
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, text = run(healthy(), tmp_path, "metrics", "fsdp")
+    assert code == 0 and "      20   3.9000   3.9500    1,300,000   44.0%" in text
+
+
+def test_metrics_of_a_job_without_metrics_exit_nonzero(tmp_path):
+    c = healthy()
+    c.logs = {}
+    curve = tmp_path / "curve.png"
+    code, out = run(c, tmp_path, "metrics", "fsdp", "--plot", str(curve))
+    assert code == 1
+    assert out == "no training metrics in the logs of fsdp yet\n"
+    assert not curve.exists()  # no empty plot
+    # Logs without a metrics line (only malformed ones) are the same: no table of nothing.
+    c.logs = {"fsdp-worker-0": "NCCL INFO Using network Libfabric\nmetrics {not json"}
+    code, out = run(c, tmp_path, "metrics", "fsdp")
+    assert (code, out) == (1, "no training metrics in the logs of fsdp yet\n")
+    assert "/api/v1/namespaces/training/pods/fsdp-worker-0/log" in c.requests
+
+
+def test_estimate_table(tmp_path):
+    code, out = run(
+        healthy(), tmp_path, "estimate", "fsdp", "--tokens", "1e12", "--json", "--efficiency", "0.9"
+    )
+    data = json.loads(out)
+    rows = {r["nodes"]: r for r in data["rows"]}
+    assert data["measured"] == {"tokensPerS": 1300000.0, "nodes": 2}
+    assert rows[2]["tokens_per_s"] == pytest.approx(1.3e6)
+    assert rows[4]["tokens_per_s"] == pytest.approx(1.3e6 * 2 * 0.9)
+    assert rows[1]["tokens_per_s"] == pytest.approx(1.3e6 / 2 / 0.9)
+    assert rows[2]["hours"] == pytest.approx(1e12 / 1.3e6 / 3600)
+    assert rows[2]["cost_usd"] == pytest.approx(rows[2]["hours"] * 110.08)
+    assert sorted(rows) == [1, 2, 4, 8]
+    code, text = run(healthy(), tmp_path, "estimate", "fsdp", "--tokens", "1e12", "--tokens-per-s", "1e6")
+    assert code == 0 and "measured 1,000,000 tokens/s on 2 node(s)" in text
+
+
+def test_an_unknown_job_is_a_usage_error(tmp_path, capsys):
+    code, out = run(healthy(), tmp_path, "estimate", "nope", "--tokens", "1e9")
+    assert code == 2 and out == ""
+    assert capsys.readouterr().err == (
+        "trainstack estimate: error: no job nope in the stack's outputs: the stack's jobs are fsdp\n"
+    )

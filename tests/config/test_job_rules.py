@@ -1,0 +1,130 @@
+"""The rules of `trainstack:jobs`, each refusal naming its key: names, kinds, node groups, what a
+job's queue can ever admit, environment and secrets, VERL's fit."""
+
+from __future__ import annotations
+
+import pytest
+from support.config_rules import config_problems, group, job, problems
+from support.jobs import HF_TOKEN, PYTORCHJOB
+from support.plans import plan, stack_values
+from support.verl import GRPO, L4, P5
+
+from config.schema import ConfigError
+from offline.engine import run_program
+
+
+def test_ray_job_names_are_shorter():
+    name = "r" * 48
+    (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(name=name, kind="RayJob")])
+    assert msg.startswith(f'trainstack:jobs[0].name = "{name}": not a valid RayJob name')
+    assert "at most 47 characters" in msg
+
+
+def test_job_on_unknown_node_group():
+    (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(nodeGroup="gpus")])
+    assert msg == 'trainstack:jobs[0].nodeGroup = "gpus": no node group has that name; allowed: gpu, system'
+
+
+def test_job_asking_for_more_nodes_than_its_group():
+    (msg,) = problems(gpuNodeGroups=[group(nodeCount=2)], jobs=[job(nodes=3)])
+    assert msg.startswith(
+        "trainstack:jobs[0].nodes = 3: job 'train' can never be admitted by queue 'gpu': "
+        "node group 'gpu' holds 2 node(s) at most, and the job needs cpu 9 > 6 on flavor trainstack-gpu;"
+    )
+    assert msg.endswith("nvidia.com/gpu 3 > 2 on flavor trainstack-gpu; allowed: 1-2, or a larger node group")
+
+
+def test_duplicate_job_names():
+    msgs = problems(gpuNodeGroups=[group()], jobs=[job(wait="none"), job(wait="none")])
+    assert msgs == ['trainstack:jobs = "train": name used by 2 jobs; allowed: unique names']
+
+
+def test_bad_kind():
+    (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(kind="TFJob")])
+    assert (
+        msg
+        == 'trainstack:jobs[0].kind = "TFJob": not a known value; allowed: PyTorchJob | RayJob | RayCluster'
+    )
+
+
+def test_ray_cluster_never_succeeds():
+    (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(kind="RayCluster", wait="succeeded")])
+    assert msg.startswith('trainstack:jobs[0].wait = "succeeded": a RayCluster runs until deleted')
+
+
+def test_env_names_are_checked():
+    (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(env={"1BAD": "x"})])
+    assert msg.startswith('trainstack:jobs[0].env.1BAD = "x": not a valid environment variable name')
+
+
+def test_a_ray_job_on_the_system_group_counts_its_head():
+    """The system queue holds its CPU jobs' pods and one RayJob's head and submitter: Kueue counts
+    them too (a RayCluster has no submitter)."""
+    (msg,) = problems(
+        jobs=[
+            job(kind="RayJob", nodeGroup="system", nodes=2),
+            job(name="two-heads", kind="RayCluster", nodeGroup="system", nodes=3),
+        ]
+    )
+    assert msg.startswith(
+        "trainstack:jobs[1].nodes = 3: job 'two-heads' can never be admitted by queue 'system'"
+    )
+    assert "cpu 3500m > 3 on flavor trainstack-system; memory 9Gi > 8Gi" in msg
+
+
+def test_jobs_that_cannot_run_are_config_errors():
+    (msg,) = config_problems(jobs=[{"name": "big", "kind": "PyTorchJob", "nodeGroup": "gpu", "nodes": 2}])
+    assert msg.startswith(
+        "trainstack:jobs[0].nodes = 2: job 'big' can never be admitted by queue 'gpu': "
+        "node group 'gpu' holds 1 node(s) at most, and the job needs cpu 6 > 3 on flavor trainstack-gpu;"
+    )
+    assert msg.endswith("nvidia.com/gpu 2 > 1 on flavor trainstack-gpu; allowed: 1-1, or a larger node group")
+    (msg,) = config_problems(jobs=[{"name": "r" * 48, "kind": "RayJob", "nodeGroup": "gpu"}])
+    assert "at most 47 characters" in msg
+    (msg,) = config_problems(
+        operators={"kuberay": {"enabled": False}},
+        jobs=[{"name": "r", "kind": "RayCluster", "nodeGroup": "gpu"}],
+    )
+    assert msg.startswith('trainstack:jobs[0].kind = "RayCluster": operators.kuberay is turned off')
+    (msg,) = config_problems(jobs=[{"name": "x", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 3}])
+    assert "the system node group holds 2 node(s) at most" in msg
+    # Two jobs that cannot run at once are fine: Kueue admits one whole, then the other.
+    both = [{"name": n, "kind": "PyTorchJob", "nodeGroup": "gpu"} for n in ("a", "b")]
+    assert len(plan("dev", jobs=both).by_type(PYTORCHJOB)) == 2
+
+
+def test_hf_token_must_be_a_secret():
+    values = {**stack_values("dev"), "trainstack:hfToken": HF_TOKEN}
+    with pytest.raises(ConfigError) as err:
+        run_program("dev", values)
+    assert "trainstack:hfToken" in str(err.value) and HF_TOKEN not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("job", "key", "reason"),
+    [
+        ({**GRPO, "kind": "PyTorchJob"}, "trainstack:jobs[0].kind", "VERL runs on Ray"),
+        (
+            {**GRPO, "verl": {"model": "Qwen/Qwen2.5-7B-Instruct"}},
+            "trainstack:jobs[0].nodeGroup",
+            "cannot hold VERL job grpo",
+        ),
+        ({**GRPO, "nodeGroup": "system"}, "trainstack:jobs[0].nodeGroup", "VERL needs GPU nodes"),
+        (
+            {**GRPO, "verl": {"model": "my-org/policy"}},
+            "trainstack:jobs[0].verl.modelBillions",
+            "not in its name",
+        ),
+        (
+            {**GRPO, "nodeGroup": "p5", "verl": {"tensorParallel": 3}},
+            "trainstack:jobs[0].nodeGroup",
+            "does not divide",
+        ),
+        ({**GRPO, "verl": {"rollouts": 0}}, "trainstack:jobs[0].verl.rollouts", ""),
+        ({**GRPO, "command": ["python", "x.py"]}, "trainstack:jobs[0].command", "VERL's trainer"),
+    ],
+)
+def test_a_group_that_cannot_hold_a_verl_job_is_refused_with_its_key(job, key, reason):
+    with pytest.raises(ConfigError) as err:
+        plan("dev", gpuNodeGroups=[L4, P5], jobs=[job])
+    assert key in str(err.value) and reason in str(err.value), str(err.value)
