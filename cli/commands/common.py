@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli import tracking
+from cli import mlflow_api
 from cli.analysis import phases
 from cli.kube import Cluster
 from stack_outputs import StackOutputs
@@ -19,16 +19,16 @@ def metric_records(cluster: Cluster, pods: list[dict], tail: int | None = None) 
     return [records[s] for s in sorted(records)]
 
 
-def job_run(args: argparse.Namespace, outputs: StackOutputs, job: str) -> tracking.Run | str | None:
+def job_run(args: argparse.Namespace, outputs: StackOutputs, job: str) -> mlflow_api.Run | str | None:
     """The job's MLflow run; a line saying why it cannot be read; None without tracking."""
     if not outputs.get("trackingUri"):
         return None
-    uri = tracking.tracking_uri(args.tracking_uri, outputs)
+    uri = mlflow_api.tracking_uri(args.tracking_uri, outputs)
     if uri is None:
         return f"run `{outputs['trackingPortForward']}`, then pass --tracking-uri http://localhost:5000"
     try:
         return (
-            tracking.find_run(uri, outputs.get("trackingExperiment", ""), job, args.timeout) or "no run yet"
+            mlflow_api.find_run(uri, outputs.get("trackingExperiment", ""), job, args.timeout) or "no run yet"
         )
-    except tracking.TrackingUnavailable as err:
+    except mlflow_api.TrackingUnavailable as err:
         return str(err)

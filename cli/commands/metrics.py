@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli import tracking
+from cli import mlflow_api
 from cli.commands.common import job_run, metric_records
 from cli.errors import EXIT_FAILED
 from cli.output import Output
@@ -24,11 +24,11 @@ def fetch(args: argparse.Namespace, out: Output) -> tuple[list[dict], str]:
     known_job(outputs, args.job)
     found = job_run(args, outputs, args.job)
     records, source = [], "logs"
-    if isinstance(found, tracking.Run):
+    if isinstance(found, mlflow_api.Run):
         try:
-            records = tracking.records(found.uri, found.run_id, args.timeout)
+            records = mlflow_api.records(found.uri, found.run_id, args.timeout)
             source = f"MLflow run {found.run_id}"
-        except tracking.TrackingUnavailable as err:
+        except mlflow_api.TrackingUnavailable as err:
             found = str(err)
     if isinstance(found, str):
         out.note(f"MLflow: {found}; reading the logs instead")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass
 
-from cli import tracking
+from cli import mlflow_api
 from cli.analysis import phases, queues
 from cli.analysis.phases import GroupStatus
 from cli.commands.common import job_run, metric_records
@@ -67,7 +67,7 @@ def fetch(args: argparse.Namespace, out: Output) -> Status:
     return Status(jobs, groups, failed)
 
 
-def run_summary(found: tracking.Run | str | None) -> dict | None:
+def run_summary(found: mlflow_api.Run | str | None) -> dict | None:
     if found is None:
         return None
     if isinstance(found, str):

@@ -3,7 +3,7 @@
 recording.py holds what a run records (`Registration`, `PlanRun`); pulumi_wire.py is the one module
 on Pulumi's private APIs (the wire format, the recording monitor, the runtime's state); aws_answers.py
 answers resources and invokes the way AWS and its providers do, in tables by token, next to the
-account's own answers in offline/account.py; pulumi_eks.py emulates what pulumi-eks creates inside
+account's own answers in offline/simulated_account.py; pulumi_eks.py emulates what pulumi-eks creates inside
 its components; mocks.py routes Pulumi's questions to those tables; runner.py runs a program and
 owns its event loops. The names below are what the plan, the tests and the benchmarks use.
 """

@@ -6,7 +6,7 @@ generated names and passwords, image digests); `MODULES` does the same for every
 provider's is not `<name>-id`. `OfflineAws.invokes` maps a function token to its answer: the
 caller, the partition and region, instance types from the instance catalog, offerings and subnets,
 registry tokens, SSM parameters. What depends on the account's own state (AZs, quotas, log groups, a
-running cluster) is offline/account.py's; what pulumi-eks creates is pulumi_eks.py's.
+running cluster) is offline/simulated_account.py's; what pulumi-eks creates is pulumi_eks.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.catalog import INSTANCE_TYPES
-from offline.account import OfflineAccount
+from offline.simulated_account import OfflineAccount
 
 ACCOUNT_ID = "123456789012"
 OFFLINE_CALLER_ARN = f"arn:aws:iam::{ACCOUNT_ID}:user/offline"

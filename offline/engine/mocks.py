@@ -1,7 +1,7 @@
 """The mocks the offline engine installs: Pulumi's two questions routed to the answer tables.
 
 `OfflineMocks` answers a resource registration from aws_answers' tables by type token (pulumi-eks's
-components from pulumi_eks.py), and an invoke from the account's table (offline/account.py: a read
+components from pulumi_eks.py), and an invoke from the account's table (offline/simulated_account.py: a read
 of something missing fails the invoke, as AWS answers), then aws_answers' and pulumi-eks's. A
 project component (`trainstack:...`) gets no outputs: the program computes them. An invoke no table
 answers stops the run and names where to add its answer.
@@ -14,7 +14,6 @@ from typing import Any
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 
 from config import PROJECT
-from offline.account import OfflineAccount
 from offline.engine.aws_answers import (
     OFFLINE_CALLER_ARN,
     RESOURCES,
@@ -25,6 +24,7 @@ from offline.engine.aws_answers import (
 )
 from offline.engine.pulumi_eks import PulumiEks
 from offline.engine.recording import RemoteChild
+from offline.simulated_account import OfflineAccount
 
 
 class OfflineMocks(Mocks):

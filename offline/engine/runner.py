@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from config import PROJECT, PROJECT_ROOT
-from offline.account import OfflineAccount
 from offline.engine import pulumi_wire
 from offline.engine.aws_answers import OFFLINE_CALLER_ARN
 from offline.engine.mocks import OfflineMocks
 from offline.engine.recording import PlanRun, Registration
+from offline.simulated_account import OfflineAccount
 
 
 def run_program(
@@ -35,7 +35,7 @@ def run_program(
     registered: list[Registration] | None = None,
 ) -> PlanRun:
     """Run `program` as `pulumi up` would, against the mock engine, and return what it registered.
-    `facts` change what the offline account answers (see offline/account.py); `registered`, when
+    `facts` change what the offline account answers (see offline/simulated_account.py); `registered`, when
     given, receives each registration as it happens (so a failed run shows how far it got)."""
     _fresh_event_loop()
     pulumi_wire.reset_runtime(dict(config), list(secret_keys or []))

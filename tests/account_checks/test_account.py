@@ -13,8 +13,8 @@ from support.plans import plan, stack_values
 from account_checks import AccountCheckError, aws_cli
 from domain.names import fit
 from offline import plan as offline_plan
-from offline.account import FactError, OfflineAccount, parse_facts
 from offline.engine import run_program
+from offline.simulated_account import FactError, OfflineAccount, parse_facts
 
 P5_GROUP = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True}
 
