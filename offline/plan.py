@@ -5,9 +5,10 @@
 
 Reads `Pulumi.<stack>.yaml`, needs no credentials, network or Pulumi CLI, and writes
 `<out>/<stack>/resources.json` and `<out>/<stack>/manifests/`. The account it plans against
-passes every check; account facts change its answers (offline/account.py lists them). Exit 0 on
-success; 2 when the config is invalid or an account check fails (the message names each problem
-and its fix); 1 when the stack file is missing.
+passes every check; account facts change its answers (offline/simulated_account.py lists them). Exit 0 on
+success; 2 when the config is invalid, an account check fails or a job can never start (the
+scheduling check, offline/scheduling.py: the message names each problem and its fix, or the job and
+the first broken link); 1 when the stack file is missing.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import yaml
 
 from config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from domain.catalog import image_compressed_gb
-from offline.account import FactError, parse_facts, read_facts_file
 from offline.cost import hourly_cost, total
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
+from offline.scheduling import Report, check
+from offline.simulated_account import FactError, parse_facts, read_facts_file
 from offline.timeline import critical_path, describe, job_start_minutes, until_training
 from stack_outputs import StackOutputs
 
@@ -268,7 +270,7 @@ def cost_lines(cfg) -> list[str]:
     return lines
 
 
-def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
+def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: Report | None = None) -> str:
     lines = [f"Offline plan of stack '{run.stack}': {len(run.resources)} resources", "", "Resource tree:"]
     children: dict[str | None, list[Registration]] = {}
     for reg in run.resources:
@@ -304,6 +306,8 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path) -> str:
                 f"(queue {job['queue']}), {job['gpus']} GPUs, +${job['hourlyUsd']:.2f}/h while it runs"
                 + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
             )
+    if scheduling is not None:
+        lines += ["", *scheduling.lines()]
     if cfg.docker_hub_access_token is None and cfg.image.builder in ("codebuild", "docker"):
         lines += [
             "",
@@ -375,9 +379,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         close_event_loops()
+    scheduling = check(run, cfg)
+    if scheduling.never_start or scheduling.daemonset_problems:
+        # A job that can never start, or a node a DaemonSet the stack relies on (device plugins,
+        # DCGM, CSI nodes) never reaches, is a config error: nothing is written, as for any other.
+        for chain in scheduling.never_start:
+            print(f"error: job {chain.job} can never start: {chain.broken}", file=sys.stderr)
+        for problem in scheduling.daemonset_problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     out_dir = args.out / args.stack
     count = write_plan(run, out_dir)
-    print(summary(run, cfg, count, out_dir))
+    print(summary(run, cfg, count, out_dir, scheduling))
     return 0
 
 
