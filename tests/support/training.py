@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from support.paths import WORKLOAD
 
@@ -52,8 +57,38 @@ def torchrun(tmp: Path, *args: str, env: dict | None = None, **popen) -> subproc
     )
 
 
+def end_session(session: int) -> None:
+    """SIGKILL every process left in a session (a subprocess started with start_new_session=True
+    has its pid as the session id): Ray's actors have been seen to outlive the driver that
+    started them."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # state, ppid, pgrp, session
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+
+
 def run_to_end(tmp: Path, *args: str, env: dict | None = None) -> list[dict]:
     proc = torchrun(tmp, *args, env=env)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     return metrics_of(out)
+
+
+# --- one uninterrupted run, shared ------------------------------------------------------------
+# The `uninterrupted_run` fixture (tests/workload/conftest.py) trains this once for every test
+# that reads it: a launch costs seconds of start-up, its steps little. Those tests carry
+# `SHARES_THE_UNINTERRUPTED_RUN`, so that xdist runs them on one worker, which trains once.
+SHARES_THE_UNINTERRUPTED_RUN = pytest.mark.xdist_group("uninterrupted-run")
+# 40 steps, a checkpoint every 10, a record every 5 (the node-loss drill trains the same schedule),
+# validation every 10.
+UNINTERRUPTED_ARGS = ("--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--val-every", "10")
+
+
+@dataclass(frozen=True)
+class Run:
+    directory: Path  # its checkpoints are in ckpt/
+    records: list[dict]  # every `metrics` record rank 0 printed

@@ -30,7 +30,7 @@ def report(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(line.removeprefix("preflight "))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_preflight_passes_and_reports_bus_bandwidth():
     proc = preflight("--min-bus-bandwidth", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -40,7 +40,7 @@ def test_preflight_passes_and_reports_bus_bandwidth():
     assert r["network"] == "gloo (TCP)"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_preflight_fails_below_the_floor_with_the_measured_figure():
     proc = preflight("--min-bus-bandwidth", "100000")
     assert proc.returncode != 0
@@ -52,7 +52,7 @@ def test_preflight_fails_below_the_floor_with_the_measured_figure():
     assert "placement group" in problem
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_preflight_fails_when_efa_devices_are_missing():
     # The test machine has no /dev/infiniband: 0 EFA devices where 4 are expected.
     proc = preflight("--efa-per-node", "4")

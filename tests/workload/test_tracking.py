@@ -78,7 +78,7 @@ def wait_for_line(proc: subprocess.Popen, text: str, seen: list[str]) -> None:
 pytestmark = pytest.mark.xdist_group("mlflow-server")
 
 
-@pytest.mark.slow(seconds=60)
+@pytest.mark.slow(seconds=50)  # with the server's start (the fixture)
 def test_one_run_per_job_continued_on_resume_and_training_outlives_the_server(tmp_path, mlflow_server):
     from mlflow.tracking import MlflowClient
 

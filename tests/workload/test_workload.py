@@ -14,9 +14,16 @@ import numpy as np
 import pytest
 import torch
 from moto import mock_aws
-from support.node_drill import TwoNodeJob
+from support.node_drill import QUICK_DETECTION, TwoNodeJob
 from support.paths import WORKLOAD
-from support.training import losses, metrics_of, run_to_end, torchrun
+from support.training import (
+    SHARES_THE_UNINTERRUPTED_RUN,
+    UNINTERRUPTED_ARGS,
+    end_session,
+    losses,
+    metrics_of,
+    torchrun,
+)
 from trainer import checkpoint
 from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count
@@ -97,17 +104,22 @@ def test_latest_complete_skips_torn_checkpoints(tmp_path):
 # --- real training runs ---------------------------------------------------------------------
 
 
-@pytest.mark.slow(seconds=70)
-def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_checkpoint(tmp_path):
-    """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them (tests/node_drill.py).
+@pytest.mark.slow(seconds=50)
+@SHARES_THE_UNINTERRUPTED_RUN
+def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_checkpoint(
+    tmp_path, uninterrupted_run
+):
+    """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them (tests/support/node_drill.py).
     First a node that does not host the rendezvous is lost, launcher and workers, with no chance to
     clean up: the survivor's torchrun restarts its workers and admits the replacement. Then worker-0
     is lost with the store: the survivor exits 138 (retryable), and the recreated pods meet in a
     new rendezvous. Each time the job resumes from the newest complete checkpoint (never from the
     torn save the lost node left), and it ends at the right step with the losses of an
-    uninterrupted run, which is checked first: two torchrun processes whose loss goes down."""
+    uninterrupted run of the same schedule, which is checked first: two torchrun processes whose
+    loss goes down."""
     args = ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--collective-timeout", "30"]
-    uninterrupted = run_to_end(tmp_path / "reference", *args[:-2])
+    assert UNINTERRUPTED_ARGS[:6] == tuple(args[:6])  # the reference trains the same schedule
+    uninterrupted = uninterrupted_run.records
     reference = losses(uninterrupted)
     assert sorted(reference) == [5, 10, 15, 20, 25, 30, 35, 40] and reference[40] < reference[5] - 1.0
     assert uninterrupted[0] == {
@@ -119,14 +131,14 @@ def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_chec
         "flops_convention": FLOPS_CONVENTION,
     }
     assert all(r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in uninterrupted if "loss" in r)
-    assert sorted(p.name for p in (tmp_path / "reference" / "ckpt" / "step_00000040").iterdir()) == [
+    assert sorted(p.name for p in (uninterrupted_run.directory / "ckpt" / "step_00000040").iterdir()) == [
         ".metadata",
         "COMPLETE",
         "__0_0.distcp",
         "__1_0.distcp",
     ]
 
-    job = TwoNodeJob(tmp_path / "job", args)
+    job = TwoNodeJob(tmp_path / "job", args, env=QUICK_DETECTION)
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")
@@ -160,7 +172,7 @@ def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_chec
             assert value == pytest.approx(reference[step], abs=2e-3), (step, value, reference[step])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 def test_a_rank_that_hangs_is_ended_by_the_step_watchdog(tmp_path):
     """Rank 1 stops at step 5 (as on a GPU that fell off the bus); rank 0 waits in the next
     all-reduce. Both watchdogs end their ranks after 5 s without a step, with every thread's stack,
@@ -174,7 +186,23 @@ def test_a_rank_that_hangs_is_ended_by_the_step_watchdog(tmp_path):
     assert "exitcode  : 86" in out or "exitcode: 86" in out, out[-3000:]
 
 
-@pytest.mark.slow(seconds=100)  # mostly Ray's own start-up waits
+# Ray's settings for a one-machine run that a test waits on; none changes what Ray Train does.
+RAY_ON_A_LAPTOP = {
+    # The Train controller polls its workers every 2 s; a worker holds one report until a poll
+    # takes it (a queue of one), so a report (a record, a checkpoint) made less than a poll after
+    # the last one waits, and so does the run's end. Most of this test's time was those waits.
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+    # An actor (a process) per run that polls Ray for node drains: nothing drains here.
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    # Ray lowers its workers' priority (niceness 15): harmless on a node of its own, but beside
+    # the suite's other tests on a shared CPU they got almost none of it (this test took 4x as
+    # long under `make test` as alone).
+    "RAY_worker_niceness": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+@pytest.mark.slow(seconds=45)  # mostly Ray's own start-up: a local cluster, then actors per run
 def test_ray_train_trains_and_resumes(tmp_path):
     script = f"""
 import sys
@@ -190,16 +218,21 @@ fresh = [a if a != {str(tmp_path / "ckpt")!r} else {str(tmp_path / "fresh")!r} f
 assert main(fresh + ["--steps", "30"]) == 0
 """
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.run(
+    driver = subprocess.Popen(
         [sys.executable, "-c", script],
         cwd=WORKLOAD,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=400,
-        env={**env, "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0"},
+        env={**env, "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0", **RAY_ON_A_LAPTOP},
+        start_new_session=True,
     )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
+    try:
+        stdout, stderr = driver.communicate(timeout=400)
+    finally:
+        end_session(driver.pid)  # the local Ray cluster, whatever of it is left
+    out = stdout + stderr
+    assert driver.returncode == 0, out[-4000:]
     starts = [r for r in metrics_of(out) if r.get("event") == "start"]
     assert [r["resumed_from"] for r in starts] == [0, 20]  # the second run: from Ray's checkpoint
     loss = losses(metrics_of(out))

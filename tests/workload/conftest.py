@@ -1,0 +1,27 @@
+"""What the workload's tests share: torch on one thread in the test process, and one uninterrupted
+training run, read by tests that check different things of it (support.training says which)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support.training import UNINTERRUPTED_ARGS, Run, run_to_end
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Torch in the test process on one thread, as each rank runs under torchrun
+    (OMP_NUM_THREADS=1). With one per core, every op waits for all of them, and on a CPU shared
+    with the suite's other tests one is often not running: a 25-step run took 3x as long."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_run(tmp_path_factory) -> Run:
+    """Two torchrun ranks as a pod runs them, UNINTERRUPTED_ARGS. Validation reads other windows
+    and changes no weight: the training losses are those of the same run without it."""
+    directory = tmp_path_factory.mktemp("uninterrupted")
+    return Run(directory, run_to_end(directory, *UNINTERRUPTED_ARGS))
