@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from stack_outputs import StackOutputs
 
-JOB_TAG = "trainstack.job"  # workload/trainer/tracking.py sets it on every run
+JOB_TAG = "trainstack.job"  # workload/trainer/mlflow_run.py sets it on every run
 METRIC_KEYS = ("loss", "val_loss", "tokens_per_s", "mfu", "goodput", "step_time_s")
 
 

@@ -170,8 +170,12 @@ def _num(resource: str, amount) -> str:
 ORDER = ("cpu", "memory", GPU_RESOURCE, EFA_RESOURCE)
 
 
+def _resource_order(k: str) -> tuple[int, str]:
+    return (ORDER.index(k) if k in ORDER else len(ORDER), k)
+
+
 def _amounts(a: Amounts) -> str:
-    keys = sorted(a, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))
+    keys = sorted(a, key=_resource_order)
     return ", ".join(f"{k} {_num(k, a[k])}" for k in keys if a[k])
 
 
@@ -214,7 +218,9 @@ def _admission(job: dict, queues: dict, local: dict, flavors: dict) -> tuple[str
                 why.append(f"{f}: {problem}")
                 continue
             total = add(used.get(f, {}), need)
-            short = shortfall({f: {k: v for k, v in total.items() if k in covered}}, {f: quota.get(f, {})})
+            # In a fixed order (cpu, memory, devices): the requests' own order varies between runs.
+            counted = {k: total[k] for k in sorted(total, key=_resource_order) if k in covered}
+            short = shortfall({f: counted}, {f: quota.get(f, {})})
             if short:
                 why.append(f"{f}: {short[0]}")
                 continue

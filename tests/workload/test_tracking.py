@@ -15,7 +15,7 @@ import pytest
 from support.paths import ROOT
 from support.ports import unused_port
 from support.training import losses, metrics_of, torchrun
-from trainer import tracking
+from trainer import mlflow_run
 from trainer.config import parse_args
 
 
@@ -96,7 +96,7 @@ def test_one_run_per_job_continued_on_resume_and_training_outlives_the_server(tm
     experiment = client.get_experiment_by_name("llama")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "fsdp" and run.info.status == "FINISHED"
-    assert run.data.tags[tracking.JOB_TAG] == "fsdp" and run.data.tags[tracking.STACK_TAG] == "dev"
+    assert run.data.tags[mlflow_run.JOB_TAG] == "fsdp" and run.data.tags[mlflow_run.STACK_TAG] == "dev"
     params = run.data.params
     assert (params["model"], params["world_size"], params["steps"], params["job"]) == (
         "tiny",
@@ -110,7 +110,7 @@ def test_one_run_per_job_continued_on_resume_and_training_outlives_the_server(tm
     assert {m.step: m.value for m in history} == pytest.approx(logged)
     assert [m.step for m in history] == [5, 10]  # once per record, not once per rank
     assert {"tokens_per_s", "goodput", "step_time_s"} <= set(run.data.metrics)
-    assert (tmp_path / "ckpt" / tracking.RUN_ID_FILE).read_text() == run.info.run_id
+    assert (tmp_path / "ckpt" / mlflow_run.RUN_ID_FILE).read_text() == run.info.run_id
 
     # The job resumes (a relaunch, a lost node): the same run goes on. The server then dies.
     proc = torchrun(tmp_path, "--steps", "30", "--checkpoint-every", "10", env=env)
@@ -140,9 +140,9 @@ def test_one_run_per_job_continued_on_resume_and_training_outlives_the_server(tm
 
 def test_without_a_uri_mlflow_is_never_imported():
     code = (
-        "import sys; from trainer.config import parse_args; from trainer import tracking; "
+        "import sys; from trainer.config import parse_args; from trainer import mlflow_run; "
         "args = parse_args([]); assert not args.tracking_uri; "
-        "assert tracking.tracker_for(args, 0, 2, 0) is None; assert 'mlflow' not in sys.modules"
+        "assert mlflow_run.tracker_for(args, 0, 2, 0) is None; assert 'mlflow' not in sys.modules"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "workload", env=env, capture_output=True)
@@ -155,15 +155,15 @@ def test_a_server_that_never_answers_drops_records_and_says_so(tmp_path, capsys,
     port = unused_port()  # connections are refused
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     args = parse_args(["--tracking-uri", f"http://127.0.0.1:{port}", "--checkpoint-dir", str(tmp_path)])
-    tracker = tracking.tracker_for(args, rank=0, world_size=2, resumed_from=0)
+    tracker = mlflow_run.tracker_for(args, rank=0, world_size=2, resumed_from=0)
     for step in (5, 10, 15):
         tracker.record({"step": step, "loss": 1.0, "mfu": None})
     tracker.close(finished=True)
     err = capsys.readouterr().err
     assert "tracking: server unreachable" in err
     assert "no run (server unreachable)" in err and "0 records sent, 3 dropped" in err
-    assert not (tmp_path / tracking.RUN_ID_FILE).exists()
-    assert tracking.tracker_for(args, rank=1, world_size=2, resumed_from=0) is None  # rank 0 only
+    assert not (tmp_path / mlflow_run.RUN_ID_FILE).exists()
+    assert mlflow_run.tracker_for(args, rank=1, world_size=2, resumed_from=0) is None  # rank 0 only
 
 
 def test_status_and_metrics_name_the_run_and_read_it_from_mlflow(tmp_path, mlflow_server):
@@ -173,7 +173,7 @@ def test_status_and_metrics_name_the_run_and_read_it_from_mlflow(tmp_path, mlflo
 
     client = MlflowClient(mlflow_server.uri)
     experiment = client.create_experiment("cli-status")
-    logged = client.create_run(experiment, run_name="fsdp", tags={tracking.JOB_TAG: "fsdp"})
+    logged = client.create_run(experiment, run_name="fsdp", tags={mlflow_run.JOB_TAG: "fsdp"})
     run_id = logged.info.run_id
     client.log_batch(run_id, metrics=[Metric("loss", v, 0, s) for s, v in ((5, 5.5), (10, 4.25))])
     client.log_batch(run_id, metrics=[Metric("tokens_per_s", 9000.0, 0, 10)])
@@ -209,16 +209,16 @@ def test_a_run_id_the_server_does_not_know_starts_a_new_run(tmp_path, mlflow_ser
     """The server's database was replaced (a new in-cluster volume): the kept id names no run there."""
     from mlflow.tracking import MlflowClient
 
-    (tmp_path / tracking.RUN_ID_FILE).write_text("0123456789abcdef0123456789abcdef")
+    (tmp_path / mlflow_run.RUN_ID_FILE).write_text("0123456789abcdef0123456789abcdef")
     args = parse_args(
         ["--tracking-uri", mlflow_server.uri, "--checkpoint-dir", str(tmp_path), "--experiment", "gone"]
     )
-    tracker = tracking.tracker_for(args, rank=0, world_size=1, resumed_from=40)
+    tracker = mlflow_run.tracker_for(args, rank=0, world_size=1, resumed_from=40)
     tracker.record({"step": 45, "loss": 2.5})
     tracker.close(finished=False)
     err = capsys.readouterr().err
     assert "is not on this server (a new database?); starting a new run" in err
     assert "1 records sent, 0 dropped" in err
-    new_id = (tmp_path / tracking.RUN_ID_FILE).read_text()
+    new_id = (tmp_path / mlflow_run.RUN_ID_FILE).read_text()
     history = MlflowClient(mlflow_server.uri).get_metric_history(new_id, "loss")
     assert [(m.step, m.value) for m in history] == [(45, 2.5)]

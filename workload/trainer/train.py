@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, preflight, tracking
+from trainer import checkpoint, mlflow_run, preflight
 from trainer.config import TrainConfig, parse_args
 from trainer.data import Prefetcher, TokenWindows, resolve_dataset, write_synthetic_dataset
 from trainer.distributed import DistContext, init_distributed
@@ -159,7 +159,7 @@ class Loop:
         self.pending: checkpoint.PendingSave | None = None
         self.step = self.start
         self.watchdog = StepWatchdog(cfg.step_timeout, ctx.rank)
-        self.tracker = tracking.tracker_for(cfg, ctx.rank, ctx.world_size, self.start)
+        self.tracker = mlflow_run.tracker_for(cfg, ctx.rank, ctx.world_size, self.start)
 
     def run(self) -> dict:
         try:
