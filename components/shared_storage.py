@@ -13,6 +13,7 @@ only, since it has no rename or random writes, so checkpoints never go through i
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import pulumi
@@ -244,7 +245,8 @@ def mount_options(args: S3DatasetsArgs) -> list[str]:
     from), and the nodes' network bandwidth."""
     options = ["read-only", f"prefix {DATASET_PREFIX}", "allow-other", f"region {args.region}"]
     if args.maximum_throughput_gbps:
-        options.append(f"maximum-throughput-gbps {args.maximum_throughput_gbps:g}")
+        # mount-s3 takes a whole number of at least 1 (cli.rs: u64, range 1..): 2.5 would not mount.
+        options.append(f"maximum-throughput-gbps {max(1, math.floor(args.maximum_throughput_gbps))}")
     return options
 
 
