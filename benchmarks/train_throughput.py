@@ -1,14 +1,16 @@
-"""Training throughput of the workload's model: step time, tokens/s per GPU, MFU, goodput.
+"""Training throughput of the production path: the trainer's own loop, as a PyTorchJob worker runs it.
 
-    python benchmarks/train_throughput.py --model 1b --batch-size 8 --seq-len 2048   # on a GPU
-    python benchmarks/train_throughput.py --model 1b ... --no-compile                # eager
-    python benchmarks/train_throughput.py                                           # tiny, CPU
+    torchrun --standalone --nproc-per-node=gpu benchmarks/train_throughput.py --model 1b --steps 300
+    python benchmarks/train_throughput.py                          # tiny model on CPU, about a minute
+    python benchmarks/train_throughput.py --model 1b ... --no-compile --checkpoint-every 0
 
-Part 1 times the same FSDP2 model and optimizer as trainer.train (world size 1) on random tokens,
-after warm-up steps (compiled blocks by default on a GPU). Part 2 runs the trainer's own loop on
-generated data with checkpoints on, and reports its goodput (checkpoint stalls included) and the
-data loader's stall time. MFU follows the PaLM/torchtitan convention (printed). The target on
-8 x H100 for the 1b model is >= 45% MFU.
+Runs `trainer.train.train` with the job's own flags (any trainer flag is passed through): the data
+loader over a token file (generated, as the trainer does without `--data`), every step's agreement
+and host sync, logging's all-reduce, and checkpoints at the job's cadence (DCP's async save to
+`--checkpoint-dir`, the last one synchronous; with `--s3-checkpoints` mirrored to S3 as well).
+From rank 0's metrics records after the warm-up windows (compilation, first allocations) it reports
+step time, tokens/s, MFU (PaLM/torchtitan convention, printed), goodput (time training / wall time:
+checkpoint stalls count against it), data-loader waits and peak GPU memory.
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -29,91 +29,82 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workload"))
 
 from trainer.config import parse_args
 from trainer.distributed import init_distributed
-from trainer.metrics import peak_flops
-from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, flops_per_token, parameter_count
-from trainer.parallelize import build_model
-from trainer.train import train, train_step
+from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, parameter_count
+from trainer.train import train
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", choices=sorted(MODEL_SIZES), default="tiny")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=0, help="0: the model's maximum")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    compile_group = p.add_mutually_exclusive_group()
-    compile_group.add_argument("--compile", dest="compile", action="store_true", default=None)
-    compile_group.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--float8", action="store_true")
-    p.add_argument("--loop-steps", type=int, default=40, help="steps of the trainer loop (0: skip part 2)")
-    args = p.parse_args()
+def bench_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--warmup-windows", type=int, default=1, help="log windows left out (compilation)")
+    return p.parse_known_args(argv)
 
-    os.environ.setdefault("MASTER_PORT", "29533")
+
+def summarize(records: list[dict], warmup_windows: int) -> dict:
+    """Whole-run figures from the measured windows: times are summed, never re-derived from rounded
+    rates. A window ends at its record's step and began at the previous record's; its goodput is its
+    training time over its wall time."""
+    logged = [r for r in records if "loss" in r]
+    ends = [r["step"] for r in logged]
+    sizes = [end - begin for begin, end in zip([0, *ends], ends, strict=False)]
+    windows = list(zip(logged, sizes, strict=True))[warmup_windows:]
+    if not windows:
+        raise SystemExit("no log window after the warm-up: raise --steps or lower --warmup-windows")
+    steps = sum(n for _, n in windows)
+    training = sum(r["step_time_s"] * n for r, n in windows)
+    wall = sum(r["step_time_s"] * n / r["goodput"] for r, n in windows)
+    mfu = [(r["mfu"], n) for r, n in windows if r["mfu"] is not None]
+    return {
+        "windows": len(windows),
+        "steps": steps,
+        "step_time_s": training / steps,
+        "tokens_per_s": sum(r["tokens_per_s"] * r["step_time_s"] * n for r, n in windows) / training,
+        "mfu": sum(m * n for m, n in mfu) / sum(n for _, n in mfu) if mfu else None,
+        "goodput": training / wall,
+        "checkpoint_stall_s": sum(r["checkpoint_stall_s"] for r, _ in windows),
+        "data_wait_s": sum(r["data_wait_s"] for r, _ in windows),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench, rest = bench_args(argv)
     ctx = init_distributed()
-    cfg = MODEL_SIZES[args.model]
-    seq_len = args.seq_len or cfg.max_seq_len
-    model = build_model(args.model, ctx, args.compile, float8=args.float8)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.device.type == "cuda")
-    tokens = torch.randint(0, cfg.vocab_size, (args.batch_size, seq_len + 1), device=ctx.device)
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
-
-    def sync() -> None:
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    for _ in range(args.warmup):
-        train_step(model, optimizer, inputs, targets)
-    sync()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        train_step(model, optimizer, inputs, targets)
-    sync()
-    elapsed = time.perf_counter() - start
-
-    step_time = elapsed / args.steps
-    tokens_per_s = args.batch_size * seq_len / step_time
-    peak = peak_flops(ctx.device)
-    device_name = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "CPU"
-    print(
-        f"model {args.model} ({parameter_count(cfg) / 1e6:.1f}M parameters), batch {args.batch_size} x {seq_len}"
-    )
-    compiled = args.compile if args.compile is not None else ctx.device.type == "cuda"
-    print(f"device {device_name}, torch {torch.__version__}, compile={compiled}, float8={args.float8}")
-    print(f"step time   {step_time * 1000:.1f} ms (mean of {args.steps} after {args.warmup} warm-up)")
-    print(f"tokens/s    {tokens_per_s:,.0f}")
-    if peak:
-        print(
-            f"MFU         {tokens_per_s * flops_per_token(cfg, seq_len) / peak:.1%} of {peak / 1e12:.0f} TFLOP/s bf16"
-        )
-        print(f"peak memory {torch.cuda.max_memory_allocated(ctx.device) / 2**30:.1f} GiB")
-    else:
-        print("MFU         n/a (no GPU peak figure for this device)")
-    print(f"convention  {FLOPS_CONVENTION}")
-    del model, optimizer
-    if args.loop_steps:
-        loop(args, ctx)
+    with tempfile.TemporaryDirectory() as tmp:
+        defaults = ["--checkpoint-dir", f"{tmp}/ckpt", "--data-cache", f"{tmp}/data"]
+        cfg = parse_args([*defaults, *rest])
+        records: list[dict] = []
+        with contextlib.redirect_stdout(io.StringIO()):  # the trainer's own lines; the summary follows
+            train(cfg, ctx, report=records.append)
+    peak_memory = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
+    if ctx.rank == 0:
+        print(report(cfg, ctx, summarize(records, bench.warmup_windows), peak_memory))
     dist.destroy_process_group()
     return 0
 
 
-def loop(args: argparse.Namespace, ctx) -> None:
-    """The trainer's own loop with checkpoints every quarter of the run: goodput and data stalls."""
-    with tempfile.TemporaryDirectory() as tmp:
-        train_args = parse_args(
-            ["--model", args.model, "--steps", str(args.loop_steps), "--batch-size", str(args.batch_size),
-             "--seq-len", str(args.seq_len), "--log-every", str(args.loop_steps),
-             "--checkpoint-every", str(max(1, args.loop_steps // 4)), "--checkpoint-dir", f"{tmp}/ckpt",
-             "--data-cache", f"{tmp}/data", *(["--no-compile"] if args.compile is False else [])]
-        )  # fmt: skip
-        seen: list[dict] = []
-        with contextlib.redirect_stdout(io.StringIO()):
-            train(train_args, ctx, report=seen.append)
-    last = seen[-1]
-    print(f"trainer loop {args.loop_steps} steps, a checkpoint every {max(1, args.loop_steps // 4)}:")
-    print(f"  goodput     {last['goodput']:.1%} (checkpoint stall {last['checkpoint_stall_s']:.2f} s)")
-    print(f"  data wait   {last['data_wait_s']:.3f} s over the run's last window")
-    print(f"  tokens/s    {last['tokens_per_s']:,.0f} ({last['tokens_per_s'] / ctx.world_size:,.0f} per GPU)")
+def report(cfg, ctx, s: dict, peak_memory: int | None) -> str:
+    size = MODEL_SIZES[cfg.model]
+    device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "CPU"
+    cadence = f"every {cfg.checkpoint_every} steps" if cfg.checkpoint_every else "at the end only"
+    if cfg.checkpoint_minutes:
+        cadence += f" and every {cfg.checkpoint_minutes:g} min"
+    lines = [
+        f"model {cfg.model} ({parameter_count(size) / 1e6:.1f}M parameters), batch {cfg.batch_size} x "
+        f"{cfg.sequence_length} per rank, {ctx.world_size} rank(s) on {device}",
+        f"torch {torch.__version__}, compile={cfg.compile if cfg.compile is not None else ctx.device.type == 'cuda'}, "
+        f"float8={cfg.float8}, checkpoints {cadence}",
+        f"measured over {s['steps']} steps ({s['windows']} log windows after the warm-up):",
+        f"  step time    {s['step_time_s'] * 1000:.1f} ms",
+        f"  tokens/s     {s['tokens_per_s']:,.0f} ({s['tokens_per_s'] / ctx.world_size:,.0f} per rank)",
+        f"  MFU          {s['mfu']:.1%}"
+        if s["mfu"] is not None
+        else "  MFU          n/a (no peak figure for this device)",
+        f"  goodput      {s['goodput']:.1%} (checkpoint stalls {s['checkpoint_stall_s']:.2f} s)",
+        f"  data wait    {s['data_wait_s']:.3f} s",
+    ]
+    if peak_memory is not None:
+        lines.append(f"  peak memory  {peak_memory / 2**30:.1f} GiB on rank 0's GPU")
+    lines.append(f"convention   {FLOPS_CONVENTION}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ A group the cluster autoscaler sizes sits at `min_nodes` and grows to `node_coun
 Scaling group carries the autoscaler's discovery tag and the node-template tags (labels, taint,
 GPUs, EFA interfaces) it needs to scale from zero, when no node exists to read them from. EKS sizes
 a Capacity Block group itself, to the block; the autoscaler never sees it.
+
+Checkpoints go to a pod's emptyDir, under /var/lib/kubelet. On a type with NVMe instance store the
+AMI's own local-storage setting (nodeadm `localStorage.strategy: RAID0`) puts that directory on a
+RAID0 array over the disks; without one, the root gp3 volume gets the throughput and IOPS to write
+them (domain/disks.py).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from components.cluster import Cluster
-from components.shared_storage import lustre_client_user_data
+from components.shared_storage import lustre_client_script
 from conventions import (
     ACCELERATOR_LABEL,
     AWS_GPU_LABEL,
@@ -37,6 +42,7 @@ from conventions import (
     autoscaler_discovery_tags,
 )
 from domain import names
+from domain.disks import CHECKPOINT_GP3_IOPS, CHECKPOINT_GP3_THROUGHPUT_MIBPS
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,56 @@ class GpuNodeGroupArgs:
     vpc_id: pulumi.Input[str]
     lustre_client: bool = False  # its jobs mount FSx for Lustre: install the client on the nodes
     auto_repair: bool = True  # EKS replaces a node the monitoring agent marks unhealthy
+    # The root gp3 volume's, where a type has no NVMe instance store and checkpoints land on it.
+    disk_throughput_mibps: int = CHECKPOINT_GP3_THROUGHPUT_MIBPS
+    disk_iops: int = CHECKPOINT_GP3_IOPS
+
+
+# nodeadm's NodeConfig (awslabs/amazon-eks-ami `nodeadm/api/v1alpha1/nodeconfig_types.go`,
+# LocalStorageOptions): at boot `nodeadm init` runs `setup-local-disks raid0`
+# (`nodeadm/internal/system/local_disk.go`), whose script (`templates/al2023/runtime/bin/setup-local-disks`)
+# builds one md RAID0 array over every NVMe instance store disk, mounts it at /mnt/k8s-disks/0 and
+# bind-mounts /var/lib/kubelet, /var/lib/containerd and /var/log/pods onto it: emptyDirs and image
+# layers land on NVMe. nodeadm merges this partial NodeConfig with the one EKS adds (its
+# `mime-userdata-merge` e2e case); with no NVMe disk found the script does nothing.
+RAID0_NODE_CONFIG = """---
+apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  instance:
+    localStorage:
+      strategy: RAID0
+"""
+NODE_CONFIG_TYPE = "application/node.eks.aws"
+SHELL_SCRIPT_TYPE = 'text/x-shellscript; charset="us-ascii"'
+
+
+def mime_user_data(parts: list[tuple[str, str]]) -> str:
+    """MIME multipart user data of (content type, body) parts, the form an EKS managed node group
+    merges with its own NodeConfig (EKS user guide, launch-templates). A fixed boundary keeps the
+    template, and so the nodes, unchanged from one `pulumi up` to the next."""
+    body = "".join(f"--//\nContent-Type: {kind}\n\n{text}\n" for kind, text in parts)
+    return f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="//"\n\n{body}--//--\n'
+
+
+def instance_store_disks(facts: aws.ec2.GetInstanceTypeResult) -> int:
+    """EC2's count of instance store SSDs. The data source does not say NVMe, but on the Nitro
+    types trainstack runs on an SSD instance store is NVMe, the only kind the AMI's script uses."""
+    return sum(d.count for d in facts.instance_disks or [] if d.type == "ssd")
+
+
+def root_volume(args: GpuNodeGroupArgs, local_nvme: bool) -> dict:
+    """The root gp3 volume; provisioned for checkpoint writes only where they land on it (more
+    than gp3's 125 MiB/s baseline is paid for by the month)."""
+    ebs = {
+        "volume_size": args.disk_size_gib,
+        "volume_type": "gp3",
+        "encrypted": "true",
+        "delete_on_termination": "true",
+    }
+    if not local_nvme:
+        ebs |= {"throughput": args.disk_throughput_mibps, "iops": args.disk_iops}
+    return {"device_name": "/dev/xvda", "ebs": ebs}
 
 
 def efa_network_interfaces(efa_count: int, security_group_ids: list[pulumi.Input[str]]) -> list[dict]:
@@ -150,22 +206,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self.memory_gib = facts.memory_size // 1024
         gpu_model = facts.gpuses[0].name
         self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
+        self.local_nvme_disks = instance_store_disks(facts)
         node_group_name = names.node_group_name(args.cluster.cluster_name, args.group_name)
 
         template: dict = {
             "name_prefix": f"{node_group_name}-",
             "update_default_version": True,
-            "block_device_mappings": [
-                {
-                    "device_name": "/dev/xvda",
-                    "ebs": {
-                        "volume_size": args.disk_size_gib,
-                        "volume_type": "gp3",
-                        "encrypted": "true",
-                        "delete_on_termination": "true",
-                    },
-                }
-            ],
+            "block_device_mappings": [root_volume(args, self.local_nvme_disks > 0)],
             # IMDSv2 with hop limit 1: pods (one network hop away) cannot reach IMDS and borrow the
             # node role; Pod Identity needs no IMDS, and host-network daemons are not a hop away.
             "metadata_options": {
@@ -219,8 +266,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
             self.placement_group = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
             template["placement"] = {"group_name": self.placement_group.name}
 
+        user_data: list[tuple[str, str]] = []
+        if self.local_nvme_disks:
+            user_data.append((NODE_CONFIG_TYPE, RAID0_NODE_CONFIG))
         if args.lustre_client:
-            template["user_data"] = base64.b64encode(lustre_client_user_data().encode()).decode()
+            user_data.append((SHELL_SCRIPT_TYPE, lustre_client_script()))
+        if user_data:
+            template["user_data"] = base64.b64encode(mime_user_data(user_data).encode()).decode()
         self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", **template, opts=child)
 
         labels = gpu_labels(args, gpu_model)

@@ -23,6 +23,13 @@ CHECKPOINT_DIR = "/checkpoints"
 DATASETS_DIR = "/datasets"  # the bucket's datasets/, read-only (Mountpoint for S3)
 # Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
 TERMINATION_GRACE_SECONDS = 600
+# How long torchrun (the pod's PID 1, trainer.launch) waits for its workers to save and exit after
+# it forwards the kubelet's SIGTERM, before it SIGKILLs them: torch's default is 30 s, whatever the
+# grace period, unless TORCH_ELASTIC_SHUTDOWN_TIMEOUT says otherwise (torch 2.13's
+# torch/distributed/launcher/api.py, LaunchConfig.shutdown_timeout; the image's torch must read
+# it). The grace period less a margin for torchrun's own exit, so the launcher exits retryable
+# before the kubelet's SIGKILL.
+LAUNCHER_SHUTDOWN_SECONDS = TERMINATION_GRACE_SECONDS - 30
 # Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the operator's
 # teardown of its pods and services. pulumi-kubernetes' default is 10 minutes, the grace alone.
 DELETE_TIMEOUT = f"{(TERMINATION_GRACE_SECONDS + 300) // 60}m"
@@ -43,14 +50,22 @@ NODE_LOSS_TOLERATIONS = [
 RENDEZVOUS_JOIN_TIMEOUT_SECONDS = 1800
 RAY_VERSION = "2.60.0"  # workload/requirements.txt
 
-# Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging.
+# Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging. On an error or a
+# timeout it ends the process without ncclCommAbort (3, SkipCleanUp; 1, TearDown, aborts the
+# communicators first, and the abort itself can hang on a wedged link: ErrorHandlingMode in
+# torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp), and torchrun restarts the workers. Each rank's
+# flight recorder goes to the checkpoint volume, not /tmp, so the restarted trainer finds it and
+# uploads it to S3 (trainer.debug_dumps; the file is the prefix plus the rank).
 GPU_ENV = {
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     "TORCH_NCCL_ENABLE_MONITORING": "1",
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
     "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000",
+    "TORCH_FR_DUMP_TEMP_FILE": f"{CHECKPOINT_DIR}/flight-recorder/nccl_trace_rank_",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
 }
+# torchrun's environment in a PyTorchJob's pods (see LAUNCHER_SHUTDOWN_SECONDS).
+LAUNCHER_ENV = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHER_SHUTDOWN_SECONDS)}
 # EFA groups only: libfabric's EFA provider under aws-ofi-nccl (libfabric >= 1.18 needs no
 # FI_EFA_USE_DEVICE_RDMA; NCCL_PROTO=simple was for aws-ofi-nccl <= 1.5). NCCL's INFO log for the
 # init and network subsystems says which network it uses (`trainstack doctor` reads it).
@@ -208,6 +223,8 @@ def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
 
 def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [*placement_env(args.placement)]
+    if args.spec.kind == "PyTorchJob":
+        env += [{"name": k, "value": v} for k, v in LAUNCHER_ENV.items()]
     secret = args.checkpoints.credentials_secret
     if secret:  # outside EKS: the user's S3 credentials, by name, never in the stack
         env += [

@@ -34,14 +34,10 @@ S3_CSI_SERVICE_ACCOUNT = "s3-csi-driver-sa"
 EXPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
 
 
-def lustre_client_user_data() -> str:
-    """Node user data that installs the Lustre client: the AL2023 EKS AMIs (NVIDIA included) are
-    not known to carry it. EKS merges a MIME part like this one with its own node configuration."""
-    script = "#!/bin/bash\nset -euo pipefail\ndnf install -y lustre-client\nmodprobe lustre\n"
-    return (
-        'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="//"\n\n'
-        f'--//\nContent-Type: text/x-shellscript; charset="us-ascii"\n\n{script}\n--//--\n'
-    )
+def lustre_client_script() -> str:
+    """A node user data script that installs the Lustre client: the AL2023 EKS AMIs (NVIDIA
+    included) are not known to carry it. The node group puts it in its MIME user data."""
+    return "#!/bin/bash\nset -euo pipefail\ndnf install -y lustre-client\nmodprobe lustre\n"
 
 
 def fsx_key_statement(account_id: str, region: str) -> dict:

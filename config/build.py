@@ -37,8 +37,9 @@ class ImageConfig:
     context: str = setting("context", "Build context directory, relative to the project.", "workload")
     base_image: str = setting(
         "baseImage",
-        "CUDA PyTorch base image (Dockerfile BASE_IMAGE).",
-        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime",
+        "CUDA base image without a torch of its own (Dockerfile BASE_IMAGE): torch comes from "
+        "workload/requirements.txt, built for CUDA 13.0.",
+        "nvidia/cuda:13.0.3-base-ubuntu24.04",
     )
     compute_type: ComputeType = setting("computeType", "CodeBuild compute type.", "BUILD_GENERAL1_LARGE")
     build_timeout_minutes: int = setting("buildTimeoutMinutes", "CodeBuild build timeout (5-480).", 60)
@@ -125,7 +126,7 @@ def check_image(img: ImageConfig, docker_hub_token_set: bool, r: Reader) -> None
             f"{p}:image.baseImage",
             img.base_image,
             "not an image reference",
-            "[registry/]repository[:tag][@sha256:digest], e.g. pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime",
+            "[registry/]repository[:tag][@sha256:digest], e.g. nvidia/cuda:13.0.3-base-ubuntu24.04",
         )
     if not 5 <= img.build_timeout_minutes <= 480:
         r.problem(f"{p}:image.buildTimeoutMinutes", img.build_timeout_minutes, "out of range", "5-480")

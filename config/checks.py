@@ -23,6 +23,7 @@ from config.stack_config import StackConfig
 from config.tracking import check_tracking
 from conventions import SYSTEM_GROUP
 from domain.catalog import INSTANCE_TYPES, image_compressed_gb, image_pull_minutes
+from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.quota import QueueSpec, job_demand, shortfall
 from domain.verl_fit import verl_fits
 
@@ -166,6 +167,29 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         check_job_env_and_wait(j, k, r)
         if j.verl is not None:
             _check_verl(j, by_name, k, r)
+        _check_job_memory(j, by_name, k, r)
+
+
+def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:
+    """The default trainer's model trains on the group's GPUs (domain/memory_fit.py models the
+    peak), and each node can pin its ranks' checkpoint staging."""
+    group = (by_name or {}).get(j.node_group)
+    if group is None or group.instance_type not in INSTANCE_TYPES or not j.runs_default_trainer:
+        return
+    instance = group.instance
+    if not instance.has_nvidia_gpus or j.nodes < 1:
+        return
+    run = j.trainer_settings()
+    job = JobShape(j.model, run.batch_size, run.seq_len, j.nodes)
+    for found in (gpu_fit_problem(job, instance), staging_problem(job, instance)):
+        if found:
+            why, fits = found
+            r.problem(
+                f"{k}.model",
+                j.model,
+                f"job '{j.name}' cannot train on node group '{group.name}': {why}",
+                fits,
+            )
 
 
 def _check_verl(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:

@@ -10,6 +10,12 @@ from typing import Literal
 
 from config.names import LABEL, NAME_RULE
 from config.schema import Reader, setting
+from domain.model_facts import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHECKPOINT_EVERY,
+    DEFAULT_CHECKPOINT_MINUTES,
+    MODEL_SHAPES,
+)
 
 JobKind = Literal["PyTorchJob", "RayJob", "RayCluster"]
 WaitMode = Literal["none", "admitted", "running", "succeeded"]
@@ -55,6 +61,58 @@ class JobConfig:
     verl: VerlConfig | None = setting(
         "verl", "Run VERL (GRPO/PPO) instead of the default trainer: RayJob or RayCluster only.", None
     )
+
+    @property
+    def runs_default_trainer(self) -> bool:
+        """The stack's trainer runs (not a command, VERL or a bare RayCluster): the plan can size it."""
+        return not self.command and self.verl is None and self.kind != "RayCluster"
+
+    def trainer_settings(self) -> TrainerSettings:
+        """The default trainer's batch, length and checkpoint cadence, from `args` over its defaults.
+        A value that is not a number keeps the default: the trainer refuses it when it starts."""
+        max_len = MODEL_SHAPES[self.model].max_seq_len
+        seq_len = _int_flag(self.args, "--seq-len", 0)
+        return TrainerSettings(
+            batch_size=_int_flag(self.args, "--batch-size", DEFAULT_BATCH_SIZE),
+            seq_len=seq_len if 0 < seq_len <= max_len else max_len,
+            checkpoint_every=_int_flag(self.args, "--checkpoint-every", DEFAULT_CHECKPOINT_EVERY),
+            checkpoint_minutes=_float_flag(self.args, "--checkpoint-minutes", DEFAULT_CHECKPOINT_MINUTES),
+        )
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    batch_size: int
+    seq_len: int  # tokens per sequence, the model's maximum when the args leave it 0
+    checkpoint_every: int  # steps; 0: not by steps
+    checkpoint_minutes: float  # 0: not by time
+
+
+def _flag_text(args: tuple[str, ...], flag: str) -> str | None:
+    """The flag's last value (argparse keeps the last), written `--flag value` or `--flag=value`."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(f"{flag}="):
+            found = arg.partition("=")[2]
+    return found
+
+
+def _int_flag(args: tuple[str, ...], flag: str, default: int) -> int:
+    text = _flag_text(args, flag)
+    try:
+        return default if text is None else int(text)
+    except ValueError:
+        return default
+
+
+def _float_flag(args: tuple[str, ...], flag: str, default: float) -> float:
+    text = _flag_text(args, flag)
+    try:
+        return default if text is None else float(text)
+    except ValueError:
+        return default
 
 
 def check_job_name(j: JobConfig, k: str, r: Reader) -> None:

@@ -11,6 +11,16 @@ from config.names import LABEL, NAME_RULE, PROJECT
 from config.schema import Reader, setting
 from conventions import SYSTEM_GROUP
 from domain.catalog import GPU_INSTANCE_TYPES, INSTANCE_TYPES
+from domain.disks import (
+    CHECKPOINT_GP3_IOPS,
+    CHECKPOINT_GP3_THROUGHPUT_MIBPS,
+    GP3_IOPS,
+    GP3_IOPS_PER_GIB,
+    GP3_MIBPS_PER_IOPS,
+    GP3_THROUGHPUT_MIBPS,
+    CheckpointDisk,
+    checkpoint_disk,
+)
 
 CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
 MAX_NODE_GROUP_NAME = 32
@@ -41,6 +51,19 @@ class GpuNodeGroupConfig:
         "placementGroup", "Put nodes in a cluster placement group (not with a reservation).", False
     )
     disk_size_gib: int = setting("diskSizeGiB", "Root volume size in GiB (50-16384).", 200)
+    disk_throughput_mibps: int | None = setting(
+        "diskThroughputMiBps",
+        "Root gp3 volume throughput in MiB/s (125-1000, at most diskIops / 4), for a type without NVMe "
+        f"instance store, where checkpoints land on it (default: {CHECKPOINT_GP3_THROUGHPUT_MIBPS}). "
+        "A type with one keeps them on its instance store (RAID0).",
+        None,
+    )
+    disk_iops: int | None = setting(
+        "diskIops",
+        "Root gp3 volume IOPS (3000-80000, at most 500 per GiB of diskSizeGiB), for a type without NVMe "
+        f"instance store (default: {CHECKPOINT_GP3_IOPS}).",
+        None,
+    )
     preflight: bool | None = setting(
         "preflight",
         "Each job checks its own nodes' GPUs, EFA and all-reduce bandwidth before step 0 (default: on with EFA).",
@@ -73,6 +96,22 @@ class GpuNodeGroupConfig:
         return INSTANCE_TYPES[self.instance_type]
 
     @property
+    def gp3_throughput_mibps(self) -> int:
+        return (
+            CHECKPOINT_GP3_THROUGHPUT_MIBPS
+            if self.disk_throughput_mibps is None
+            else self.disk_throughput_mibps
+        )
+
+    @property
+    def gp3_iops(self) -> int:
+        return CHECKPOINT_GP3_IOPS if self.disk_iops is None else self.disk_iops
+
+    @property
+    def checkpoint_disk(self) -> CheckpointDisk:
+        return checkpoint_disk(self.instance, self.gp3_throughput_mibps)
+
+    @property
     def hourly_usd(self) -> float:
         """What one node costs an hour while it runs: a Capacity Block is paid ahead."""
         return 0.0 if self.capacity_type == "CAPACITY_BLOCK" else self.instance.hourly_usd or 0.0
@@ -102,6 +141,8 @@ CREATED_ONLY = (
     ("capacityReservationId", "capacity_reservation_id", None),
     ("placementGroup", "placement_group", False),
     ("diskSizeGiB", "disk_size_gib", 200),
+    ("diskThroughputMiBps", "disk_throughput_mibps", None),
+    ("diskIops", "disk_iops", None),
     ("availabilityZone", "availability_zone", None),
 )
 
@@ -197,6 +238,46 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
         )
     if not 50 <= g.disk_size_gib <= 16384:
         r.problem(f"{k}.diskSizeGiB", g.disk_size_gib, "out of range", "50-16384")
+    else:
+        _check_root_volume(g, k, r)
+
+
+def _check_root_volume(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:
+    """gp3's own limits, refused here rather than by EC2 at the first node launch."""
+    it = g.instance
+    if it.instance_store_disks:
+        for key, value in (("diskThroughputMiBps", g.disk_throughput_mibps), ("diskIops", g.disk_iops)):
+            if value is not None:
+                r.problem(
+                    f"{k}.{key}",
+                    value,
+                    f"{g.instance_type} keeps checkpoints on its {it.instance_store_disks} x "
+                    f"{it.instance_store_disk_gb} GB NVMe instance store (RAID0), not the root volume",
+                    "unset",
+                )
+        return
+    throughput, iops = g.gp3_throughput_mibps, g.gp3_iops
+    low, high = GP3_THROUGHPUT_MIBPS
+    if not low <= throughput <= high:
+        r.problem(f"{k}.diskThroughputMiBps", throughput, "out of range", f"{low}-{high}")
+        return
+    low, high = GP3_IOPS
+    most = min(high, GP3_IOPS_PER_GIB * g.disk_size_gib)
+    if not low <= iops <= most:
+        r.problem(
+            f"{k}.diskIops",
+            iops,
+            f"gp3 takes {low}-{high} IOPS and at most {GP3_IOPS_PER_GIB} per GiB ({g.disk_size_gib} GiB here)",
+            f"{low}-{most}",
+        )
+    elif throughput > iops * GP3_MIBPS_PER_IOPS:
+        r.problem(
+            f"{k}.diskThroughputMiBps",
+            throughput,
+            f"gp3 allows {GP3_MIBPS_PER_IOPS} MiB/s per IOPS and the volume has {iops} IOPS",
+            f"{GP3_THROUGHPUT_MIBPS[0]}-{int(iops * GP3_MIBPS_PER_IOPS)}, or diskIops of at least "
+            f"{int(throughput / GP3_MIBPS_PER_IOPS)}",
+        )
 
 
 def _check_described_group(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:

@@ -1,6 +1,12 @@
-"""Instance facts for validation, EFA layout and cost estimates.
+"""Instance facts for validation, EFA layout, checkpoint disks and cost estimates.
 
 Figures come from ../shared/reference/aws-gpu-facts.md (us-east-1, Linux, on-demand, mid-2026).
+Instance store layouts (NVMe disks x GB each): p4d, p4de, g5 and trn1 from the instance store table
+of AWS's EC2 user guide (awsdocs/amazon-ec2-user-guide `doc_source/InstanceStorage.md`, archived
+2023). Every type's total matches `karpenter.k8s.aws/instance-local-nvme` in aws/karpenter-provider-aws
+`website/content/en/docs/reference/instance-types.md` (generated from DescribeInstanceTypes); the
+split of the later p5, p5e, p5en, g6 and g6e totals into disks is the one AWS's product pages give,
+not checked against an AWS table here.
 The same catalog answers `aws.ec2.get_instance_type` in the offline plan, so the program and the
 plan read one source of truth; a live `pulumi up` asks EC2 instead.
 """
@@ -23,6 +29,12 @@ class InstanceType:
     max_efa_interfaces: int
     network_cards: int
     network: str
+    instance_store_disks: int = 0  # NVMe instance store disks (0: EBS only)
+    instance_store_disk_gb: int = 0  # size of each, GB
+
+    @property
+    def instance_store_gb(self) -> int:
+        return self.instance_store_disks * self.instance_store_disk_gb
 
     @property
     def has_nvidia_gpus(self) -> bool:
@@ -43,25 +55,27 @@ class InstanceType:
         return float(figure[2] if figure[0] == "up" else figure[0])
 
 
-def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network):
-    return InstanceType(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network)
+def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks=0, disk_gb=0):
+    return InstanceType(
+        name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks, disk_gb
+    )
 
 
 INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
     for t in (
-        _t("p5.48xlarge", 55.04, 192, 2048, 8, "H100", "NVIDIA", 81920, 32, 32, "3200 Gbps"),
-        _t("p5e.48xlarge", None, 192, 2048, 8, "H200", "NVIDIA", 134468, 32, 32, "3200 Gbps"),
-        _t("p5en.48xlarge", 63.296, 192, 2048, 8, "H200", "NVIDIA", 134468, 16, 16, "3200 Gbps"),
-        _t("p4d.24xlarge", 21.958, 96, 1152, 8, "A100", "NVIDIA", 40960, 4, 4, "400 Gbps"),
-        _t("p4de.24xlarge", 27.447, 96, 1152, 8, "A100", "NVIDIA", 81920, 4, 4, "400 Gbps"),
-        _t("g5.xlarge", 1.006, 4, 16, 1, "A10G", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline"),
-        _t("g5.12xlarge", 5.672, 48, 192, 4, "A10G", "NVIDIA", 22888, 1, 1, "40 Gbps"),
-        _t("g5.48xlarge", 16.288, 192, 768, 8, "A10G", "NVIDIA", 22888, 1, 1, "100 Gbps"),
-        _t("g6.xlarge", 0.8048, 4, 16, 1, "L4", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline"),
-        _t("g6e.xlarge", 1.861, 4, 32, 1, "L40S", "NVIDIA", 45776, 0, 1, "2.5 Gbps baseline"),
-        _t("g6e.48xlarge", 30.131, 192, 1536, 8, "L40S", "NVIDIA", 45776, 4, 4, "400 Gbps"),
-        _t("trn1.32xlarge", 21.50, 128, 512, 16, "Trainium", "AWS", 32768, 8, 8, "800 Gbps"),
+        _t("p5.48xlarge", 55.04, 192, 2048, 8, "H100", "NVIDIA", 81920, 32, 32, "3200 Gbps", 8, 3800),
+        _t("p5e.48xlarge", None, 192, 2048, 8, "H200", "NVIDIA", 134468, 32, 32, "3200 Gbps", 8, 3800),
+        _t("p5en.48xlarge", 63.296, 192, 2048, 8, "H200", "NVIDIA", 134468, 16, 16, "3200 Gbps", 8, 3800),
+        _t("p4d.24xlarge", 21.958, 96, 1152, 8, "A100", "NVIDIA", 40960, 4, 4, "400 Gbps", 8, 1000),
+        _t("p4de.24xlarge", 27.447, 96, 1152, 8, "A100", "NVIDIA", 81920, 4, 4, "400 Gbps", 8, 1000),
+        _t("g5.xlarge", 1.006, 4, 16, 1, "A10G", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline", 1, 250),
+        _t("g5.12xlarge", 5.672, 48, 192, 4, "A10G", "NVIDIA", 22888, 1, 1, "40 Gbps", 1, 3800),
+        _t("g5.48xlarge", 16.288, 192, 768, 8, "A10G", "NVIDIA", 22888, 1, 1, "100 Gbps", 2, 3800),
+        _t("g6.xlarge", 0.8048, 4, 16, 1, "L4", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline", 1, 250),
+        _t("g6e.xlarge", 1.861, 4, 32, 1, "L40S", "NVIDIA", 45776, 0, 1, "2.5 Gbps baseline", 1, 250),
+        _t("g6e.48xlarge", 30.131, 192, 1536, 8, "L40S", "NVIDIA", 45776, 4, 4, "400 Gbps", 4, 1900),
+        _t("trn1.32xlarge", 21.50, 128, 512, 16, "Trainium", "AWS", 32768, 8, 8, "800 Gbps", 4, 1900),
         _t("m5.large", 0.096, 2, 8, 0, None, None, 0, 0, 1, "up to 10 Gbps"),
         _t("m6i.large", 0.096, 2, 8, 0, None, None, 0, 0, 1, "up to 10 Gbps"),
     )
@@ -89,9 +103,12 @@ RDS_POSTGRES_HOURLY_USD = {
 RDS_GP3_GB_MONTH_USD = 0.115
 EBS_GP3_GB_MONTH_USD = 0.08
 
-# What a node pulls for the training image, estimated: the PyTorch base (compressed, by its flavor)
-# plus the layers workload/Dockerfile adds (EFA stack, gcc, Ray and the other requirements). The
-# image build prints the real figure (ECR's imageSizeInBytes) after each push.
+# What a node pulls for the training image, estimated: CUDA and torch with its CUDA libraries
+# (compressed, by the base's flavor: the default nvidia/cuda `base` image brings no torch and the
+# requirements layer brings torch 2.13 and its nvidia-* wheels, about what a PyTorch runtime base
+# weighs; a devel base adds compilers and headers) plus the other layers workload/Dockerfile adds
+# (EFA stack, gcc, Ray and the other requirements). The image build prints the real figure (ECR's
+# imageSizeInBytes) after each push.
 BASE_IMAGE_COMPRESSED_GB = {"runtime": 3.5, "devel": 9.5}
 ADDED_LAYERS_COMPRESSED_GB = 1.5
 # A node pulls a 15-20 GB image in 4-6 minutes (aws-gpu-facts.md): ~3.5 GB a minute.

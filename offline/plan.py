@@ -27,6 +27,9 @@ import yaml
 
 from config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from domain.catalog import image_compressed_gb
+from domain.goodput import ASSUMED_MFU, CheckpointPath, modeled_goodput
+from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
+from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
 from offline.cost import hourly_cost, total
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
 from offline.scheduling import Report, check
@@ -306,6 +309,7 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
                 f"(queue {job['queue']}), {job['gpus']} GPUs, +${job['hourlyUsd']:.2f}/h while it runs"
                 + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
             )
+            lines += [f"      {line}" for line in training_model_lines(cfg, name)]
     if scheduling is not None:
         lines += ["", *scheduling.lines()]
     if cfg.docker_hub_access_token is None and cfg.image.builder in ("codebuild", "docker"):
@@ -324,6 +328,75 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
         lines += [f"  - {p}" for p in placeholders]
     lines += ["", f"Wrote {out_dir}/resources.json and {manifest_count} manifest(s) in {out_dir}/manifests/"]
     return "\n".join(lines)
+
+
+# Below this, a step's time is its kernel launches and Python, which FLOPs over a peak do not model.
+SHORTEST_MODELED_STEP_S = 0.01
+
+
+def training_model_lines(cfg, job_name: str) -> list[str]:
+    """What the plan models of a job that runs the default trainer on a GPU group: its memory per
+    GPU, its checkpoints per node and disk, its step time and goodput (domain/memory_fit.py,
+    domain/goodput.py). Nothing for a command, VERL, a RayCluster or a CPU job."""
+    j = next((j for j in cfg.jobs if j.name == job_name), None)
+    group = next((g for g in cfg.gpu_node_groups if j is not None and g.name == j.node_group), None)
+    if j is None or group is None or not j.runs_default_trainer or not group.instance.has_nvidia_gpus:
+        return []
+    instance, run, shape = group.instance, j.trainer_settings(), MODEL_SHAPES[j.model]
+    world = max(1, j.nodes) * instance.gpus
+    need = gpu_memory_need(shape, run.batch_size, run.seq_len, world)
+    memory = (
+        f"memory: the {j.model} model at batch {run.batch_size} x {run.seq_len} tokens needs "
+        f"~{need.total / GIB:.1f} of {gpu_memory_bytes(instance) / GIB:.1f} GiB per {instance.gpu_model}"
+    )
+    peak = peak_bf16_flops(instance.gpu_model or "")
+    if peak is None:
+        return [
+            memory,
+            f"modeled: no bf16 peak figure for {instance.gpu_model}; step time and goodput not modeled",
+        ]
+    if group.name in cfg.fsx_groups:
+        return [memory, "checkpoints: on FSx for Lustre, shared by the nodes; goodput not modeled"]
+    disk = group.checkpoint_disk
+    uploads = cfg.existing_cluster.checkpoint_host_path is None
+    g = modeled_goodput(
+        shape,
+        batch_size=run.batch_size,
+        seq_len=run.seq_len,
+        world_size=world,
+        ranks_per_node=instance.gpus,
+        peak_flops=peak,
+        checkpoint_every=run.checkpoint_every,
+        checkpoint_minutes=run.checkpoint_minutes,
+        path=CheckpointPath(disk.write_gb_per_s, instance.network_gbps, uploads),
+    )
+    cadence = [f"{run.checkpoint_every} steps"] if run.checkpoint_every > 0 else []
+    if run.checkpoint_minutes > 0:
+        cadence.append(f"{run.checkpoint_minutes:g} min")
+    saves = "checkpoints: none by steps or time"
+    if cadence:
+        saves = (
+            f"checkpoints: {_size(g.checkpoint_gb_per_node)} per node every {' or '.join(cadence)} "
+            f"({_duration(g.interval_s)} of training) to {disk.description}: write {_duration(g.write_s)}"
+            + (f", S3 upload {_duration(g.upload_s)}" if uploads else "")
+            + f", staging stall {_duration(g.stage_s)}"
+        )
+    bound = f" (bound by the checkpoint {g.bottleneck})" if cadence and g.bottleneck != "training" else ""
+    if g.step_s < SHORTEST_MODELED_STEP_S:
+        bound += "; a step this short is bound by kernel launches, not FLOPs, so both are floors"
+    return [
+        memory,
+        saves,
+        f"modeled: step {_duration(g.step_s)} at {ASSUMED_MFU:.0%} MFU (assumed), goodput {g.goodput:.1%}{bound}",
+    ]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 0.1 else f"{seconds * 1000:.2g} ms"
+
+
+def _size(gb: float) -> str:
+    return f"{gb:.2f} GB" if gb >= 0.1 else f"{gb * 1000:.2g} MB"
 
 
 def named_cluster_fact(cfg, facts: dict) -> dict:

@@ -119,6 +119,8 @@ def compute_plane(
                 capacity_reservation_id=g.capacity_reservation_id,
                 placement_group=g.placement_group,
                 disk_size_gib=g.disk_size_gib,
+                disk_throughput_mibps=g.gp3_throughput_mibps,
+                disk_iops=g.gp3_iops,
                 cluster=cluster,
                 kubernetes_version=cc.kubernetes_version,
                 subnet_id=network.private_subnet_by_zone[facts.zones.group_zones[g.name]],

@@ -179,9 +179,19 @@ def physical_id(r: NewResource) -> str:
 
 
 def instance_type_facts(name: str) -> dict[str, Any]:
-    """What `aws.ec2.get_instance_type` returns for a catalog instance type."""
+    """What `aws.ec2.get_instance_type` returns for a catalog instance type. The instance store is
+    as the provider sets it from DescribeInstanceTypes' InstanceStorageInfo (terraform-provider-aws
+    `ec2_instance_type_data_source.go`): disks by count, size in GB and type, and their total; an
+    EBS-only type has none."""
     it = INSTANCE_TYPES[name]
     return {
+        "instanceStorageSupported": it.instance_store_disks > 0,
+        "instanceDisks": (
+            [{"count": it.instance_store_disks, "size": it.instance_store_disk_gb, "type": "ssd"}]
+            if it.instance_store_disks
+            else []
+        ),
+        "totalInstanceStorage": it.instance_store_gb,
         "id": name,
         "instanceType": name,
         "defaultVcpus": it.vcpus,

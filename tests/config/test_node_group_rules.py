@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.compute import efa_group
+from support.compute import ebs_only, efa_group
 from support.config_rules import BASE, config_problems, group, problems
 from support.plans import plan
 
@@ -136,3 +136,45 @@ def test_efa_on_g6_xlarge_is_a_config_error():
 def test_a_gpu_group_cannot_be_named_system():
     problems = config_problems(gpuNodeGroups=[{"name": "system", "instanceType": "g6.xlarge"}], jobs=[])
     assert any(p.startswith('trainstack:gpuNodeGroups[0].name = "system": reserved') for p in problems)
+
+
+def test_root_volume_throughput_and_iops_within_gp3s_limits(monkeypatch):
+    ebs_only(monkeypatch, "g6.xlarge")
+    (msg,) = problems(gpuNodeGroups=[group(diskThroughputMiBps=2000)])
+    assert msg == "trainstack:gpuNodeGroups[0].diskThroughputMiBps = 2000: out of range; allowed: 125-1000"
+    (msg,) = problems(gpuNodeGroups=[group(diskIops=2000)])
+    assert msg == (
+        "trainstack:gpuNodeGroups[0].diskIops = 2000: gp3 takes 3000-80000 IOPS and at most 500 per GiB "
+        "(200 GiB here); allowed: 3000-80000"
+    )
+    (msg,) = problems(gpuNodeGroups=[group(diskSizeGiB=50, diskIops=30000)])
+    assert msg.startswith("trainstack:gpuNodeGroups[0].diskIops = 30000: gp3 takes 3000-80000 IOPS")
+    assert msg.endswith("(50 GiB here); allowed: 3000-25000")
+
+
+def test_root_volume_throughput_needs_four_iops_per_mib(monkeypatch):
+    ebs_only(monkeypatch, "g6.xlarge")
+    # The default 1000 MiB/s with too few IOPS for it.
+    (msg,) = problems(gpuNodeGroups=[group(diskIops=3000)])
+    assert msg == (
+        "trainstack:gpuNodeGroups[0].diskThroughputMiBps = 1000: gp3 allows 0.25 MiB/s per IOPS and "
+        "the volume has 3000 IOPS; allowed: 125-750, or diskIops of at least 4000"
+    )
+    cfg = parse_config(
+        "dev",
+        {**BASE, "trainstack:gpuNodeGroups": json.dumps([group(diskThroughputMiBps=750, diskIops=3000)])},
+    )
+    (g,) = cfg.gpu_node_groups
+    assert (g.gp3_throughput_mibps, g.gp3_iops) == (750, 3000)
+    assert g.checkpoint_disk.description == "gp3 root volume, 750 MiB/s"
+
+
+def test_root_volume_settings_are_refused_where_checkpoints_go_to_the_instance_store():
+    (msg,) = problems(gpuNodeGroups=[group(instanceType="p5.48xlarge", diskIops=4000)])
+    assert msg == (
+        "trainstack:gpuNodeGroups[0].diskIops = 4000: p5.48xlarge keeps checkpoints on its 8 x 3800 GB "
+        "NVMe instance store (RAID0), not the root volume; allowed: unset"
+    )
+    cfg = parse_config("dev", {**BASE, "trainstack:gpuNodeGroups": json.dumps([group()])})
+    (g,) = cfg.gpu_node_groups
+    assert g.checkpoint_disk.kind == "nvme-raid0"

@@ -16,6 +16,7 @@ from offline.engine import run_program
 
 BUCKET = "aws:s3/bucket:Bucket"
 REPO = "aws:ecr/repository:Repository"
+BASE_IMAGE = "nvidia/cuda:13.0.3-base-ubuntu24.04"  # image.baseImage's default
 
 
 def test_bucket_dev(dev_plan):
@@ -165,7 +166,7 @@ def test_codebuild_project(dev_plan):
     assert env["privilegedMode"] is True
     assert env["computeType"] == "BUILD_GENERAL1_LARGE"
     variables = {v["name"]: v["value"] for v in env["environmentVariables"]}
-    assert variables["BASE_IMAGE"] == "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
+    assert variables["BASE_IMAGE"] == BASE_IMAGE
     assert variables["REPOSITORY_URI"].endswith(".amazonaws.com/trainstack/dev/training")
     assert project.inputs["source"]["type"] == "S3"
     assert project.inputs["source"]["buildspec"] == (ROOT / "components" / "buildspec.yml").read_text()
@@ -182,7 +183,7 @@ def test_context_upload_and_trigger_agree(dev_plan):
     archive = context_archive(ROOT / "workload")
     context_hash = sha256(archive)
     assert obj.inputs["key"] == f"build-contexts/{context_hash}.zip"
-    assert trigger.inputs["image_tag"] == image_tag(archive, "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime")
+    assert trigger.inputs["image_tag"] == image_tag(archive, BASE_IMAGE)
     assert trigger.inputs["source_location"].endswith(f"/build-contexts/{context_hash}.zip")
     # The boto3 side checks it builds in the stack's account, with the stack's profile.
     assert trigger.inputs["account_id"] == "123456789012"
@@ -244,9 +245,9 @@ def test_docker_builder_gives_the_same_outputs():
     run = plan("dev", image={"builder": "docker"})
     assert run.by_type("aws:codebuild/project:Project") == []
     image = run.one("docker:index/image:Image")
-    tag = image_tag(context_archive(ROOT / "workload"), "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime")
+    tag = image_tag(context_archive(ROOT / "workload"), BASE_IMAGE)
     assert image.inputs["imageName"].endswith(f"/trainstack/dev/training:{tag}")
-    assert image.inputs["build"]["args"] == {"BASE_IMAGE": "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"}
+    assert image.inputs["build"]["args"] == {"BASE_IMAGE": BASE_IMAGE}
     assert image.inputs["registry"]["password"] == "[secret]"
     assert run.outputs["imageUri"].startswith(run.outputs["repositoryUrl"] + "@sha256:")
 
@@ -325,8 +326,7 @@ def test_docker_hub_pull_through_cache():
         for v in run.one("aws:codebuild/project:Project").inputs["environment"]["environmentVariables"]
     }
     assert env["BASE_IMAGE"] == (
-        "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-dev-image-dockerhub/"
-        "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-dev-image-dockerhub/" + BASE_IMAGE
     )
     cache = {s["Sid"]: s for s in _statements(policy_of(run, "image-codebuild"))}["PullBaseImageThroughCache"]
     assert (
@@ -360,5 +360,5 @@ def test_the_smoke_test_fails_an_image_without_the_efa_stack_or_a_compiler(tmp_p
         f.touch()
     assert smoke.image_problems(tmp_path, which=lambda name: f"/usr/bin/{name}") == []
     dockerfile = (ROOT / "workload" / "Dockerfile").read_text()
-    assert "ARG BASE_IMAGE=pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime" in dockerfile
+    assert f"ARG BASE_IMAGE={BASE_IMAGE}" in dockerfile
     assert " gcc " in dockerfile

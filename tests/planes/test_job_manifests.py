@@ -13,7 +13,7 @@ from support.jobs import HF_TOKEN, SECRET_ENV, body, job
 from support.manifests import env_of, worker_container, worker_pod
 from support.plans import plan
 
-from components.job_pods import EFA_ENV, GPU_ENV
+from components.job_pods import EFA_ENV, GPU_ENV, LAUNCHER_SHUTDOWN_SECONDS, TERMINATION_GRACE_SECONDS
 from offline.engine import SECRET_MASK
 from offline.plan import manifest_of
 
@@ -129,6 +129,26 @@ def test_efa_environment_only_on_efa_groups(kinds_plan):
     assert not set(EFA_ENV) & set(l4)
     assert {k: l4[k] for k in GPU_ENV} == GPU_ENV
     assert not (set(EFA_ENV) | set(GPU_ENV)) & set(cpu)
+    # A rank's NCCL error or timeout ends it without ncclCommAbort (3, SkipCleanUp), which can
+    # hang on a wedged link; torchrun restarts it.
+    assert l4["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == fsdp["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+    # Flight-recorder dumps on the checkpoint volume, not in the pod's /tmp: the restarted trainer
+    # finds them and uploads them to S3 (trainer.debug_dumps).
+    mounts = {m["mountPath"] for m in worker_container(body(job(kinds_plan, "fsdp")))["volumeMounts"]}
+    assert "/checkpoints" in mounts
+    assert fsdp["TORCH_FR_DUMP_TEMP_FILE"] == "/checkpoints/flight-recorder/nccl_trace_rank_"
+
+
+def test_a_drains_save_ends_inside_the_pods_grace_period(kinds_plan):
+    """After the kubelet's SIGTERM, torchrun (the pod's PID 1) waits this long for its workers to
+    save and exit before it SIGKILLs them (torch's default: 30 s); the kubelet SIGKILLs the pod at
+    the grace period, so torchrun's wait ends before it, with time for torchrun to exit retryable."""
+    fsdp = body(job(kinds_plan, "fsdp"))
+    shutdown = int(env_of(fsdp)["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])
+    assert shutdown == LAUNCHER_SHUTDOWN_SECONDS
+    assert 300 <= shutdown < worker_pod(fsdp)["terminationGracePeriodSeconds"] == TERMINATION_GRACE_SECONDS
+    # Ray's pods run no torchrun.
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in env_of(body(job(kinds_plan, "ray-l4")))
 
 
 def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):

@@ -4,10 +4,11 @@ mounts; the trainer's shared-volume mode where FSx is, today's node disk plus S3
 
 from __future__ import annotations
 
-import base64
 import json
 
 import pytest
+import yaml
+from support.compute import user_data_parts
 from support.crds import crd_errors
 from support.plans import plan, policy_of, stack_values
 
@@ -181,10 +182,15 @@ def test_the_csi_drivers_are_eks_add_ons_with_their_own_pod_identity(fsx_plan):
 
 def test_the_lustre_client_goes_onto_the_nodes_of_the_groups_that_mount_it(fsx_plan):
     templates = {r.name: r.inputs for r in fsx_plan.by_type("aws:ec2/launchTemplate:LaunchTemplate")}
-    script = base64.b64decode(templates["gpu-p5-lt"]["userData"]).decode()
-    assert "Content-Type: multipart/mixed" in script  # EKS merges MIME parts with its own
-    assert "dnf install -y lustre-client" in script and "modprobe lustre" in script
-    assert "userData" not in templates["gpu-gpu-lt"]
+    # One MIME document (EKS merges its parts with its own): the instance store's RAID0 NodeConfig
+    # and the Lustre client script, side by side.
+    (node_config, script) = user_data_parts(templates["gpu-p5-lt"])
+    assert node_config[0] == "application/node.eks.aws"
+    assert yaml.safe_load(node_config[1])["spec"]["instance"]["localStorage"] == {"strategy": "RAID0"}
+    assert script[0] == "text/x-shellscript"
+    assert "dnf install -y lustre-client" in script[1] and "modprobe lustre" in script[1]
+    # The other group's nodes get their instance store set up, and no Lustre client.
+    assert [kind for kind, _ in user_data_parts(templates["gpu-gpu-lt"])] == ["application/node.eks.aws"]
 
 
 def test_fsx_is_off_by_default_and_a_plan_without_it_has_none(prod_plan):

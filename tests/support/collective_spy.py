@@ -6,7 +6,8 @@ while its gloo control group takes only CPU tensors. On CPU both are gloo, so a 
 a tensor on the wrong device. `emulated_nccl` stands the meta device in for the GPU: the code under
 test is given `torch.device("meta")` as its training device, and every collective checks each
 tensor's device against its group, records the call and returns without communicating (one rank
-stands for all). Reading a meta tensor's value gives 1.
+stands for all). Reading a meta tensor's value gives 1, and counts as a host read: on a GPU each
+one waits for the device.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _TENSOR_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather_into_ten
 class Spy:
     world_size: int
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (collective, group, device)
+    host_reads: int = 0  # values read back from the training device (.item(), bool(), .tolist())
 
 
 def _group_name(group) -> str:
@@ -56,7 +58,20 @@ def emulated_nccl(monkeypatch, world_size: int = 2) -> Iterator[Spy]:
     )
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: world_size)
     monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
-    item, as_bool = torch.Tensor.item, torch.Tensor.__bool__
-    monkeypatch.setattr(torch.Tensor, "item", lambda t: 1 if t.is_meta else item(t))
-    monkeypatch.setattr(torch.Tensor, "__bool__", lambda t: True if t.is_meta else as_bool(t))
+    item, as_bool, tolist = torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.tolist
+
+    def read(real, meta_value):
+        def value(t: torch.Tensor):
+            if not t.is_meta:
+                return real(t)
+            spy.host_reads += 1
+            return meta_value(t)
+
+        return value
+
+    monkeypatch.setattr(torch.Tensor, "item", read(item, lambda t: 1))
+    monkeypatch.setattr(torch.Tensor, "__bool__", read(as_bool, lambda t: True))
+    monkeypatch.setattr(
+        torch.Tensor, "tolist", read(tolist, lambda t: torch.ones(t.shape, dtype=t.dtype).tolist())
+    )
     yield spy

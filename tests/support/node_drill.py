@@ -1,10 +1,12 @@
-"""A two-node PyTorchJob on one machine, for node-loss drills (the test and the benchmark).
+"""A two-node PyTorchJob on one machine, for node-loss and drain drills (the tests and the benchmark).
 
 Each "node" is `trainer.launch` (the pod's command) with the env the training operator gives a
 worker pod: PET_NNODES, PET_RDZV_BACKEND c10d, PET_RDZV_ENDPOINT at worker-0, PET_MAX_RESTARTS. A
 node loss is a SIGKILL of its launcher and every worker under it, with no chance to clean up; a
-replacement is a new launcher with the same env, as the operator's recreated pod would be. The
-nodes share one checkpoint directory, as pods on FSx do.
+drain is the kubelet's SIGTERM, to the launcher (the pod's PID 1) only; a replacement is a new
+launcher with the same env, as the operator's recreated pod would be. The nodes share one
+checkpoint directory, as pods on FSx do. `operator_action` is what the operator makes of a pod's
+exit code.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ QUICK_DETECTION = {
     "PET_MONITOR_INTERVAL": "0.1",
     "PET_RDZV_CONF": "keep_alive_interval=1,keep_alive_max_attempt=5",
 }
+
+
+def operator_action(exit_code: int) -> str:
+    """The training operator's `ExitCode` restart policy for a worker pod's exit code (v1.9.4,
+    pkg/util/train/train_util.go IsRetryableExitCode: 128 and above; the pod is recreated), other
+    failures permanent; 0 completes the pod, and an elastic PyTorchJob is Succeeded as soon as one
+    worker pod completes (pkg/controller.v1/pytorch/pytorchjob_controller.go)."""
+    if exit_code == 0:
+        return "job succeeded"
+    return "pod recreated" if exit_code >= 128 else "job failed"
 
 
 def descendants(pid: int) -> list[int]:
@@ -135,6 +147,10 @@ class TwoNodeJob:
         lost = time.monotonic()
         self.records()
         return lost
+
+    def drain(self, name: str) -> None:
+        """The kubelet's SIGTERM, to the node's launcher (PID 1) only, as a drain delivers it."""
+        os.kill(self.nodes[name].pid, signal.SIGTERM)
 
     def exit_code(self, name: str, timeout: float = 120) -> int:
         """Wait for one launcher to end on its own, and take it out of the job."""

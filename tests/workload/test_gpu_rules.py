@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from support.collective_spy import TRAINING_DEVICE, emulated_nccl
 from trainer import preflight
-from trainer.data import TokenWindows, write_synthetic_dataset
+from trainer.data import Prefetcher, TokenWindows, write_synthetic_dataset
 from trainer.distributed import DistContext
 from trainer.metrics import Window, validation_loss
 from trainer.model import MODEL_SIZES, Transformer
@@ -52,7 +53,6 @@ def test_the_trainers_collectives_follow_each_groups_device(monkeypatch, tmp_pat
 
 def test_the_spy_refuses_a_cpu_tensor_on_the_default_group(monkeypatch):
     """The rule the tests above rely on, as NCCL states it."""
-    import pytest
     import torch.distributed as dist
 
     with emulated_nccl(monkeypatch), pytest.raises(RuntimeError, match="device type cpu"):
@@ -63,7 +63,6 @@ def test_a_jobs_own_node_check_runs_before_step_0_and_fails_the_job_for_good(mon
     """On an EFA group the default trainer checks the nodes it got before its first step: devices,
     the network NCCL chose, bus bandwidth. A failure exits 3, which the PyTorchJob's ExitCode policy
     treats as permanent; nothing trains over TCP."""
-    import pytest
     import torch.distributed as dist
     from trainer.config import parse_args
     from trainer.resilience import PREFLIGHT_EXIT_CODE
@@ -102,3 +101,46 @@ def test_a_jobs_own_node_check_runs_before_step_0_and_fails_the_job_for_good(mon
     assert any(p.startswith("the collectives use") and "not EFA" in p for p in problems)
     assert any(p.startswith("all-reduce bus bandwidth") for p in problems)
     assert (tmp_path / "termination-log").read_text().startswith(problems[0][:40])
+
+
+def test_the_agreement_reads_its_flags_back_once_a_step(monkeypatch):
+    """Every step's decision is one all-reduce and one read back to the host: on a GPU each read
+    waits for the stream, so four flags read one by one were four syncs a step."""
+    with emulated_nccl(monkeypatch) as spy:
+        decision = Agreement(gpu_context(), checkpoint_seconds=0).decide(stop=False)
+    assert decision == Decision(stop=True, checkpoint_due=True, any_writing=True, any_uploading=True)
+    assert spy.host_reads == 1
+
+
+def test_batches_are_pinned_and_handed_over_contiguous(monkeypatch, tmp_path):
+    """A pinned view keeps its strides (aten's _pin_memory), and CUDA copies a non-contiguous
+    tensor from a staging copy in pageable memory, synchronously, non_blocking or not. Pinning
+    itself needs CUDA: here every tensor the prefetcher pins is recorded instead."""
+    data = TokenWindows(write_synthetic_dataset(tmp_path / "d.bin", 20_000, 256), 256, 32, 0, 1)
+    pinned = []
+
+    def pin_memory(t: torch.Tensor) -> torch.Tensor:
+        pinned.append(t.is_contiguous())
+        return t
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    loader = Prefetcher(data, 0, 3, 4, depth=2, pin=True)
+    try:
+        handed = [loader.next() for _ in range(3)]
+    finally:
+        loader.close()
+    assert pinned == [True] * 6
+    assert all(t.is_contiguous() for batch in handed for t in batch)
+    assert all(t.is_contiguous() for t in data.fixed_batch(0, 4))  # validation batches too
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs CUDA")
+def test_pinned_batches_on_a_gpu_machine(tmp_path):
+    data = TokenWindows(write_synthetic_dataset(tmp_path / "d.bin", 20_000, 256), 256, 32, 0, 1)
+    loader = Prefetcher(data, 0, 1, 4, depth=1, pin=True)
+    try:
+        inputs, targets = loader.next()
+    finally:
+        loader.close()
+    assert inputs.is_pinned() and targets.is_pinned()
+    assert inputs.is_contiguous() and targets.is_contiguous()

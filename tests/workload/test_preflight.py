@@ -1,13 +1,20 @@
-"""The EFA preflight check, run for real on CPU: torchrun with 2 gloo processes."""
+"""The EFA preflight check, run for real on CPU: torchrun with 2 gloo processes; and the order
+that lets it read NCCL's network on GPUs (NCCL's log set up before the process group), with NCCL
+faked."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 from support.paths import WORKLOAD
+from trainer import distributed
 from trainer import preflight as preflight_module
 from trainer.preflight import network_from_nccl_log, uses_efa
 
@@ -86,3 +93,94 @@ def test_efa_devices_are_counted_as_the_pod_was_given_them(tmp_path, monkeypatch
     (problem,) = preflight_module.local_problems(0, 32, preflight_module.torch.device("cpu"))
     assert "2 EFA devices given to the pod" in problem and "32 expected" in problem
     assert preflight_module.local_problems(0, 2, preflight_module.torch.device("cpu")) == []
+
+
+# --- NCCL's log: set before the process group exists ------------------------------------------
+
+
+class FakeNccl:
+    """NCCL as the check meets it. It reads NCCL_DEBUG and NCCL_DEBUG_FILE once, at its first log
+    line (ncclDebugInit, NCCL src/debug.cc), which comes as the communicator is created: at
+    init_process_group, given device_id. Its network line goes to that file, or to stdout."""
+
+    def __init__(self, network: str = "Libfabric"):
+        self.network = network
+        self.env_at_init: dict[str, str] = {}
+
+    def init_process_group(self, backend: str, device_id=None, timeout=None) -> None:
+        self.env_at_init = dict(os.environ)
+        if os.environ.get("NCCL_DEBUG") != "INFO":
+            return
+        line = f"ip-10-0-1-5:{os.getpid()}:7 [0] NCCL INFO Using network {self.network}\n"
+        if "NCCL_DEBUG_FILE" in os.environ:
+            Path(os.environ["NCCL_DEBUG_FILE"]).write_text(line)
+        else:
+            sys.stdout.write(line)
+
+
+@pytest.fixture
+def nccl(monkeypatch, tmp_path) -> FakeNccl:
+    """A process on a GPU node about to join its process group, with NCCL faked and the
+    environment torchrun gives it restored afterwards."""
+    names = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    for name in (*names, "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)  # now restored (unset) after the test, whoever sets it
+    # raising=False: so that, without the attribute, the test fails on what NCCL saw.
+    monkeypatch.setattr(preflight_module, "NCCL_LOG_DIR", tmp_path / "nccl", raising=False)
+    fake = FakeNccl()
+    monkeypatch.setattr(distributed, "training_device", lambda local_rank: torch.device("cuda", local_rank))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", fake.init_process_group)
+    return fake
+
+
+class Joined(Exception):
+    """The process group exists: what NCCL saw is recorded, nothing more is needed."""
+
+
+@pytest.mark.parametrize("entrypoint", ["trainer.preflight", "trainer.train"])
+def test_nccl_is_told_where_to_log_before_the_process_group_exists(nccl, monkeypatch, entrypoint):
+    """Both entrypoints that run the check: the standalone preflight, and the trainer checking its
+    own nodes before step 0 (an EFA group's PyTorchJob)."""
+    from trainer import train
+
+    def joined(*args, **kwargs):
+        raise Joined
+
+    monkeypatch.setattr(distributed, "control_group", joined)
+    with pytest.raises(Joined):
+        if entrypoint == "trainer.preflight":
+            preflight_module.main(["--efa-per-node", "32"])
+        else:
+            train.main(["--preflight-efa-per-node", "32"])
+    seen = nccl.env_at_init
+    assert (seen.get("NCCL_DEBUG"), seen.get("NCCL_DEBUG_SUBSYS")) == ("INFO", "INIT,NET")
+    assert seen.get("NCCL_DEBUG_FILE") == str(preflight_module.nccl_log_file())
+    assert Path(seen["NCCL_DEBUG_FILE"]).parent.is_dir()  # NCCL opens the file, it makes no directory
+
+
+def test_the_check_finds_the_network_nccl_logged_at_init(nccl, monkeypatch, tmp_path, capsys):
+    """The standalone preflight on two EFA nodes, NCCL faked: the network line NCCL wrote when the
+    communicator was created is the one the check reads, and it is echoed to stderr for
+    `trainstack doctor` (with a log file set, NCCL writes nothing to the output)."""
+    pod = tmp_path / "dev-infiniband"
+    pod.mkdir()
+    for name in ("uverbs0", "uverbs1"):
+        (pod / name).touch()
+    monkeypatch.setattr(preflight_module, "RDMA_DEVICES", pod)
+    monkeypatch.setattr(preflight_module, "TERMINATION_LOG", tmp_path / "termination-log")
+    monkeypatch.setattr(preflight_module, "bus_bandwidth", lambda device, size_mb, iters: 250.0)
+    monkeypatch.setattr(distributed, "control_group", lambda timeout: "control")
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(
+        dist, "all_gather_object", lambda out, obj, group=None: out.__setitem__(slice(None), [obj] * len(out))
+    )
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
+
+    assert preflight_module.main(["--efa-per-node", "2", "--min-bus-bandwidth", "200"]) == 0
+    out, err = capsys.readouterr()
+    r = report(subprocess.CompletedProcess([], 0, out, err))
+    assert (r["ok"], r["network"], r["problems"]) == (True, "Libfabric", [])
+    assert "NCCL INFO Using network Libfabric" in err

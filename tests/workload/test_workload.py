@@ -204,6 +204,8 @@ RAY_ON_A_LAPTOP = {
 
 @pytest.mark.slow(seconds=45)  # mostly Ray's own start-up: a local cluster, then actors per run
 def test_ray_train_trains_and_resumes(tmp_path):
+    from trainer.ray_train import UPLOADS
+
     script = f"""
 import sys
 from trainer.ray_train import main
@@ -239,6 +241,8 @@ assert main(fresh + ["--steps", "30"]) == 0
     assert loss[20] < loss[5]
     assert checkpoint.complete_steps(tmp_path / "ckpt") == [10, 20]
     assert checkpoint.complete_steps(tmp_path / "fresh")[-1] == 30
+    # Ray uploaded in the background from hard links, and removed each set once uploaded.
+    assert list((tmp_path / "ckpt" / UPLOADS).iterdir()) == []
     # Ray Train holds the checkpoints too, assembled from each worker's own files (no copies).
     reported = [p for p in (tmp_path / "ray").rglob("checkpoint_*") if p.is_dir()]
     assert reported
@@ -256,7 +260,8 @@ def test_ray_trainer_uses_rays_fault_tolerance():
     trainer = build_trainer(["--num-workers", "2", "--s3-checkpoints", "s3://bucket/checkpoints/job"])
     run = trainer.run_config
     assert run.failure_config.max_failures == 3
-    assert run.storage_path == "s3://bucket/checkpoints/job/ray"  # storage every node reaches
+    # Storage every node reaches: the checkpoints' prefix, so Ray registers them where they are.
+    assert (run.storage_path, run.name) == ("s3://bucket/checkpoints", "job")
     assert build_trainer(["--max-failures", "5"]).run_config.failure_config.max_failures == 5
 
 

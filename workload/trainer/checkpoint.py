@@ -3,7 +3,8 @@
 Layout: <root>/step_00000120/ holds the DCP files of step 120: one `__<rank>_0.distcp` per rank and
 `.metadata`. Rank 0 writes the marker `COMPLETE` last, atomically, once every rank's files are on
 disk; a directory without it is torn and never loaded. With S3, each rank uploads its own files,
-rank 0 the metadata, and the marker goes up last, so S3 obeys the same rule.
+rank 0 the metadata, and the marker goes up last, so S3 obeys the same rule (and Ray Train registers
+an S3 step only once its marker is there: trainer.ray_train).
 
 `--checkpoint-dir` may be node-local (each node keeps its own ranks' files) or shared by all
 nodes; the store finds out which at start. Resuming, the ranks agree on a step every rank can
@@ -11,6 +12,11 @@ load: the newest complete one in S3 when S3 is set (fetched by one process per n
 process in all on a shared volume), else the newest complete step every rank sees. Every node
 prunes its own copies. Transfers wait on the long-timeout control group, never on the training
 collectives' timeout.
+
+A background save copies the state into one host staging buffer that the store keeps for the run
+(pinned when CUDA is there), and the next save reuses it only once the previous write is done. A
+copy from elsewhere (S3, Ray's restored checkpoint) is filled in a staging directory and renamed
+into place whole, so a copy cut short never looks complete either.
 """
 
 from __future__ import annotations
@@ -23,10 +29,14 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from trainer import storage
@@ -104,16 +114,53 @@ def s3_complete_steps(s3_uri: str) -> list[int]:
     )
 
 
+def _install(path: Path, fill: Callable[[Path], None]) -> None:
+    """Put a whole checkpoint at `path`: `fill` writes it into a staging directory unique to this
+    process (two nodes on a shared volume never write the same one), renamed at the end."""
+    staging = path.parent / f".{path.name}.incoming-{socket.gethostname()}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        fill(staging)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # only what a failure left: a rename moved it
+
+
 def fetch_from_s3(root: Path, s3_uri: str, step: int) -> None:
-    """Download one complete S3 checkpoint into root, through a staging directory that is unique
-    to this process (two nodes on a shared volume never write the same one) and renamed at the end."""
+    """Download one complete S3 checkpoint into root (replacing a partial local copy)."""
     path = step_dir(root, step)
     bucket, prefix = storage.split_s3_uri(s3_uri)
-    staging = root / f".{path.name}.download-{socket.gethostname()}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    storage.download_prefix(bucket, f"{prefix}/{path.name}", staging)
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(staging, path)
+    _install(path, lambda staging: storage.download_prefix(bucket, f"{prefix}/{path.name}", staging))
+
+
+def install_copy(root: Path, source: Path) -> int:
+    """Copy a complete checkpoint directory from elsewhere (Ray's restored one) into root; return
+    its step. A step root already holds complete is left as it is."""
+    step = marker_step(source)
+    path = step_dir(root, step)
+    if not (path / MARKER).is_file():
+        try:
+            _install(path, lambda staging: shutil.copytree(source, staging))
+        except OSError:
+            if not (path / MARKER).is_file():
+                raise
+            # Another node on a shared volume renamed the same copy into place first.
+    return step
+
+
+def staging_options() -> StagingOptions:
+    """One staging buffer for the run: pinned, filled by non-blocking copies, when CUDA is there.
+
+    Pinning and non-blocking copies need CUDA (DefaultStager raises without an accelerator;
+    StateDictStager ignores pin_memory without CUDA). Staging stays synchronous: the loop's next
+    optimizer step would change the state under a background copy. No shared memory: the writer
+    is a thread (dcp.async_save's default), not a process.
+    """
+    cuda = torch.cuda.is_available()
+    return StagingOptions(
+        use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=cuda
+    )
 
 
 class CheckpointStore:
@@ -130,6 +177,11 @@ class CheckpointStore:
         self.volume_writer = self.rank == 0 if self.shared else self.local_rank == 0
         self._upload: tuple[Path, threading.Thread] | None = None
         self._upload_error: Exception | None = None
+        # torch/distributed/checkpoint/_state_dict_stager.py (StateDictStager): staged storages are
+        # cached per source storage and copied into again by each save, where dcp.async_save's own
+        # stager (state_dict_saver.py) allocates the whole state afresh, unpinned, every save.
+        self.stager = DefaultStager(staging_options())
+        self._writing: Future | None = None
 
     def _gather(self, value) -> list:
         found: list = [None] * dist.get_world_size()
@@ -243,13 +295,27 @@ class CheckpointStore:
         path = step_dir(self.root, step)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
+        # One writer thread per rank (FileSystemWriter's thread_count=1): a node's ranks already
+        # write their own files at once (8 on p4d/p5), and fsync hands the kernel all of a file's
+        # pages together, so more threads per rank add files to upload, not disk throughput.
+        if self._writing is not None:  # the staging buffer is that write's source until it is on disk
+            self._writing.result()
+            self._writing = None
         if background:
-            # Staged to memory now, written by a thread; its collectives use the control group.
-            future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.control)
+            # Staged into the buffer now, written by a thread; its collectives use the control group.
+            future = dcp.async_save(
+                state, checkpoint_id=str(path), process_group=self.control, async_stager=self.stager
+            )
+            self._writing = future
         else:
             dcp.save(state, checkpoint_id=str(path), process_group=self.control)
             future = None
         return PendingSave(self, step, path, keep, future)
+
+    def close(self) -> None:
+        """Release the staging buffer for the end of the run. Safe on an error path too: a write
+        still running holds its staged state itself, and the pinning ends when that is freed."""
+        self.stager.close()
 
 
 class PendingSave:

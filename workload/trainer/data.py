@@ -41,7 +41,8 @@ def write_synthetic_dataset(path: Path, n_tokens: int, vocab_size: int, seed: in
             t = (a * t + b) % vocab_size
         i += length
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    # A name per process: nodes sharing the cache (a shared file system) each write their own.
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     out.astype(token_dtype(vocab_size)).tofile(tmp)
     os.replace(tmp, path)
     return path
@@ -82,7 +83,10 @@ class TokenWindows:
             ]
         )
         data = torch.from_numpy(rows)
-        return data[:, :-1], data[:, 1:]
+        # Contiguous, not two views of one buffer: a pinned view keeps the view's strides, and
+        # CUDA copies a non-contiguous tensor through an unpinned staging copy, synchronously
+        # (non_blocking or not).
+        return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
     def fixed_batch(self, index: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The same held-out windows every time (validation): batch `index` of this rank."""

@@ -14,6 +14,14 @@ Two things stand between torchrun and a job that survives a node loss under the 
   permanent. Exiting 138 instead (the operator's code for a retryable failure) has the operator
   recreate the pod: it meets worker-0's replacement in a new rendezvous and resumes from the newest
   complete checkpoint.
+
+A drain (node repair, a version roll, a Spot reclaim) is the kubelet's SIGTERM to the pod's PID 1,
+this launcher. torchrun's handler raises SignalException (torch/distributed/elastic/multiprocessing/
+api.py), its agent forwards SIGTERM to the workers and waits for them up to its shutdown timeout
+(TORCH_ELASTIC_SHUTDOWN_TIMEOUT, which the stack sets under the pod's grace period; torch >= 2.12,
+torch/distributed/launcher/api.py LaunchConfig) before SIGKILL, then re-raises. The workers save
+the step every rank agreed on and exit retryable (trainer.resilience.Drained); this launcher then
+exits 128 + the signal, retryable too, instead of the traceback's 1 that would fail the job.
 """
 
 from __future__ import annotations
@@ -22,9 +30,10 @@ import os
 import sys
 
 from torch.distributed import run
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-from trainer.resilience import RETRYABLE_EXIT_CODE
+from trainer.resilience import RETRYABLE_EXIT_CODE, signal_exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return RETRYABLE_EXIT_CODE
+    except SignalException as exc:
+        code = signal_exit_code(exc.sigval)
+        print(
+            f"launch: {exc.sigval.name} (a drain): the workers were stopped, each after saving the step "
+            f"the ranks agreed on. Exiting {code} so the pod is recreated and the job resumes there.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return code
     return 0
 
 

@@ -18,13 +18,19 @@ from trainer.data import TokenWindows
 from trainer.distributed import DistContext
 
 # Dense bf16 peak FLOP/s per GPU, for MFU (vendor datasheets). Matched in order against the CUDA
-# device name: the PCIe and NVL parts of H100 are slower than the SXM one.
+# device name: the PCIe and NVL parts of H100 are slower than the SXM one; "NVIDIA A10G" and
+# "NVIDIA A100-SXM4-80GB" both contain "A10", so A100 and A10G come before A10. The plan's copy
+# is domain/model_facts.py (tests/workload/test_model_facts.py holds them equal).
 PEAK_BF16_FLOPS = (
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
     ("H100", 989e12),  # SXM
     ("H200", 989e12),
     ("A100", 312e12),
+    # AWS's A10 variant (g5): NVIDIA publishes no datasheet; its tensor cores are slower than the
+    # A10's (https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/: 70 TFLOP/s).
+    ("A10G", 70e12),
+    ("A10", 125e12),  # NVIDIA A10 datasheet (also MosaicML Composer's speed_monitor.py)
     ("L40S", 362e12),
     ("L4", 121e12),
 )

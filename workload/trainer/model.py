@@ -7,6 +7,7 @@ head costs 65M parameters at a 32k vocabulary. Parameter counts and FLOPs below 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -117,6 +118,18 @@ class Block(nn.Module):
         return x + self.ffn(self.ffn_norm(x))
 
 
+class Head(nn.Linear):
+    """The output projection, and with `targets` the loss over it in one call: under FSDP2 the head
+    is one unit with the final norm, and a unit's hooks run per call of its modules. Called once per
+    loss chunk, FSDP2 would gather the unit again for the later chunks (one more all-gather of the
+    head each step, seen on two gloo ranks); called once, it is gathered once."""
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        if targets is None:
+            return super().forward(x)
+        return chunked_cross_entropy(super().forward, x, targets)
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -124,7 +137,7 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.head = Head(cfg.dim, cfg.vocab_size, bias=False)
         cos, sin = rope_tables(cfg)
         # Buffers, not parameters: recomputed, never checkpointed.
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -143,26 +156,24 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits, or with `targets` the mean cross-entropy computed in sequence chunks: the full
-        (batch, seq, vocab) fp32 logits never exist at once. Inside forward, so the FSDP-sharded
-        head is still gathered."""
+        (batch, seq, vocab) fp32 logits never exist at once."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, self.rope_cos, self.rope_sin)
-        x = self.norm(x)
-        if targets is None:
-            return self.head(x)
-        return chunked_cross_entropy(self.head, x, targets)
+        return self.head(self.norm(x), targets)
 
 
 LOSS_CHUNK_TOKENS = 8192
 
 
-def chunked_cross_entropy(head: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def chunked_cross_entropy(
+    project: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """Mean next-token cross-entropy; logits stay in the compute dtype, the loss math is fp32."""
     flat_x, flat_t = x.flatten(0, 1), targets.flatten()
     total = flat_x.new_zeros((), dtype=torch.float32)
     for start in range(0, flat_t.numel(), LOSS_CHUNK_TOKENS):
-        logits = head(flat_x[start : start + LOSS_CHUNK_TOKENS])
+        logits = project(flat_x[start : start + LOSS_CHUNK_TOKENS])
         total = total + F.cross_entropy(
             logits.float(), flat_t[start : start + LOSS_CHUNK_TOKENS], reduction="sum"
         )

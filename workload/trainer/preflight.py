@@ -8,6 +8,10 @@ all-reduces and rank 0 reports the bus bandwidth (nccl-tests' convention: algori
 2(n-1)/n) and the network NCCL chose, from NCCL's own log. On CPU (gloo) the same runs without
 device or EFA checks. Exit 0 when every check passes; 1 with a `preflight {json}` line, and the
 same message in the pod's termination log, saying what was measured and what to check.
+
+NCCL's own log says which network it chose, and NCCL reads where to write it once, at its first log
+line: `log_nccl_network` sets that up before the process group exists (this module's main, and the
+trainer's check of its own nodes, call it first).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ TERMINATION_LOG = Path("/dev/termination-log")
 # on the host, whatever the pod was given.
 RDMA_DEVICES = Path("/dev/infiniband")
 _NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.MULTILINE)
+# Where NCCL writes each process's log for the check to read (NCCL_DEBUG_FILE).
+NCCL_LOG_DIR = Path(tempfile.gettempdir()) / "trainstack-nccl"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,6 +49,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size-mb", type=int, default=256, help="all-reduce message size")
     p.add_argument("--iters", type=int, default=20)
     return p.parse_args(argv)
+
+
+def nccl_log_file() -> Path:
+    """This process's NCCL log. The pid is written out rather than left to NCCL's %p: the check
+    reads its own file, not those of the node's other ranks or of workers before a restart."""
+    return NCCL_LOG_DIR / f"nccl.{os.getpid()}.log"
+
+
+def log_nccl_network() -> None:
+    """Have NCCL log its init and network lines to `nccl_log_file()`. Before the process group
+    exists: NCCL reads NCCL_DEBUG and NCCL_DEBUG_FILE once, at its first log line (ncclDebugInit in
+    NCCL's src/debug.cc), and `init_distributed` creates the communicator at once (device_id)."""
+    NCCL_LOG_DIR.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("NCCL_DEBUG", "INFO")
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    os.environ["NCCL_DEBUG_FILE"] = str(nccl_log_file())
 
 
 def network_from_nccl_log(text: str) -> str | None:
@@ -113,18 +135,15 @@ def check_nodes(
 ) -> dict:
     """Every check over the ranks of `ctx`, on the nodes they run on; the report, on every rank.
 
-    Collectives run on the training device: the default group is NCCL on GPUs. NCCL writes its log to
-    a file for the check to read the network it chose; its network lines are echoed to stderr, where
+    Collectives run on the training device: the default group is NCCL on GPUs. NCCL's log, in the
+    file `log_nccl_network` named before the group existed, says the network it chose; with the
+    file set NCCL writes nothing to the output, so its network lines are echoed to stderr, where
     `trainstack doctor` reads them."""
-    log_dir = Path(tempfile.mkdtemp(prefix="nccl-"))
-    if ctx.device.type == "cuda" and "NCCL_DEBUG_FILE" not in os.environ:
-        os.environ.setdefault("NCCL_DEBUG", "INFO")
-        os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
-        os.environ["NCCL_DEBUG_FILE"] = str(log_dir / "nccl.%h.%p.log")
     problems = local_problems(gpus_per_node, efa_per_node, ctx.device)
     # Rounded once: the report and the message show the same figure, and the floor compares it.
     busbw = round(bus_bandwidth(ctx.device, size_mb, iters), 2)
-    nccl_log = "".join(p.read_text(errors="replace") for p in log_dir.glob("nccl.*"))
+    log_file = nccl_log_file()
+    nccl_log = log_file.read_text(errors="replace") if log_file.is_file() else ""
     chosen = [line for line in nccl_log.splitlines() if _NETWORK.search(line)]
     if chosen:
         sys.stderr.write("".join(f"{line}\n" for line in chosen))
@@ -134,8 +153,9 @@ def check_nodes(
     problems = [p for rank in gathered for p in rank]
     if efa_per_node and ctx.world_size > 1 and not uses_efa(network):
         problems.append(
-            f"the collectives use {network or 'an unknown network'}, not EFA: check the pods request "
-            "vpc.amazonaws.com/efa, the image's aws-ofi-nccl plugin is on LD_LIBRARY_PATH and FI_PROVIDER=efa"
+            f"the collectives use {network or f'an unknown network (no network line in {log_file})'}, "
+            "not EFA: check the pods request vpc.amazonaws.com/efa, the image's aws-ofi-nccl plugin is "
+            "on LD_LIBRARY_PATH and FI_PROVIDER=efa"
         )
     if min_bus_bandwidth and busbw < min_bus_bandwidth:
         problems.append(
@@ -161,6 +181,7 @@ def check_nodes(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    log_nccl_network()
     ctx = init_distributed()
     report = check_nodes(
         ctx, args.gpus_per_node, args.efa_per_node, args.min_bus_bandwidth, args.size_mb, args.iters

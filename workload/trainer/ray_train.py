@@ -3,53 +3,126 @@
     python -m trainer.ray_train --num-workers 16 --use-gpu --model 1b --steps 2000 \\
         --checkpoint-dir /checkpoints --s3-checkpoints s3://bucket/checkpoints/job
 
-Ray Train starts one worker per GPU and sets up torch.distributed; each worker runs the same
-training loop, data sharding and checkpoint code as the torchrun path. Ray's own fault tolerance
-is used, not bypassed: every finished checkpoint is reported to Ray Train (each worker its own
-shard files, so Ray assembles one checkpoint without copies), a restarted worker group resumes
-from `ray.train.get_checkpoint()`, `FailureConfig(max_failures)` bounds the restarts, and the run
-state lives in `--storage-path`, which defaults to S3 next to the checkpoints: multi-node runs need
-storage every node reaches.
+Ray Train starts one worker per GPU and sets up torch.distributed (with `--collective-timeout`);
+each worker runs the same training loop, data sharding and checkpoint code as the torchrun path.
+Ray's own fault tolerance is used, not bypassed: every finished checkpoint is registered with Ray
+Train, `FailureConfig(max_failures)` bounds the restarts, and a restarted worker group resumes from
+the newest complete checkpoint. No checkpoint is uploaded twice:
+
+- With `--s3-checkpoints` the run lives at that prefix (storage path its parent, name its last
+  part), so the step directories the trainer mirrors there are inside Ray's run and Ray registers
+  them where they are (`NO_UPLOAD`), each once its S3 marker is there. A restart resumes from S3's
+  newest complete step, as under torchrun.
+- Without, each worker hands Ray its own files of the checkpoint (hard links on the checkpoint
+  volume), which Ray uploads to `--storage-path` in the background (`ASYNC`); a restart copies Ray's
+  checkpoint onto the volume. Multi-node runs need a storage path every node reaches.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import ray
 import ray.train
 import torch
-import torch.distributed as dist
-from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import (
+    Checkpoint,
+    CheckpointConfig,
+    CheckpointUploadMode,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+)
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from trainer import checkpoint
+from trainer import checkpoint, storage
 from trainer.config import TrainConfig, parse_args
 from trainer.distributed import DistContext, control_group
-from trainer.resilience import FAILED_EXIT_CODE
+from trainer.resilience import FAILED_EXIT_CODE, Drained
 from trainer.train import train
 
-
-def report_checkpoint(rank: int, step: int, path: Path, metrics: dict) -> None:
-    """Report a finished checkpoint to Ray Train: this worker's own files only."""
-    with tempfile.TemporaryDirectory() as staging:
-        for file in checkpoint.rank_files(path, rank):
-            if _same_fs(file, staging):
-                os.link(file, Path(staging) / file.name)
-            else:
-                shutil.copy2(file, staging)
-        if rank == 0:
-            shutil.copy2(path / checkpoint.MARKER, staging)
-        ray.train.report({**metrics, "checkpoint_step": step}, checkpoint=Checkpoint.from_directory(staging))
+# Where a worker links its files for Ray's background upload (on the checkpoint volume: a hard
+# link, never a copy); Ray deletes each directory once uploaded, a restart what a failure left.
+UPLOADS = ".ray-uploads"
 
 
-def _same_fs(file: Path, directory: str) -> bool:
-    return os.stat(file).st_dev == os.stat(directory).st_dev
+class RayCheckpoints:
+    """Registers the trainer's finished checkpoints with Ray Train (every worker calls it alike:
+    `ray.train.report` is a barrier across workers)."""
+
+    def __init__(self, rank: int, root: Path, s3_uri: str | None):
+        self.rank, self.root, self.s3_uri = rank, root, s3_uri
+        self.unregistered: int | None = None
+
+    def finished(self, step: int, path: Path) -> None:
+        """`on_checkpoint`: `step` is complete on the volumes; its S3 copy may still be uploading."""
+        if self.s3_uri is None:
+            self.upload(step, path)
+            return
+        # PendingSave.finish settles the previous checkpoint's upload (S3 marker last) before it
+        # marks this one, so the previous step is complete in S3 by now.
+        if self.unregistered is not None:
+            self.register(self.unregistered)
+        self.unregistered = step
+
+    def flush(self) -> None:
+        """After train() returns: Loop.run has settled every upload, the last marker included."""
+        if self.unregistered is not None:
+            self.register(self.unregistered)
+            self.unregistered = None
+
+    def register(self, step: int) -> None:
+        """Ray records the S3 copy where it is (ray/train/v2/_internal/execution/context.py,
+        TrainContext.report: NO_UPLOAD takes a checkpoint inside the run's directory as is)."""
+        found = None
+        if self.rank == 0:  # Ray keeps the first worker's checkpoint (report_handler.py)
+            bucket, prefix = storage.split_s3_uri(self.s3_uri)
+            filesystem = ray.train.get_context().get_storage().storage_filesystem
+            path = checkpoint.step_dir(Path(bucket, prefix), step).as_posix()  # pyarrow's path: no s3://
+            found = Checkpoint(path=path, filesystem=filesystem)
+        ray.train.report(
+            {"checkpoint_step": step}, checkpoint=found, checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD
+        )
+
+    def upload(self, step: int, path: Path) -> None:
+        """This worker's own files (rank 0 adds the marker), uploaded by Ray on its upload thread,
+        which deletes the links when done (ASYNC's default)."""
+        uploads = self.root / UPLOADS
+        uploads.mkdir(exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{path.name}-rank{self.rank}-", dir=uploads))
+        files = checkpoint.rank_files(path, self.rank) + (
+            [path / checkpoint.MARKER] if self.rank == 0 else []
+        )
+        for file in files:
+            try:
+                os.link(file, staging / file.name)
+            except OSError:  # a volume without hard links
+                shutil.copy2(file, staging / file.name)
+        ray.train.report(
+            {"checkpoint_step": step},
+            checkpoint=Checkpoint.from_directory(staging),
+            checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
+        )
+
+
+def restore(cfg: TrainConfig, local_rank: int) -> None:
+    """Before training, on a restarted worker group. With S3 nothing to do: the store resumes from
+    S3's newest complete step, never older than the one Ray registered. Without, one process per
+    node copies Ray's checkpoint onto the volume, and drops the links a failure left unuploaded."""
+    if cfg.s3_checkpoints or local_rank != 0:
+        return
+    cfg.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(cfg.checkpoint_dir / UPLOADS, ignore_errors=True)
+    restored = ray.train.get_checkpoint()
+    if restored is not None:
+        with restored.as_directory() as directory:
+            checkpoint.install_copy(cfg.checkpoint_dir, Path(directory))
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -61,20 +134,36 @@ def train_loop_per_worker(config: dict) -> None:
     control = control_group(cfg.transfer_timeout)
     rank = context.get_world_rank()
     ctx = DistContext(rank, context.get_world_size(), context.get_local_rank(), device, control)
-    restored = ray.train.get_checkpoint()
-    if restored is not None:  # a worker group restarted by Ray after a failure
-        with restored.as_directory() as directory:
-            step = checkpoint.marker_step(Path(directory))
-            target = checkpoint.step_dir(cfg.checkpoint_dir, step)
-            if ctx.local_rank == 0 and not (target / checkpoint.MARKER).is_file():
-                shutil.copytree(directory, target, dirs_exist_ok=True)
-            dist.barrier(group=control)
-    train(
-        cfg,
-        ctx,
-        report=lambda metrics: ray.train.report({k: v for k, v in metrics.items() if v is not None}),
-        on_checkpoint=lambda step, path: report_checkpoint(rank, step, path, {"step": step}),
-    )
+    restore(cfg, ctx.local_rank)  # the store's first collectives wait for every node's copy
+    checkpoints = RayCheckpoints(rank, cfg.checkpoint_dir, cfg.s3_checkpoints or None)
+    try:
+        train(
+            cfg,
+            ctx,
+            report=lambda metrics: ray.train.report({k: v for k, v in metrics.items() if v is not None}),
+            on_checkpoint=checkpoints.finished,
+        )
+    except Drained:  # a SIGTERM stopped it, its checkpoint saved and settled all the same
+        checkpoints.flush()
+        raise
+    checkpoints.flush()
+
+
+def run_location(cfg: TrainConfig, storage_path: str) -> tuple[str, str]:
+    """Ray's storage path and run name. With S3 checkpoints the run is their prefix, so Ray
+    registers them in place (NO_UPLOAD only takes checkpoints inside the run's directory)."""
+    if not cfg.s3_checkpoints:
+        return storage_path or "/tmp/ray-results", f"trainstack-{cfg.model}"
+    if storage_path:
+        raise ValueError(
+            "--storage-path: with --s3-checkpoints, Ray's run is the checkpoints' prefix "
+            f"({cfg.s3_checkpoints}); leave --storage-path unset"
+        )
+    bucket, prefix = storage.split_s3_uri(cfg.s3_checkpoints)
+    if not prefix:
+        raise ValueError(f"--s3-checkpoints: a prefix inside the bucket is needed: {cfg.s3_checkpoints!r}")
+    parent = PurePosixPath(bucket, prefix)
+    return f"s3://{parent.parent}", parent.name
 
 
 def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
@@ -85,23 +174,33 @@ def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
     parser.add_argument("--use-gpu", action="store_true")
     parser.add_argument("--max-failures", type=int, default=3, help="worker-group restarts Ray may make")
     parser.add_argument(
-        "--storage-path", default="", help="Ray Train run state (default: <s3-checkpoints>/ray, else local)"
+        "--storage-path",
+        default="",
+        help="Ray Train run state without --s3-checkpoints (default: local); with them, their prefix",
     )
     ray_args, rest = parser.parse_known_args(argv)
     cfg = parse_args(rest)
-    storage = ray_args.storage_path or (
-        f"{cfg.s3_checkpoints.rstrip('/')}/ray" if cfg.s3_checkpoints else "/tmp/ray-results"
-    )
+    try:
+        storage_path, name = run_location(cfg, ray_args.storage_path)
+    except ValueError as err:
+        parser.error(str(err))
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=cfg.to_dict(),
         scaling_config=ScalingConfig(num_workers=ray_args.num_workers, use_gpu=ray_args.use_gpu),
-        torch_config=TorchConfig(backend="nccl" if ray_args.use_gpu else "gloo"),
+        # ray/train/torch/config.py: timeout_s is init_process_group's timeout for the training group.
+        torch_config=TorchConfig(
+            backend="nccl" if ray_args.use_gpu else "gloo", timeout_s=math.ceil(cfg.collective_timeout)
+        ),
         run_config=RunConfig(
-            name=f"trainstack-{cfg.model}",
-            storage_path=storage,
+            name=name,
+            storage_path=storage_path,
             failure_config=FailureConfig(max_failures=ray_args.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+            # The S3 copies are left to the bucket's lifecycle rule, as under torchrun: Ray would
+            # delete the ones it no longer keeps.
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=None if cfg.s3_checkpoints else cfg.keep_checkpoints
+            ),
         ),
     )
 

@@ -1,9 +1,10 @@
 """What ends or pauses training, and how each process exits.
 
 Across nodes the ranks agree on everything that ends or pauses training: a SIGTERM on any node
-(eviction, Spot reclaim) makes every rank save the same step and stop; checkpoint times come from
-one clock. A rank that stops making progress dumps its stacks and exits for a restart; a job whose
-own nodes fail their check exits for good. Every exit code the workload chooses is defined here,
+(a drain, a Spot reclaim) makes every rank save the same step and exit retryable, so the job
+resumes from that step once the drained node is replaced; checkpoint times come from one clock. A
+rank that stops making progress dumps its stacks and exits for a restart; a job whose own nodes
+fail their check exits for good. Every exit code the workload chooses is defined here,
 the launcher's (trainer.launch) included.
 """
 
@@ -38,6 +39,20 @@ WATCHDOG_EXIT_CODE = 86
 RETRYABLE_EXIT_CODE = 138
 
 
+def signal_exit_code(signum: int) -> int:
+    """The exit after a signal from outside (trainer.launch's, for any signal torchrun forwards):
+    128 + the signal, as a shell reports a process the signal ended; retryable."""
+    return 128 + signum
+
+
+# A drain (node repair, a version roll, a Spot reclaim): the kubelet's SIGTERM reaches the launcher,
+# which forwards it to its workers; every rank saves the same step and exits this (143), as does the
+# launcher. Retryable on every node: no pod completes (the operator marks an elastic PyTorchJob
+# Succeeded as soon as one does), the drained one is recreated, and the others' torchrun restarts
+# its workers, which wait in the rendezvous for it and resume from the drain's checkpoint.
+DRAINED_EXIT_CODE = signal_exit_code(signal.SIGTERM)
+
+
 class StopRequested:
     """Turns SIGTERM into a checkpoint at the end of the current step (agreed across ranks)."""
 
@@ -70,7 +85,8 @@ class Agreement:
         )
         flags = torch.tensor([int(stop), int(due), int(writing), int(uploading)], device=self.ctx.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        return Decision(*(bool(flags[i]) for i in range(len(flags))))
+        # One read back to the host: on a GPU each read waits for the stream (a sync per flag).
+        return Decision(*(bool(flag) for flag in flags.tolist()))
 
 
 @dataclass(frozen=True)
@@ -129,3 +145,10 @@ class PreflightFailed(SystemExit):
     a permanent failure under the PyTorchJob's ExitCode restart policy (signals are 128+)."""
 
     code = PREFLIGHT_EXIT_CODE
+
+
+class Drained(SystemExit):
+    """Every rank saved the step they agreed on after a SIGTERM, before the last step: exit
+    DRAINED_EXIT_CODE (retryable), never 0, which would end an elastic PyTorchJob as Succeeded."""
+
+    code = DRAINED_EXIT_CODE

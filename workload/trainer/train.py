@@ -23,17 +23,18 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, mlflow_run, preflight
+from trainer import checkpoint, debug_dumps, mlflow_run, preflight
 from trainer.config import TrainConfig, parse_args
 from trainer.data import Prefetcher, TokenWindows, resolve_dataset, write_synthetic_dataset
 from trainer.distributed import DistContext, init_distributed
 from trainer.metrics import Window, log, peak_flops, validation_loss
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, flops_per_token
-from trainer.parallelize import build_model
+from trainer.parallelize import build_model, precompute_float8_scales
 from trainer.resilience import (
     PREFLIGHT_EXIT_CODE,
     Agreement,
     Decision,
+    Drained,
     PreflightFailed,
     StepWatchdog,
     StopRequested,
@@ -50,6 +51,8 @@ def train_step(
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
+    # float8: the next all-gathers' scales from the updated weights, in one all-reduce.
+    precompute_float8_scales(model)
     optimizer.zero_grad(set_to_none=True)
     return loss
 
@@ -105,7 +108,8 @@ def train(
     on_checkpoint: Callable[[int, Path], None] | None = None,
 ) -> dict:
     """Run the loop; `report` gets each metrics record, `on_checkpoint` each finished checkpoint.
-    Returns the last metrics record."""
+    Returns the last metrics record; raises Drained when a SIGTERM stopped it before the last step."""
+    debug_dumps.upload_dumps(cfg.s3_checkpoints, ctx.local_rank)
     if cfg.checks_own_nodes:
         check_own_nodes(cfg, ctx)
     return Loop(cfg, ctx, report, on_checkpoint).run()
@@ -169,12 +173,15 @@ class Loop:
         finally:
             self.watchdog.stop()
             self.loader.close()
+            self.store.close()  # the run's staging buffer; the last save is synchronous, without it
             if self.tracker:  # bounded: a server that is down costs at most its close timeout
                 self.tracker.close(finished=self.step >= self.cfg.steps)
         # Not on an error path: these are collectives, and a rank that failed would leave them hanging.
         if self.pending is not None:
             self.finish(self.pending, last=True)
         self.store.settle_uploads()
+        if self.step < self.cfg.steps:  # stopped by an agreed SIGTERM, its checkpoint saved
+            raise Drained()
         return self.last_record
 
     def one_step(self) -> bool:
@@ -271,6 +278,8 @@ class Loop:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
+    if cfg.checks_own_nodes:  # before the process group: NCCL reads its log settings once
+        preflight.log_nccl_network()
     ctx = init_distributed(cfg.collective_timeout, cfg.transfer_timeout)
     try:
         train(cfg, ctx)
