@@ -9,7 +9,6 @@ from __future__ import annotations
 
 # Where jobs run and as whom.
 TRAINING_NAMESPACE = "training"
-TRAINING_SERVICE_ACCOUNT = "trainer"
 TRACKING_NAMESPACE = "mlflow"  # the MLflow server the stack runs (tracking.mode: server)
 
 # Every object the stack creates in the cluster.
@@ -48,6 +47,25 @@ GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}
 # How pods (device plugins, jobs) tolerate GPU_TAINT.
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
+# SageMaker HyperPod (EKS orchestrator; its `ml.` instance types: domain.catalog.is_sagemaker_type):
+# its health agents label (and, when unhealthy, taint with the same key) its nodes, and its
+# job-auto-restart controller reads two PyTorchJob annotations (aws/sagemaker-hyperpod-cli,
+# src/sagemaker/hyperpod/cli/constants/command_constants.py). The stack places jobs by them and
+# `trainstack doctor` reads them back.
+HYPERPOD_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+HYPERPOD_SCHEDULABLE = "Schedulable"
+HYPERPOD_DEEP_HEALTH_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
+HYPERPOD_DEEP_HEALTH_PASSED = "Passed"
+HYPERPOD_CLUSTER_LABEL = "sagemaker.amazonaws.com/cluster-name"
+HYPERPOD_AUTO_RESUME_ANNOTATION = "sagemaker.amazonaws.com/enable-job-auto-resume"
+HYPERPOD_MAX_RETRY_ANNOTATION = "sagemaker.amazonaws.com/job-max-retry-count"
+# What a healthy node that passed the deep health checks carries.
+HYPERPOD_HEALTHY_LABELS = {
+    HYPERPOD_HEALTH_LABEL: HYPERPOD_SCHEDULABLE,
+    HYPERPOD_DEEP_HEALTH_LABEL: HYPERPOD_DEEP_HEALTH_PASSED,
+}
+
+
 # Kueue: every job the stack launches names its LocalQueue with this label; one LocalQueue per node
 # group (system included), named as the group.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -66,3 +84,10 @@ def autoscaler_discovery_tags(cluster_name: str) -> tuple[str, str]:
 
 
 NODE_TEMPLATE_TAG = "k8s.io/cluster-autoscaler/node-template"
+
+
+def job_service_account(job: str) -> str:
+    """A job's own service account in the training namespace, the only one its AWS identity is
+    given to (the stack writes it, `trainstack doctor` checks its pods' credentials). Prefixed, so
+    no job name ("default") can take an account the namespace already has."""
+    return f"job-{job}"

@@ -38,7 +38,7 @@ class JobSummary(TypedDict):
     nodeGroup: str
     nodes: int
     gpus: int  # nodes x the group's GPUs per node
-    hourlyUsd: float  # while it runs: nodes x the instance's on-demand price
+    hourlyUsd: float | None  # while it runs: nodes x the instance's on-demand price; None: unknown
     queue: str  # its Kueue LocalQueue
     # kubectl commands to follow it
     watch: str
@@ -66,7 +66,6 @@ class StackOutputs(TypedDict, total=False):
     # Always written.
     clusterName: str
     trainingNamespace: str
-    trainingServiceAccount: str
     gpuNodeGroups: dict[str, GpuNodeGroup]
     operators: Operators
     jobs: dict[str, JobSummary]

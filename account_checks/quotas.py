@@ -11,7 +11,7 @@ import pulumi_aws as aws
 
 from account_checks.report import Check
 from config import StackConfig
-from domain.catalog import INSTANCE_TYPES
+from domain.catalog import INSTANCE_TYPES, hardware_type
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ SPOT_QUOTAS = {
 
 
 def quota_family(instance_type: str) -> str:
-    family = re.match(r"[a-z]+", instance_type).group()
+    family = re.match(r"[a-z]*", hardware_type(instance_type)).group()
     if family.startswith("p"):
         return "p"
     if family.startswith(("g", "vt")):
@@ -46,22 +46,34 @@ def quota_checks(cfg: StackConfig, opts: pulumi.InvokeOptions) -> list[Check]:
     """vCPUs each EC2 quota must allow: every group at its largest. Capacity Blocks and capacity
     reservations are not counted against them."""
     system = cfg.cluster.system_node_group
-    groups = [("system", system.instance_type, system.max_size, "ON_DEMAND")]
+    # vCPUs per node: the system type from the catalog (config allows only its CPU types), each GPU
+    # group's from EC2's answer.
+    groups = [
+        (
+            "system",
+            system.instance_type,
+            INSTANCE_TYPES[system.instance_type].vcpus,
+            system.max_size,
+            "ON_DEMAND",
+        )
+    ]
     groups += [
-        (g.name, g.instance_type, g.node_count, g.capacity_type)
+        (g.name, g.instance_type, g.instance.vcpus, g.node_count, g.capacity_type)
         for g in cfg.gpu_node_groups
         if g.capacity_type != "CAPACITY_BLOCK" and not g.capacity_reservation_id
     ]
-    needed: dict[Quota, list[tuple[str, str, int]]] = {}
-    for name, instance_type, nodes, capacity in groups:
+    needed: dict[Quota, list[tuple[str, str, int, int]]] = {}
+    for name, instance_type, per_node, nodes, capacity in groups:
         table = SPOT_QUOTAS if capacity == "SPOT" else ON_DEMAND_QUOTAS
-        needed.setdefault(table[quota_family(instance_type)], []).append((name, instance_type, nodes))
+        needed.setdefault(table[quota_family(instance_type)], []).append(
+            (name, instance_type, per_node, nodes)
+        )
     checks = []
     for quota, users in needed.items():
-        vcpus = sum(INSTANCE_TYPES[t].vcpus * n for _, t, n in users)
+        vcpus = sum(per_node * n for _, _, per_node, n in users)
         found = aws.servicequotas.get_service_quota(service_code="ec2", quota_code=quota.code, opts=opts)
         value = int(found.value)
-        who = ", ".join(f"{name}: {n} x {t} at {INSTANCE_TYPES[t].vcpus} vCPUs" for name, t, n in users)
+        who = ", ".join(f"{name}: {n} x {t} at {per_node} vCPUs" for name, t, per_node, n in users)
         problem = None
         if value < vcpus:
             problem = (

@@ -11,11 +11,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import verl as verl_job
-from config.jobs import VerlConfig
+from config.jobs import HyperPodJobConfig, VerlConfig
 from conventions import (
+    HYPERPOD_DEEP_HEALTH_LABEL,
+    HYPERPOD_DEEP_HEALTH_PASSED,
+    HYPERPOD_HEALTH_LABEL,
+    HYPERPOD_SCHEDULABLE,
     JOB_LABEL,
     PART_OF,
 )
+from domain.catalog import is_sagemaker_type
 from domain.placement import Placement
 
 WORKDIR = "/opt/trainstack"
@@ -97,6 +102,7 @@ class JobSpec:
     wait: str  # none | admitted | running | succeeded
     timeout_minutes: int
     verl: VerlConfig | None = None  # VERL instead of the default trainer (Ray kinds)
+    hyperpod: HyperPodJobConfig = field(default_factory=HyperPodJobConfig)  # on a HyperPod group
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ class Checkpoints:
     uri: pulumi.Input[str] | None = None  # s3://.../checkpoints/<job>/
     credentials_secret: str | None = None  # a Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
     host_path: str | None = None  # <path>/<job> on every node, instead of S3
-    claim: str | None = None  # a shared file system (FSx) that exports to S3 itself, and
+    claim: str | None = None  # a shared file system (the stack's FSx, or the user's claim), and
     sub_path: str | None = None  # the job's directory in it
 
     def volume(self) -> dict[str, Any]:
@@ -260,12 +266,37 @@ def volumes(
     return vols, mounts
 
 
+def hyperpod_affinity(settings: HyperPodJobConfig) -> dict[str, Any]:
+    """HyperPod's own job placement (sagemaker-hyperpod-cli's NODE_AFFINITY_DICT and
+    DEEP_HEALTH_CHECK_PASSED_ONLY_NODE_AFFINITY_DICT, command_constants.py): nodes its health agents
+    call Schedulable, and those that passed the deep health checks preferred (weight 100) or required."""
+
+    def match(key: str, value: str) -> dict[str, Any]:
+        return {"key": key, "operator": "In", "values": [value]}
+
+    required = [match(HYPERPOD_HEALTH_LABEL, HYPERPOD_SCHEDULABLE)]
+    deep = match(HYPERPOD_DEEP_HEALTH_LABEL, HYPERPOD_DEEP_HEALTH_PASSED)
+    affinity: dict[str, Any] = {}
+    if settings.deep_health_check == "required":
+        required.append(deep)
+    else:
+        affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": 100, "preference": {"matchExpressions": [deep]}}
+        ]
+    affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": [{"matchExpressions": required}]
+    }
+    return {"nodeAffinity": affinity}
+
+
 def pod_template(
     args: TrainingJobArgs, container: dict[str, Any], labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
     placement = args.placement.pod_placement()
+    if is_sagemaker_type(args.placement.instance_type):
+        placement["affinity"] = hyperpod_affinity(args.spec.hyperpod)
     prep = verl_data_prep(args)
     if prep:
         vols, mounts = [*vols, prep["volume"]], [*mounts, prep["mount"]]

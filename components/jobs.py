@@ -36,12 +36,15 @@ from components.job_pods import (
     volumes,
 )
 from conventions import (
+    HYPERPOD_AUTO_RESUME_ANNOTATION,
+    HYPERPOD_MAX_RETRY_ANNOTATION,
     JOB_LABEL,
     NODE_GROUP_LABEL,
     PART_OF,
     QUEUE_LABEL,
     RAY_ROLE_LABEL,
 )
+from domain.catalog import is_sagemaker_type
 from domain.placement import RAY_HEAD, RAY_SUBMITTER
 from stack_outputs import JobSummary
 
@@ -69,13 +72,41 @@ def wait_annotations(kind: str, wait: str) -> dict[str, str]:
     return {"pulumi.com/waitFor": WAIT_FOR[(kind, wait)]}
 
 
+def hyperpod_annotations(args: TrainingJobArgs) -> dict[str, str]:
+    """HyperPod's auto-resume, for a PyTorchJob on its nodes: after a node fault its job-auto-restart
+    controller replaces the node and restarts the job, at most `maxRetries` times (the annotation
+    keys and the rule that both come together: sagemaker-hyperpod-cli's command_constants.py and
+    validators/job_validator.py)."""
+    if args.spec.kind != "PyTorchJob" or not is_sagemaker_type(args.placement.instance_type):
+        return {}
+    return {
+        HYPERPOD_AUTO_RESUME_ANNOTATION: "true",
+        HYPERPOD_MAX_RETRY_ANNOTATION: str(args.spec.hyperpod.max_retries),
+    }
+
+
+def worker_restarts(args: TrainingJobArgs) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the Worker's restart fields, the job's runPolicy). Exit codes 1-127 fail the job (a failed
+    node check, a bug); 128+ (a signal: node drained, spot reclaimed) restart the pod, which resumes
+    from its checkpoint. HyperPod's auto-resume needs restartPolicy OnFailure instead (AWS's "Running
+    jobs using the SageMaker HyperPod CLI", and the CLI's validate_hyperpod_related_fields): the
+    training operator's runPolicy.backoffLimit then bounds the in-place restarts a bug would loop
+    through (it sums the containers' restarts under OnFailure only: kubeflow/training-operator,
+    pkg/controller.v1/common/job.go, pastBackoffLimit)."""
+    if hyperpod_annotations(args):
+        return {"restartPolicy": "OnFailure"}, {"runPolicy": {"backoffLimit": args.spec.hyperpod.max_retries}}
+    return {"restartPolicy": "ExitCode"}, {}
+
+
 def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
     spec, p = args.spec, args.placement
     # torchrun through trainer.launch: a replacement node is admitted to the rendezvous, and losing
     # worker-0 (which hosts it) exits retryable, so the operator recreates the pods.
     command = list(spec.command) or ["python", "-m", "trainer.launch", "-m", "trainer.train"]
     container_args = list(spec.args) if spec.command else trainer_args(args)
+    restart, run_policy = worker_restarts(args)
     return {
+        **run_policy,
         # One process per GPU (one on a CPU node); the operator passes it to torchrun as PET_NPROC_PER_NODE.
         "nprocPerNode": str(p.gpus or 1),
         # c10d rendezvous, and torchrun restarts the workers after a failure (the declarative
@@ -90,9 +121,7 @@ def pytorchjob_spec(args: TrainingJobArgs) -> dict[str, Any]:
         "pytorchReplicaSpecs": {
             "Worker": {
                 "replicas": spec.nodes,
-                # Exit codes 1-127 fail the job (a failed node check, a bug); 128+ (a signal: node
-                # drained, spot reclaimed) restart the pod, which resumes from its checkpoint.
-                "restartPolicy": "ExitCode",
+                **restart,
                 "template": pod_template(
                     args, {"name": "pytorch", "command": command, "args": container_args}
                 ),
@@ -240,7 +269,7 @@ class TrainingJob(pulumi.ComponentResource):
                 "name": spec.name,
                 "namespace": args.namespace,
                 "labels": {**PART_OF, NODE_GROUP_LABEL: args.placement.group, QUEUE_LABEL: args.queue},
-                "annotations": wait_annotations(spec.kind, spec.wait),
+                "annotations": {**wait_annotations(spec.kind, spec.wait), **hyperpod_annotations(args)},
             },
             spec=build(args),
             opts=pulumi.ResourceOptions(
@@ -260,7 +289,7 @@ class TrainingJob(pulumi.ComponentResource):
             "nodeGroup": p.group,
             "nodes": spec.nodes,
             "gpus": spec.nodes * p.gpus,
-            "hourlyUsd": round(spec.nodes * p.hourly_usd, 4),
+            "hourlyUsd": None if p.hourly_usd is None else round(spec.nodes * p.hourly_usd, 4),
             "queue": args.queue,
             **watch_commands(spec.kind, spec.name, args.namespace),
         }

@@ -1,5 +1,11 @@
 """Cluster operators: NVIDIA and EFA device plugins, the Kubeflow training operator, KubeRay.
 
+On a cluster the stack did not create, the operators plane decides per operator whether the stack
+installs it or reuses the cluster's (account_checks/cluster_inventory.py): a reused one is not
+installed here (`HelmOperator.enabled` false), and the device plugins it installs select the nodes
+the config describes (`gpu_groups`), not labels only the stack's own groups carry. What it installed
+it records in a ConfigMap (`own_record`), so a later run knows its own operators from others'.
+
 Every upstream piece is installed from its official source at a pinned version (`RELEASES`,
 `TRAINING_OPERATOR`): Helm charts as real Helm releases (`helm list` shows them; atomic, so a
 failed install rolls back), the training operator as its upstream kustomize overlay at a full
@@ -19,6 +25,9 @@ import pulumi_kubernetes as k8s
 from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION
 
 HELM_TIMEOUT_SECONDS = 600
+# The kubelet's well-known label (k8s.io/api/core/v1 LabelInstanceTypeStable): on EKS the EC2 type, on
+# HyperPod the `ml.` type.
+INSTANCE_TYPE_NODE_LABEL = "node.kubernetes.io/instance-type"
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,9 @@ TRAINING_OPERATOR = KustomizeSource(
     "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
 )
 TRAINING_OPERATOR_DEPLOYMENT = ("kubeflow", "training-operator")
+# On a cluster the stack did not create: the operators it installed there, read by a later run
+# (account_checks/cluster_inventory.py) so it keeps them rather than reusing them as someone else's.
+OWN_RECORD = "trainstack-operators"
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,13 @@ class ClusterOperatorsArgs:
     kuberay: HelmOperator
     training_operator_enabled: bool
     training_operator_ref: str | None
+    kueue: HelmOperator | None = None  # installed by the queueing plane; here as decided
+    # A cluster the stack did not create: each GPU group's node labels as the config describes them
+    # (EFA groups apart), and what the stack installs there, recorded in `record_namespace`.
+    gpu_groups: dict[str, dict[str, str]] | None = None
+    efa_groups: dict[str, dict[str, str]] | None = None
+    own_record: dict[str, str] | None = None
+    record_namespace: k8s.core.v1.Namespace | None = None
 
 
 def nvidia_device_plugin_values() -> dict[str, Any]:
@@ -153,6 +172,31 @@ def efa_device_plugin_values() -> dict[str, Any]:
     # The chart matches every EFA instance type but tolerates nothing: add the GPU taint, and keep
     # it to nodes whose group has EFA turned on.
     return {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION]}
+
+
+def described_nvidia_values(groups: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Nodes the stack did not label: one affinity term per GPU group, its labels as the config
+    describes them (ORed terms, ANDed expressions: the scheduler's nodeAffinity)."""
+    terms = [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(labels.items())]}
+        for labels in groups.values()
+    ]
+    return {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+        },
+        "tolerations": [GPU_TOLERATION],
+    }
+
+
+def described_efa_values(groups: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Nodes the stack did not label: the chart's own affinity (supportedInstanceLabels, ORed per
+    key) narrowed to the EFA groups' instance types as their nodes carry them (`ml.` on HyperPod)."""
+    types = sorted({labels[INSTANCE_TYPE_NODE_LABEL] for labels in groups.values()})
+    return {
+        "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_NODE_LABEL], "values": types},
+        "tolerations": [GPU_TOLERATION],
+    }
 
 
 def kuberay_values(system_selector: dict[str, str]) -> dict[str, Any]:
@@ -193,10 +237,15 @@ class ClusterOperators(pulumi.ComponentResource):
         super().__init__("trainstack:operators:ClusterOperators", name, None, opts)
         self._args = args
         self.releases: dict[str, k8s.helm.v3.Release] = {}
+        self.kueue = args.kueue
         if args.any_gpu:  # a CPU-only cluster (kind) has nothing for it to do
-            self._helm("nvidiaDevicePlugin", args.nvidia_device_plugin, nvidia_device_plugin_values())
+            nvidia = (
+                described_nvidia_values(args.gpu_groups) if args.gpu_groups else nvidia_device_plugin_values()
+            )
+            self._helm("nvidiaDevicePlugin", args.nvidia_device_plugin, nvidia)
         if args.any_efa:
-            self._helm("efaDevicePlugin", args.efa_device_plugin, efa_device_plugin_values())
+            efa = described_efa_values(args.efa_groups) if args.efa_groups else efa_device_plugin_values()
+            self._helm("efaDevicePlugin", args.efa_device_plugin, efa)
         self.kuberay_crds = None
         if args.kuberay.enabled:
             self.kuberay_crds = k8s.yaml.v2.ConfigGroup(
@@ -226,6 +275,13 @@ class ClusterOperators(pulumi.ComponentResource):
                     depends_on=[*filter(None, [args.system_nodes])],
                     transforms=[on_system_nodes(args.system_selector)],
                 ),
+            )
+        if args.own_record is not None:
+            k8s.core.v1.ConfigMap(
+                f"{name}-own-record",
+                metadata={"name": OWN_RECORD, "namespace": args.record_namespace.metadata.name},
+                data=args.own_record,
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
             )
         self.register_outputs(
             {"helmReleases": list(self.installed_charts), "trainingOperator": self.training_operator_url}

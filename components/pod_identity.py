@@ -1,7 +1,8 @@
-"""IAM for training pods: an EKS Pod Identity association for the training service account.
+"""IAM for training pods: each job runs as its own service account, with an EKS Pod Identity
+association for it.
 
-Pods get the stack's bucket (list it, read/write objects), nothing else. Images are pulled by the
-kubelet with the node role, so pods need no ECR access. The node role stays minimal; pods never
+A job's pods get its own checkpoints/<job>/ (read and write) and datasets/ (read), nothing else.
+Images are pulled by the kubelet with the node role, so pods need no ECR access. The node role stays minimal; pods never
 reach it (IMDS hop limit 1). On an EKS cluster the stack did not create, the association may name a
 role the user brings; on a cluster outside AWS there is no association at all.
 """
@@ -18,7 +19,7 @@ import pulumi_kubernetes as k8s
 from components.bucket import CHECKPOINT_PREFIX, DATASET_PREFIX
 from components.cluster import Cluster
 from components.iam import service_trust
-from conventions import PART_OF, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
+from conventions import JOB_LABEL, PART_OF, TRAINING_NAMESPACE, job_service_account
 
 
 def pod_identity(
@@ -30,11 +31,13 @@ def pod_identity(
     service_account: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
     managed_policy_arn: str | None = None,
+    role_name: str | None = None,
 ) -> tuple[aws.iam.Role, pulumi.Resource, aws.eks.PodIdentityAssociation]:
     """A role that EKS Pod Identity gives one service account, with its inline policy (or, for a
     driver whose permissions AWS maintains, that managed policy)."""
     role = aws.iam.Role(
         f"{name}-role",
+        name=role_name,
         description=description,
         assume_role_policy=json.dumps(
             service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
@@ -80,57 +83,32 @@ class TrainingPodIdentityArgs:
     eks: EksAccess | None  # None: a cluster outside EKS, no AWS identity for the pods
     bucket_arn: pulumi.Input[str] | None = None
     kms_key_arn: pulumi.Input[str] | None = None
-    role_arn: str | None = None  # a role the user brings, instead of one for the stack's bucket
+    role_arn: str | None = None  # a role the user brings, instead of one per job for the stack's bucket
 
 
 class TrainingPodIdentity(pulumi.ComponentResource):
+    """The training namespace, its Secrets, and one identity per job (`job_identity`)."""
+
     def __init__(self, name: str, args: TrainingPodIdentityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:compute:TrainingPodIdentity", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
-
+        self._name, self._args = name, args
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
             metadata={"name": TRAINING_NAMESPACE, "labels": PART_OF},
-            opts=k8s_opts,
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
         )
-        self.service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-service-account",
-            metadata={
-                "name": TRAINING_SERVICE_ACCOUNT,
-                "namespace": self.namespace.metadata["name"],
-                "labels": PART_OF,
-            },
-            opts=k8s_opts,
-        )
-        self.role = self.policy = self.association = None
         self.role_arn: pulumi.Input[str] | None = args.role_arn
-        if args.eks is not None and args.role_arn is not None:
-            self.association = aws.eks.PodIdentityAssociation(
-                f"{name}-association",
-                cluster_name=args.eks.cluster_name,
-                namespace=self.namespace.metadata["name"],
-                service_account=self.service_account.metadata["name"],
-                role_arn=args.role_arn,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=args.eks.agent),
-            )
-        elif args.eks is not None:
-            self.role, self.policy, self.association = pod_identity(
-                name,
-                "Training pods of trainstack (EKS Pod Identity)",
-                pulumi.Output.all(args.bucket_arn, args.kms_key_arn).apply(
-                    lambda a: json.dumps(training_policy(*a))
-                ),
-                args.eks,
-                self.namespace.metadata["name"],
-                self.service_account.metadata["name"],
-                child,
-            )
-            self.role_arn = self.role.arn
         self.namespace_name = TRAINING_NAMESPACE
-        self.service_account_name = TRAINING_SERVICE_ACCOUNT
-        self._provider = args.provider
         self.register_outputs({"roleArn": self.role_arn})
+
+    def job_identity(self, job: str, role_name: str) -> JobIdentity:
+        """The service account `job`'s pods run as, with (on EKS) its own role: a role the user
+        brought, or one that reaches the job's own checkpoints and the datasets only."""
+        return JobIdentity(
+            f"{self._name}-{job}",
+            JobIdentityArgs(self._args, self.namespace, job, role_name),
+            pulumi.ResourceOptions(parent=self),
+        )
 
     def secret(self, name: str, data: dict[str, pulumi.Input[str]]) -> k8s.core.v1.Secret:
         """A Secret in the training namespace that jobs read (its resource named as the object). The
@@ -142,32 +120,94 @@ class TrainingPodIdentity(pulumi.ComponentResource):
             string_data={k: pulumi.Output.secret(v) for k, v in data.items()},
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=self._provider,
+                provider=self._args.provider,
                 depends_on=[self.namespace],
                 aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)],
             ),
         )
 
 
-def training_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:
-    """What training pods do in the bucket: read and write checkpoints and datasets (data
-    preparation runs as a job), nothing else. Build contexts stay out of reach: the nightly image
-    build reads them, so a job that could write there could put code into the next image."""
-    prefixes = (CHECKPOINT_PREFIX, DATASET_PREFIX)
+@dataclass(frozen=True)
+class JobIdentityArgs:
+    pods: TrainingPodIdentityArgs
+    namespace: k8s.core.v1.Namespace
+    job: str
+    role_name: str  # the stack's role for this job, fixed (IAM names are unique in the account)
+
+
+class JobIdentity(pulumi.ComponentResource):
+    """One job's service account and, on EKS, its Pod Identity: pods of other jobs run as other
+    accounts, so they never get this job's role."""
+
+    def __init__(self, name: str, args: JobIdentityArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:compute:JobIdentity", name, None, opts)
+        pods = args.pods
+        self.service_account_name = job_service_account(args.job)
+        self.service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-service-account",
+            metadata={
+                "name": self.service_account_name,
+                "namespace": args.namespace.metadata["name"],
+                "labels": {**PART_OF, JOB_LABEL: args.job},
+            },
+            opts=pulumi.ResourceOptions(parent=self, provider=pods.provider),
+        )
+        self.role = self.policy = self.association = None
+        self.role_arn: pulumi.Input[str] | None = pods.role_arn
+        if pods.eks is not None and pods.role_arn is not None:
+            self.association = aws.eks.PodIdentityAssociation(
+                f"{name}-association",
+                cluster_name=pods.eks.cluster_name,
+                namespace=args.namespace.metadata["name"],
+                service_account=self.service_account.metadata["name"],
+                role_arn=pods.role_arn,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=pods.eks.agent),
+            )
+        elif pods.eks is not None:
+            self.role, self.policy, self.association = pod_identity(
+                name,
+                f"Pods of the trainstack job {args.job} (EKS Pod Identity)",
+                pulumi.Output.all(pods.bucket_arn, pods.kms_key_arn).apply(
+                    lambda a: json.dumps(job_policy(a[0], a[1], args.job))
+                ),
+                pods.eks,
+                args.namespace.metadata["name"],
+                self.service_account.metadata["name"],
+                pulumi.ResourceOptions(parent=self),
+                role_name=args.role_name,
+            )
+            self.role_arn = self.role.arn
+        # What the job's pods wait for: their account, and its credentials where there are any.
+        self.ready: pulumi.Resource = self.association or self.service_account
+        self.register_outputs({"serviceAccount": self.service_account_name, "roleArn": self.role_arn})
+
+
+def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str) -> dict:
+    """What one job's pods do in the bucket: read and write its own checkpoints/<job>/, read
+    datasets/, nothing else. Another job's checkpoints are out of reach (a job could otherwise
+    delete them, or plant a `.metadata` that torch unpickles on that job's resume), and so are
+    build contexts, which the nightly image build reads."""
+    own = f"{CHECKPOINT_PREFIX}{job}/"
     statements = [
         {
-            "Sid": "ListJobPrefixes",
+            "Sid": "ListOwnCheckpointsAndDatasets",
             "Effect": "Allow",
             "Action": ["s3:ListBucket"],
             "Resource": bucket_arn,
-            # IfExists: HeadBucket (pyarrow's S3 filesystem under Ray Train) carries no prefix.
-            "Condition": {"StringLikeIfExists": {"s3:prefix": [f"{p}*" for p in prefixes]}},
+            # Not IfExists: a listing without a prefix would enumerate the whole bucket.
+            "Condition": {"StringLike": {"s3:prefix": [f"{own}*", f"{DATASET_PREFIX}*"]}},
         },
         {
-            "Sid": "ReadWriteJobObjects",
+            "Sid": "ReadWriteOwnCheckpoints",
             "Effect": "Allow",
             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-            "Resource": [f"{bucket_arn}/{p}*" for p in prefixes],
+            "Resource": f"{bucket_arn}/{own}*",
+        },
+        {
+            "Sid": "ReadDatasets",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": f"{bucket_arn}/{DATASET_PREFIX}*",
         },
     ]
     if kms_key_arn:

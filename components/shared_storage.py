@@ -4,7 +4,9 @@ Mountpoint for Amazon S3.
 The file system (PERSISTENT_2, Lustre 2.15) lives in one subnet, the AZ of the GPU groups that mount
 it, behind a security group that lets Lustre's LNET ports (TCP 988 and 1018-1023) in from itself and
 from the nodes. A data repository association links its /checkpoints to the bucket's checkpoints/:
-what a job writes is exported to S3 by the file system itself, and S3 objects appear on read. The
+what a job writes is exported to S3 by the file system itself, and S3 objects appear on read.
+Deletions go one way only, from S3 to the volume: the trainer's pruning on the volume never
+deletes the S3 copies, which the bucket's lifecycle keeps for storage.checkpointRetentionDays. The
 FSx CSI driver (EKS add-on, Pod Identity) mounts it through a static PersistentVolume and claim in
 the training namespace. Mountpoint (EKS add-on, Pod Identity, read-only) serves datasets/: reads
 only, since it has no rename or random writes, so checkpoints never go through it.
@@ -31,7 +33,15 @@ FSX_CLAIM = "fsx-checkpoints"
 DATASETS_CLAIM = "s3-datasets"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 S3_CSI_SERVICE_ACCOUNT = "s3-csi-driver-sa"
-EXPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
+# The bucket's lifecycle owns how long checkpoints live: the trainer prunes old ones off the volume,
+# and an exported DELETED would delete their S3 copies with them (AWS FSx API reference,
+# AutoExportPolicy: "DELETED - Files and directories are automatically deleted on the data
+# repository when they are deleted on the file system").
+EXPORT_EVENTS = ["NEW", "CHANGED"]
+# What S3 removes (the lifecycle's expiry) leaves the volume too (AutoImportPolicy: "DELETED -
+# Amazon FSx automatically deletes files on the file system as corresponding files are deleted in
+# the data repository").
+IMPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
 
 
 def lustre_client_script() -> str:
@@ -158,7 +168,7 @@ class FsxCheckpoints(pulumi.ComponentResource):
             delete_data_in_filesystem=False,
             s3={
                 "auto_export_policy": {"events": EXPORT_EVENTS},
-                "auto_import_policy": {"events": EXPORT_EVENTS},
+                "auto_import_policy": {"events": IMPORT_EVENTS},
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=repository_deps),
         )

@@ -9,6 +9,7 @@ resource is registered. Defaults describe the cheap `dev` stack: one g6.xlarge n
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import typing
@@ -17,6 +18,7 @@ import pulumi
 
 from config.checks import check
 from config.cluster import EKS_ADDON_VERSIONS, cluster_template_values
+from config.instance_facts import catalog_describe, describe_groups, ec2_describe
 from config.jobs import JobConfig
 from config.names import PROFILE_KEY, PROJECT, PROJECT_ROOT, REGION_KEY, STACK_NAME, STACK_NAME_RULE
 from config.node_groups import GpuNodeGroupConfig
@@ -61,7 +63,7 @@ def load_config(stack: str | None = None) -> StackConfig:
     stack = stack or pulumi.get_stack()
     keys = set(rc.CONFIG.get()) | set(rc.get_config_env())
     values = {k: rc.get_config(k) for k in keys}
-    config = parse_config(stack, values, frozenset(k for k in keys if rc.is_config_secret(k)))
+    config = parse_config(stack, values, frozenset(k for k in keys if rc.is_config_secret(k)), ask_ec2=True)
     if not under_mock_engine():
         placeholders = template_values(config)
         if placeholders:
@@ -82,9 +84,12 @@ SECRET_KEYS = tuple(
 
 
 def parse_config(
-    stack: str, values: dict[str, str], secret_keys: frozenset[str] = frozenset()
+    stack: str, values: dict[str, str], secret_keys: frozenset[str] = frozenset(), ask_ec2: bool = False
 ) -> StackConfig:
-    """Parse a flat Pulumi config map (`trainstack:key` -> JSON or plain string)."""
+    """Parse a flat Pulumi config map (`trainstack:key` -> JSON or plain string). The GPU groups'
+    hardware is then described, before the rules that need it run: by EC2 with `ask_ec2` (the
+    running program: a pulumi-aws invoke), else, and on a kubeconfig stack, by the catalog (which
+    answers as the offline engine's EC2 does)."""
     reader = Reader()
     for key in SECRET_KEYS:
         if key in values and key not in secret_keys:
@@ -166,6 +171,11 @@ def parse_config(
         secret_job_env=f"{PROJECT}:jobs" in secret_keys,
         **kwargs,
     )
+    describe = catalog_describe
+    if ask_ec2 and config.existing_cluster.uses_aws and region in SUPPORTED_REGIONS:
+        describe = ec2_describe(region)
+    groups = describe_groups(config.gpu_node_groups, describe, reader)
+    config = dataclasses.replace(config, gpu_node_groups=groups)
     check(config, reader)
     if reader.problems:
         raise ConfigError(stack, reader.problems)

@@ -11,7 +11,7 @@ from config.build import check_image, check_registry, check_storage
 from config.ci import check_ci
 from config.cluster import check_cluster
 from config.existing import check_existing_cluster
-from config.jobs import JobConfig, check_job_env_and_wait, check_job_name, check_job_run
+from config.jobs import JobConfig, check_job_env_and_wait, check_job_hyperpod, check_job_name, check_job_run
 from config.names import PROJECT
 from config.network import check_network
 from config.node_groups import GpuNodeGroupConfig, check_node_groups
@@ -22,7 +22,7 @@ from config.schema import Reader
 from config.stack_config import StackConfig
 from config.tracking import check_tracking
 from conventions import SYSTEM_GROUP
-from domain.catalog import INSTANCE_TYPES, image_compressed_gb, image_pull_minutes
+from domain.catalog import image_compressed_gb, image_pull_minutes
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.quota import QueueSpec, job_demand, shortfall
 from domain.verl_fit import verl_fits
@@ -168,16 +168,17 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         if j.verl is not None:
             _check_verl(j, by_name, k, r)
         _check_job_memory(j, by_name, k, r)
+        group = (by_name or {}).get(j.node_group)
+        if group is not None:
+            check_job_hyperpod(j, group.instance_type, k, r)
 
 
 def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:
     """The default trainer's model trains on the group's GPUs (domain/memory_fit.py models the
     peak), and each node can pin its ranks' checkpoint staging."""
     group = (by_name or {}).get(j.node_group)
-    if group is None or group.instance_type not in INSTANCE_TYPES or not j.runs_default_trainer:
-        return
-    instance = group.instance
-    if not instance.has_nvidia_gpus or j.nodes < 1:
+    instance = group.facts if group is not None else None
+    if instance is None or not j.runs_default_trainer or not instance.has_nvidia_gpus or j.nodes < 1:
         return
     run = j.trainer_settings()
     job = JobShape(j.model, run.batch_size, run.seq_len, j.nodes)
@@ -219,7 +220,9 @@ def _check_verl(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: 
     group = (by_name or {}).get(j.node_group)
     if by_name is None or (group is None and j.node_group != SYSTEM_GROUP) or v.tensor_parallel < 1:
         return
-    it = group.instance if group is not None else None
+    it = group.facts if group is not None else None
+    if group is not None and it is None:  # a type nobody sells: reported on its own
+        return
     gpus = it.gpus if it is not None else 0
     memory_gib = it.gpu_memory_mib / 1024 if it else 0.0  # EC2 gives it per GPU
     why = verl_fits(v.algorithm, v.billions(), v.tensor_parallel, gpus, memory_gib, max(1, j.nodes))
@@ -230,14 +233,14 @@ def _check_verl(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: 
 
 
 def _queues(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None) -> dict[str, QueueSpec]:
-    """Each group's queue as the catalog sizes it (the program sizes it from EC2's answer, the same
-    figures); empty when the groups did not parse."""
+    """Each group's queue as its described hardware sizes it (the program sizes it from the same
+    EC2 answer); empty when the groups did not parse."""
     placement = config_system_placement(c)
     if by_name is None or placement is None:
         return {}
     queues = {SYSTEM_GROUP: QueueSpec(placement, c.system_node_count, provisioned=False)}
     for g in by_name.values():
-        if g.instance_type in INSTANCE_TYPES:
+        if g.facts is not None:
             queues[g.name] = QueueSpec(catalog_placement(g), g.node_count, provisioned=c.autoscaled(g))
     return queues
 

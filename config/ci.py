@@ -1,4 +1,4 @@
-"""CI config: which GitHub repository, environment and branch may preview and deploy the stack."""
+"""CI config: which GitHub repository and environments may preview and deploy the stack."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from config.names import PROJECT
 from config.schema import Reader, setting
 
 _GITHUB_REPO = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
-_GITHUB_ENVIRONMENT = re.compile(r"[A-Za-z0-9._-]{1,255}")
-_BRANCH = re.compile(r"[A-Za-z0-9._/-]{1,255}")
+# GitHub allows 255 characters; the longest name used is `<environment>-preview-secrets`.
+_GITHUB_ENVIRONMENT = re.compile(r"[A-Za-z0-9._-]{1,239}")
 _OIDC_PROVIDER = re.compile(
     r"arn:aws[-a-z]*:iam::[0-9]{12}:oidc-provider/token\.actions\.githubusercontent\.com"
 )
 # S3 bucket names: 3-63 lowercase letters, digits, '.' and '-', starting and ending alphanumeric.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_KMS_KEY = re.compile(r"arn:aws[-a-z]*:kms:[a-z0-9-]+:[0-9]{12}:(key|alias)/[A-Za-z0-9/_-]+")
+# A key ARN, not an alias: IAM matches a key operation's Resource against the key's ARN only.
+_KMS_KEY = re.compile(r"arn:aws[-a-z]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+")
 
 
 @dataclass(frozen=True)
@@ -32,24 +33,23 @@ class CiConfig:
     )
     environment: str | None = setting(
         "environment",
-        "GitHub environment that deploys this stack (prod); previews run in `<environment>-preview`. "
-        "Unset: PRs preview, `branch` deploys.",
+        "GitHub environment that deploys this stack; previews run in `<environment>-preview` "
+        "(and `<environment>-preview-secrets`). Unset: the stack's name.",
         None,
-    )
-    branch: str = setting(
-        "branch", "Branch whose pushes deploy the stack when no environment is set.", "main"
     )
     oidc_provider_arn: str | None = setting(
         "oidcProviderArn", "The account's GitHub OIDC provider, when another stack created it.", None
     )
     secrets_key_arn: str | None = setting(
         "secretsKeyArn",
-        "KMS key of the stack's awskms secrets provider: the preview role may decrypt it.",
+        "KMS key ARN of the stack's awskms secrets provider: the deploy and preview-secrets roles may "
+        "decrypt it, the preview role never.",
         None,
     )
     state_bucket: str | None = setting(
         "stateBucket",
-        "S3 bucket of a self-managed state backend: the preview role may read this stack's state there.",
+        "S3 bucket of a self-managed state backend: the deploy and preview-secrets roles reach this "
+        "stack's state there and no other stack's.",
         None,
     )
 
@@ -94,8 +94,6 @@ def check_ci(ci: CiConfig, r: Reader) -> None:
         r.problem(
             f"{k}.environment", ci.environment, "not a GitHub environment name", "letters, digits, . _ -"
         )
-    if not _BRANCH.fullmatch(ci.branch):
-        r.problem(f"{k}.branch", ci.branch, "not a branch name", "a branch such as main")
     if ci.oidc_provider_arn is not None and not _OIDC_PROVIDER.fullmatch(ci.oidc_provider_arn):
         r.problem(
             f"{k}.oidcProviderArn",
@@ -107,8 +105,8 @@ def check_ci(ci: CiConfig, r: Reader) -> None:
         r.problem(
             f"{k}.secretsKeyArn",
             ci.secrets_key_arn,
-            "not a KMS key ARN",
-            "arn:aws:kms:<region>:<account>:key/<id>",
+            "not a KMS key ARN (an alias ARN matches no key operation in IAM)",
+            "arn:aws:kms:<region>:<account>:key/<key id> (aws kms describe-key --key-id alias/<name>)",
         )
     if ci.state_bucket is not None and not _BUCKET.fullmatch(ci.state_bucket):
         r.problem(

@@ -122,12 +122,19 @@ class ClusterConfig:
         "upgrade the control plane itself (then set kubernetesVersion to match).",
         "EXTENDED",
     )
-    endpoint_public_access: bool = setting("endpointPublicAccess", "Expose the API endpoint publicly.", True)
+    endpoint_public_access: bool = setting(
+        "endpointPublicAccess",
+        "Expose the API endpoint publicly, to publicAccessCidrs only. Off: the private endpoint, reached "
+        "from inside the VPC (Pulumi must run there too).",
+        False,
+    )
     endpoint_private_access: bool = setting(
         "endpointPrivateAccess", "Expose the API endpoint inside the VPC.", True
     )
     public_access_cidrs: tuple[str, ...] = setting(
-        "publicAccessCidrs", "CIDRs allowed to reach the public endpoint.", factory=lambda: ("0.0.0.0/0",)
+        "publicAccessCidrs",
+        "CIDRs allowed to reach the public endpoint: required with endpointPublicAccess (never 0.0.0.0/0).",
+        factory=tuple,
     )
     admin_principals: tuple[str, ...] = setting(
         "adminPrincipals", "IAM role/user ARNs granted cluster admin through access entries.", factory=tuple
@@ -168,12 +175,28 @@ def check_cluster(c: ClusterConfig, r: Reader) -> None:
             "the API endpoint would be unreachable",
             "true, or endpointPublicAccess true",
         )
+    if c.endpoint_public_access and not c.public_access_cidrs:
+        r.problem(
+            f"{k}.publicAccessCidrs",
+            [],
+            "a public endpoint needs the networks allowed to reach it",
+            "the egress CIDRs of the machines that run `pulumi up` (your network, CI runners), "
+            "or endpointPublicAccess: false (the private endpoint, from inside the VPC)",
+        )
     for i, cidr in enumerate(c.public_access_cidrs):
         try:
-            ipaddress.IPv4Network(cidr)
+            net = ipaddress.IPv4Network(cidr)
         except ValueError:
             r.problem(
                 f"{k}.publicAccessCidrs[{i}]", cidr, "not an IPv4 CIDR", "a CIDR such as 203.0.113.0/24"
+            )
+            continue
+        if net.prefixlen == 0:
+            r.problem(
+                f"{k}.publicAccessCidrs[{i}]",
+                cidr,
+                "opens the cluster API to the whole internet",
+                "the egress CIDRs of the machines that run `pulumi up`, or endpointPublicAccess: false",
             )
     for i, arn in enumerate(c.admin_principals):
         if not _PRINCIPAL.fullmatch(arn):
@@ -242,8 +265,7 @@ def cluster_template_values(c: ClusterConfig) -> list[Problem]:
                         cidr,
                         "a documentation address range: nothing there can reach the API endpoint, so "
                         "Pulumi could not reach the cluster it creates",
-                        "the egress CIDR of the machines that run `pulumi up` (your network, CI runners), "
-                        "or 0.0.0.0/0",
+                        "the egress CIDR of the machines that run `pulumi up` (your network, CI runners)",
                     )
                 )
     for i, arn in enumerate(c.admin_principals):

@@ -6,6 +6,7 @@ and puts only its operators, queues and jobs on the cluster, in their own namesp
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -19,7 +20,12 @@ _S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?")
 _LABEL_KEY = re.compile(
     r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
+# A PersistentVolumeClaim's name: a DNS-1123 subdomain (Kubernetes' ValidatePersistentVolumeName).
+_CLAIM_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+# Where a node keeps local data (FHS: /var/local, /srv, /mnt), or a /data disk: a checkpoint path
+# below one of them is no system directory (/, /etc, /var/lib/kubelet, /run, /proc...).
+HOST_PATH_ROOTS = ("/var/local", "/srv", "/mnt", "/data")
 
 
 def default_system_selector() -> dict[str, str]:
@@ -77,6 +83,13 @@ class ExistingClusterConfig:
     s3: S3AccessConfig | None = setting(
         "s3", "kubeconfig: checkpoints in S3 with credentials from a Secret you provide.", None
     )
+    checkpoint_claim: str | None = setting(
+        "checkpointClaim",
+        "A PersistentVolumeClaim you made in the training namespace (an FSx for Lustre claim, ReadWriteMany) "
+        "every job keeps its checkpoints on: /checkpoints is its directory checkpoints/<job>; instead of S3 "
+        "or a node path.",
+        None,
+    )
     kind_cluster_name: str | None = setting(
         "kindClusterName",
         "kubeconfig: the kind cluster the image is loaded into (image.builder: kind).",
@@ -105,6 +118,23 @@ def check_selector(selector: dict[str, str], key: str, r: Reader) -> None:
             or not _LABEL_VALUE.fullmatch(str(v))
         ):
             r.problem(f"{key}.{k}", v, "not a valid node label and value", "a Kubernetes label key and value")
+
+
+def check_host_path(path: str, key: str, r: Reader) -> None:
+    """Job pods mount the path read-write from every node: a directory of its own under a root
+    meant for local data, never the node's system (/, /etc, the kubelet's or containerd's state)."""
+    if not path.startswith("/"):
+        r.problem(key, path, "not an absolute path", "/var/local/trainstack, say")
+        return
+    parts = path.split("/")
+    inside = any(posixpath.normpath(path).startswith(f"{root}/") for root in HOST_PATH_ROOTS)
+    if ".." in parts or not inside:
+        r.problem(
+            key,
+            path,
+            "job pods would write there on every node; not a directory of its own for data",
+            f"a directory below {', '.join(HOST_PATH_ROOTS)} (/var/local/trainstack, say), without ..",
+        )
 
 
 def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
@@ -149,20 +179,31 @@ def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
         r.problem(
             f"{k}.podRoleArn", e.pod_role_arn, "not an IAM role ARN", "arn:aws:iam::<account>:role/<name>"
         )
+    if e.checkpoint_claim is not None:
+        if e.eks_cluster_name is None and e.kubeconfig is None:
+            r.problem(
+                f"{k}.checkpointClaim",
+                e.checkpoint_claim,
+                "only on a cluster the stack did not create (a created one mounts storage.fsx)",
+                "unset, or eksClusterName or kubeconfig",
+            )
+        if len(e.checkpoint_claim) > 253 or not _CLAIM_NAME.fullmatch(e.checkpoint_claim):
+            r.problem(
+                f"{k}.checkpointClaim",
+                e.checkpoint_claim,
+                "not a PersistentVolumeClaim name",
+                "lower-case letters, digits, '-' and '.', at most 253 (fsx-claim, say)",
+            )
     if e.kubeconfig is not None:
-        if (e.checkpoint_host_path is None) == (e.s3 is None):
+        homes = [e.checkpoint_host_path, e.s3, e.checkpoint_claim]
+        if sum(home is not None for home in homes) != 1:
             r.problem(
                 f"{k}.checkpointHostPath",
                 e.checkpoint_host_path,
-                "a kubeconfig stack keeps checkpoints on a node path or in S3, one of them",
-                "checkpointHostPath (an absolute path), or s3 with a credentials Secret",
+                "a kubeconfig stack keeps checkpoints on a node path, in S3 or on a claim, one of them",
+                "checkpointHostPath (an absolute path), s3 with a credentials Secret, or checkpointClaim",
             )
-        if e.checkpoint_host_path is not None and not e.checkpoint_host_path.startswith("/"):
-            r.problem(
-                f"{k}.checkpointHostPath",
-                e.checkpoint_host_path,
-                "not an absolute path",
-                "/var/local/trainstack, say",
-            )
+        if e.checkpoint_host_path is not None:
+            check_host_path(e.checkpoint_host_path, f"{k}.checkpointHostPath", r)
         if e.s3 is not None and not _S3_URI.fullmatch(e.s3.uri):
             r.problem(f"{k}.s3.uri", e.s3.uri, "not an S3 URI", "s3://bucket/prefix")

@@ -10,6 +10,7 @@ from typing import Literal
 
 from config.names import LABEL, NAME_RULE
 from config.schema import Reader, setting
+from domain.catalog import SAGEMAKER_PREFIX, is_sagemaker_type
 from domain.model_facts import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHECKPOINT_EVERY,
@@ -23,6 +24,29 @@ WaitMode = Literal["none", "admitted", "running", "succeeded"]
 MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+# HyperPod restarts a faulted job after replacing its node at most this often.
+MAX_AUTO_RESUME_RETRIES = 100
+
+
+@dataclass(frozen=True)
+class HyperPodJobConfig:
+    """A job on SageMaker HyperPod nodes: they always require `node-health-status: Schedulable`."""
+
+    deep_health_check: Literal["preferred", "required"] = setting(
+        "deepHealthCheck",
+        "Nodes that passed HyperPod's deep health checks (DCGM, NCCL): preferred, or required (a job "
+        "then waits for such nodes).",
+        "preferred",
+    )
+    # HyperPod's CLI defaults to 1 (`--max-retry`); a run of days meets more than one node fault.
+    max_retries: int = setting(
+        "maxRetries",
+        "PyTorchJob: how often HyperPod's auto-resume restarts the job after it replaces a faulty node "
+        "(1-100); each restart resumes from the newest checkpoint.",
+        3,
+    )
 
 
 @dataclass(frozen=True)
@@ -60,6 +84,11 @@ class JobConfig:
     )
     verl: VerlConfig | None = setting(
         "verl", "Run VERL (GRPO/PPO) instead of the default trainer: RayJob or RayCluster only.", None
+    )
+    hyperpod: HyperPodJobConfig = setting(
+        "hyperpod",
+        "On a HyperPod group (an `ml.` instance type): its health checks and auto-resume for this job.",
+        factory=HyperPodJobConfig,
     )
 
     @property
@@ -124,11 +153,34 @@ def check_job_name(j: JobConfig, k: str, r: Reader) -> None:
 
 
 def check_job_run(j: JobConfig, k: str, r: Reader) -> None:
-    """What the job runs: steps and image."""
+    """What the job runs: steps and image, and how HyperPod resumes it."""
     if not 1 <= j.steps <= 10_000_000:
         r.problem(f"{k}.steps", j.steps, "out of range", "1-10000000")
     if j.image is not None and (not j.image.strip() or any(c.isspace() for c in j.image)):
         r.problem(f"{k}.image", j.image, "not an image reference", "registry/repository:tag or @sha256:...")
+    h = j.hyperpod
+    if not 1 <= h.max_retries <= MAX_AUTO_RESUME_RETRIES:
+        r.problem(f"{k}.hyperpod.maxRetries", h.max_retries, "out of range", f"1-{MAX_AUTO_RESUME_RETRIES}")
+    elif j.kind != "PyTorchJob" and h.max_retries != HyperPodJobConfig().max_retries:
+        # HyperPod's job-auto-restart controller watches pytorchjobs only (its ClusterRole in the
+        # sagemaker-hyperpod-dependencies chart, job-auto-restart/templates/job-auto-restart-rbac.yaml).
+        r.problem(
+            f"{k}.hyperpod.maxRetries",
+            h.max_retries,
+            f"HyperPod auto-resumes PyTorchJobs only, not a {j.kind}",
+            "unset",
+        )
+
+
+def check_job_hyperpod(j: JobConfig, instance_type: str, k: str, r: Reader) -> None:
+    """`hyperpod` settings on a job whose group is not HyperPod's would be ignored: refused."""
+    if j.hyperpod != HyperPodJobConfig() and not is_sagemaker_type(instance_type):
+        r.problem(
+            f"{k}.hyperpod",
+            "(set)",
+            f"node group '{j.node_group}' ({instance_type}) is not a HyperPod group",
+            f"unset, or a group whose instanceType starts with {SAGEMAKER_PREFIX}",
+        )
 
 
 def check_job_env_and_wait(j: JobConfig, k: str, r: Reader) -> None:

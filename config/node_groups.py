@@ -10,7 +10,14 @@ from typing import Literal
 from config.names import LABEL, NAME_RULE, PROJECT
 from config.schema import Reader, setting
 from conventions import SYSTEM_GROUP
-from domain.catalog import GPU_INSTANCE_TYPES, INSTANCE_TYPES
+from domain.catalog import (
+    GPU_INSTANCE_TYPES,
+    INSTANCE_TYPES,
+    InstanceType,
+    catalog_instance,
+    hardware_type,
+    is_sagemaker_type,
+)
 from domain.disks import (
     CHECKPOINT_GP3_IOPS,
     CHECKPOINT_GP3_THROUGHPUT_MIBPS,
@@ -22,6 +29,8 @@ from domain.disks import (
     checkpoint_disk,
 )
 
+# The NVIDIA families the catalog holds, for messages: EC2 sells more, and any of them is taken.
+GPU_FAMILIES = tuple(dict.fromkeys(t.partition(".")[0] for t in GPU_INSTANCE_TYPES))
 CapacityType = Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
 MAX_NODE_GROUP_NAME = 32
 
@@ -32,7 +41,11 @@ _RESERVATION = re.compile(r"cr-[0-9a-f]{17}")
 @dataclass(frozen=True)
 class GpuNodeGroupConfig:
     name: str = setting("name", "Node group name (lowercase, digits, '-'; at most 32).")
-    instance_type: str = setting("instanceType", "NVIDIA GPU instance type from the catalog.")
+    instance_type: str = setting(
+        "instanceType",
+        "NVIDIA GPU instance type; its GPUs, memory, EFA and disks come from EC2 (DescribeInstanceTypes). "
+        "On an existingCluster also a SageMaker HyperPod type (ml.g5.8xlarge: a g5.8xlarge's hardware).",
+    )
     node_count: int = setting(
         "nodeCount", "Most nodes the group holds (1-64); its jobs' queue quota is sized to it.", 1
     )
@@ -92,8 +105,17 @@ class GpuNodeGroupConfig:
     )
 
     @property
-    def instance(self):
-        return INSTANCE_TYPES[self.instance_type]
+    def facts(self) -> InstanceType | None:
+        """The node's hardware: EC2's answer once load_config attached it (`DescribedGpuNodeGroup`),
+        else the catalog's; None for a type neither knows (a config problem of its own)."""
+        return catalog_instance(self.instance_type)
+
+    @property
+    def instance(self) -> InstanceType:
+        facts = self.facts
+        if facts is None:
+            raise LookupError(f"no facts for instance type {self.instance_type}: the config check refuses it")
+        return facts
 
     @property
     def gp3_throughput_mibps(self) -> int:
@@ -112,9 +134,14 @@ class GpuNodeGroupConfig:
         return checkpoint_disk(self.instance, self.gp3_throughput_mibps)
 
     @property
-    def hourly_usd(self) -> float:
-        """What one node costs an hour while it runs: a Capacity Block is paid ahead."""
-        return 0.0 if self.capacity_type == "CAPACITY_BLOCK" else self.instance.hourly_usd or 0.0
+    def hourly_usd(self) -> float | None:
+        """What one node costs an hour while it runs: a Capacity Block is paid ahead (0); None where
+        the price is unknown (an `ml.` type, a type the catalog has no price for)."""
+        return 0.0 if self.capacity_type == "CAPACITY_BLOCK" else self.instance.hourly_usd
+
+    @property
+    def price_known(self) -> bool:
+        return self.capacity_type == "CAPACITY_BLOCK" or self.instance.hourly_usd is not None
 
     @property
     def sized_by_eks(self) -> bool:
@@ -128,6 +155,17 @@ class GpuNodeGroupConfig:
     @property
     def min_bus_bandwidth_gbps(self) -> int:
         return self.preflight_min_bus_bandwidth or max(1, int(self.instance.network_gbps / 8 / 2))
+
+
+@dataclass(frozen=True)
+class DescribedGpuNodeGroup(GpuNodeGroupConfig):
+    """A group with its hardware as EC2 described it (config/instance_facts.py attaches it)."""
+
+    described: InstanceType | None = None
+
+    @property
+    def facts(self) -> InstanceType | None:
+        return self.described
 
 
 def default_gpu_node_groups() -> tuple[GpuNodeGroupConfig, ...]:
@@ -166,10 +204,10 @@ def check_node_groups(groups: tuple[GpuNodeGroupConfig, ...], region: str, exist
         if n > 1:
             r.problem(k, name, f"name used by {n} node groups", "unique names")
     for i, g in enumerate(groups):
-        _check_node_group(g, region, f"{k}[{i}]", r)
+        _check_node_group(g, region, existing, f"{k}[{i}]", r)
 
 
-def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> None:
+def _check_node_group(g: GpuNodeGroupConfig, region: str, existing: bool, k: str, r: Reader) -> None:
     if not LABEL.fullmatch(g.name) or len(g.name) > MAX_NODE_GROUP_NAME:
         r.problem(
             f"{k}.name",
@@ -190,19 +228,30 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, k: str, r: Reader) -> 
             "the preflight checks EFA and cross-node bandwidth; this group has no EFA",
             "false or unset, or efa: true",
         )
-    if g.instance_type not in GPU_INSTANCE_TYPES:
-        r.problem(
-            f"{k}.instanceType",
-            g.instance_type,
-            "not an NVIDIA GPU instance type in the catalog",
-            ", ".join(GPU_INSTANCE_TYPES),
-        )
-        return
-    it = g.instance
     if not 1 <= g.node_count <= 64:
         r.problem(f"{k}.nodeCount", g.node_count, "out of range", "1-64")
     elif not 0 <= g.min_nodes <= g.node_count:
         r.problem(f"{k}.minNodes", g.min_nodes, "out of range", f"0-{g.node_count} (the group's nodeCount)")
+    it = g.facts
+    if it is None:  # no such type: reported where its facts were asked for
+        return
+    if is_sagemaker_type(g.instance_type) and not existing:
+        r.problem(
+            f"{k}.instanceType",
+            g.instance_type,
+            "a SageMaker HyperPod node type; the EKS node groups trainstack creates take EC2 types",
+            f"{hardware_type(g.instance_type)} (the same hardware), or the type on an existingCluster",
+        )
+        return
+    if not it.has_nvidia_gpus:
+        r.problem(
+            f"{k}.instanceType",
+            g.instance_type,
+            f"not an NVIDIA GPU instance type (EC2: {it.gpus} GPUs"
+            + (f", {it.gpu_manufacturer} {it.gpu_model})" if it.gpus else ")"),
+            f"an NVIDIA GPU instance type (families {', '.join(GPU_FAMILIES)}, ...)",
+        )
+        return
     if g.efa and not it.efa_supported:
         efa_types = ", ".join(t for t in GPU_INSTANCE_TYPES if INSTANCE_TYPES[t].efa_supported)
         r.problem(

@@ -11,6 +11,13 @@ from config.schema import Reader, setting
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _CHART_VERSION = re.compile(r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?")
+# What the stack does with an operator on a cluster it did not create (on its own cluster it installs).
+MODES = ("auto", "install", "reuse")
+_MODE_DOC = (
+    "On a cluster trainstack did not create: auto reuses the one the cluster runs when it serves what the "
+    "stack's jobs need, else installs; install always installs (stops if the cluster runs one); reuse "
+    "never installs (stops if the cluster runs none, or one the jobs cannot use)."
+)
 
 
 @dataclass(frozen=True)
@@ -21,8 +28,17 @@ class HelmOperatorConfig:
 
 
 @dataclass(frozen=True)
+class ClusterOperatorConfig(HelmOperatorConfig):
+    """An operator a cluster may already run (a HyperPod cluster runs several from the start)."""
+
+    enabled: bool = setting("enabled", "Run it at all (off: no job of its kind).", True)
+    mode: str = setting("mode", _MODE_DOC, "auto")
+
+
+@dataclass(frozen=True)
 class TrainingOperatorConfig:
-    enabled: bool = setting("enabled", "Install it (off where the cluster already runs one).", True)
+    enabled: bool = setting("enabled", "Run it at all (off: no PyTorchJob).", True)
+    mode: str = setting("mode", _MODE_DOC, "auto")
     ref: str | None = setting(
         "ref", "Full commit SHA of kubeflow/trainer to install from (default: v1.9.4's).", None
     )
@@ -30,33 +46,45 @@ class TrainingOperatorConfig:
 
 @dataclass(frozen=True)
 class OperatorsConfig:
-    nvidia_device_plugin: HelmOperatorConfig = setting(
-        "nvidiaDevicePlugin", "NVIDIA device plugin (Helm), on GPU nodes.", factory=HelmOperatorConfig
+    nvidia_device_plugin: ClusterOperatorConfig = setting(
+        "nvidiaDevicePlugin", "NVIDIA device plugin (Helm), on GPU nodes.", factory=ClusterOperatorConfig
     )
-    efa_device_plugin: HelmOperatorConfig = setting(
+    efa_device_plugin: ClusterOperatorConfig = setting(
         "efaDevicePlugin",
         "EFA device plugin (Helm), on EFA nodes; only with an EFA group.",
-        factory=HelmOperatorConfig,
+        factory=ClusterOperatorConfig,
     )
     training_operator: TrainingOperatorConfig = setting(
         "trainingOperator",
         "Kubeflow training operator v1 (PyTorchJob), on system nodes.",
         factory=TrainingOperatorConfig,
     )
-    kuberay: HelmOperatorConfig = setting(
-        "kuberay", "KubeRay operator (Helm; RayJob, RayCluster), on system nodes.", factory=HelmOperatorConfig
+    kuberay: ClusterOperatorConfig = setting(
+        "kuberay",
+        "KubeRay operator (Helm; RayJob, RayCluster), on system nodes.",
+        factory=ClusterOperatorConfig,
     )
-    kueue: HelmOperatorConfig = setting(
+    kueue: ClusterOperatorConfig = setting(
         "kueue",
         "Kueue (Helm): queues and all-or-nothing admission of every job, on system nodes. Off only where "
         "the cluster runs Kueue 0.19 with the PyTorchJob integration on.",
-        factory=HelmOperatorConfig,
+        factory=ClusterOperatorConfig,
     )
     cluster_autoscaler: HelmOperatorConfig = setting(
         "clusterAutoscaler",
         "Kubernetes cluster autoscaler (Helm): scales GPU groups from minNodes per job, on system nodes.",
         factory=HelmOperatorConfig,
     )
+
+    def on_any_cluster(self) -> dict[str, ClusterOperatorConfig | TrainingOperatorConfig]:
+        """The operators a cluster may already run, by config key."""
+        return {
+            "trainingOperator": self.training_operator,
+            "kuberay": self.kuberay,
+            "kueue": self.kueue,
+            "nvidiaDevicePlugin": self.nvidia_device_plugin,
+            "efaDevicePlugin": self.efa_device_plugin,
+        }
 
     def runs(self, job_kind: str) -> tuple[str, bool]:
         """The operator that runs a job kind, by its config key, and whether it is installed."""
@@ -74,6 +102,9 @@ def check_operators(o: OperatorsConfig, r: Reader) -> None:
             "not a full commit SHA (a tag or branch can move)",
             "40 lowercase hex digits",
         )
+    for key, op in o.on_any_cluster().items():
+        if op.mode not in MODES:
+            r.problem(f"{k}.{key}.mode", op.mode, "not a mode", ", ".join(MODES))
     for key, op in (
         ("nvidiaDevicePlugin", o.nvidia_device_plugin),
         ("efaDevicePlugin", o.efa_device_plugin),

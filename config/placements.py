@@ -1,6 +1,7 @@
-"""What the config says one node of each group offers a job (domain.placement), from the instance
-catalog or, on a cluster the stack did not create, from the nodes the config describes. The config
-checks size queues with these; the program sizes them from EC2's answer, the same figures."""
+"""What the config says one node of each group offers a job (domain.placement), from the hardware
+EC2 described for its type (config/instance_facts.py), and the system nodes from the catalog or, on
+a cluster the stack did not create, from the nodes the config describes. The config checks size
+queues with these; the program sizes them from the same EC2 answer."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def config_system_placement(c: StackConfig) -> Placement | None:
     return system_placement(system.instance_type, cpu.vcpus, cpu.memory_gib, cpu.hourly_usd or 0.0)
 
 
-def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float = 0.0) -> Placement:
-    """A group's node as the catalog describes it; on an existing cluster, found by its selector."""
+def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float | None = 0.0) -> Placement:
+    """A group's node as EC2 describes its type; on an existing cluster, found by its selector."""
     it = g.instance
     efa = it.max_efa_interfaces if g.efa else 0
     return gpu_placement(

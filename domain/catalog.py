@@ -1,25 +1,38 @@
 """Instance facts for validation, EFA layout, checkpoint disks and cost estimates.
 
-Figures come from ../shared/reference/aws-gpu-facts.md (us-east-1, Linux, on-demand, mid-2026).
-Instance store layouts (NVMe disks x GB each): p4d, p4de, g5 and trn1 from the instance store table
-of AWS's EC2 user guide (awsdocs/amazon-ec2-user-guide `doc_source/InstanceStorage.md`, archived
-2023). Every type's total matches `karpenter.k8s.aws/instance-local-nvme` in aws/karpenter-provider-aws
-`website/content/en/docs/reference/instance-types.md` (generated from DescribeInstanceTypes); the
-split of the later p5, p5e, p5en, g6 and g6e totals into disks is the one AWS's product pages give,
-not checked against an AWS table here.
-The same catalog answers `aws.ec2.get_instance_type` in the offline plan, so the program and the
-plan read one source of truth; a live `pulumi up` asks EC2 instead.
+A live run asks EC2 (DescribeInstanceTypes, through `aws.ec2.get_instance_type`) for every
+configured type's hardware before any config rule that needs it runs (config/instance_facts.py);
+this catalog answers the same question in the offline plan and on a kubeconfig stack (no AWS), and
+holds the prices, which EC2 does not give. A type with no price here plans with its price unknown.
+
+Prices: us-east-1, Linux, on-demand, from ../shared/reference/aws-gpu-facts.md where it lists the
+type, the other sizes from the file it cites (aws/karpenter-provider-aws
+`pkg/providers/pricing/zz_generated.pricing_aws.go`, us-east-1, read at 1d927085, 2026-08).
+Hardware (vCPUs, memory, GPUs and their MiB, EFA interfaces, bandwidth, the instance store total) of
+every type is as in aws/karpenter-provider-aws `website/content/en/docs/reference/instance-types.md`
+(generated from DescribeInstanceTypes, same commit). Instance store layouts (NVMe disks x GB each):
+p4d, p4de, g5 and trn1 from the instance store table of AWS's EC2 user guide
+(awsdocs/amazon-ec2-user-guide `doc_source/InstanceStorage.md`, archived 2023); the split of the
+later p5, p5e, p5en, p6-b200, g6 and g6e totals into disks is the one AWS's product pages give, not
+checked against an AWS table here. Network cards are not in that table: a type has at least one per
+EFA interface (EC2 puts one EFA on each card), which is the figure used for the newer sizes.
+
+SageMaker HyperPod names its nodes `ml.<EC2 type>`: the hardware is the EC2 type's, the price is
+SageMaker's, which ../shared/reference does not list, so an `ml.` type's price is unknown.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+from dataclasses import dataclass, replace
+
+SAGEMAKER_PREFIX = "ml."
 
 
 @dataclass(frozen=True)
 class InstanceType:
     name: str
-    hourly_usd: float | None  # None: not sold on demand (Capacity Blocks only)
+    hourly_usd: float | None  # None: no known price (the plan says "unknown")
     vcpus: int
     memory_gib: int
     gpus: int
@@ -31,6 +44,7 @@ class InstanceType:
     network: str
     instance_store_disks: int = 0  # NVMe instance store disks (0: EBS only)
     instance_store_disk_gb: int = 0  # size of each, GB
+    capacity_blocks_only: bool = False  # not sold on demand or as Spot
 
     @property
     def instance_store_gb(self) -> int:
@@ -46,35 +60,78 @@ class InstanceType:
 
     @property
     def on_demand(self) -> bool:
-        return self.hourly_usd is not None
+        return not self.capacity_blocks_only
 
     @property
     def network_gbps(self) -> float:
-        """Network bandwidth in Gbit/s: the leading figure of `network` (baseline for burstable)."""
-        figure = self.network.split()
-        return float(figure[2] if figure[0] == "up" else figure[0])
+        """Network bandwidth in Gbit/s: the leading figure of `network` (baseline for burstable);
+        0 where EC2's text has no figure."""
+        figure = self.network.lower().split()
+        if figure[:1] == ["up"]:
+            figure = figure[2:]
+        try:
+            return float(figure[0])
+        except (IndexError, ValueError):
+            return 0.0
 
 
-def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks=0, disk_gb=0):
+def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks=0, disk_gb=0, **kw):
     return InstanceType(
-        name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks, disk_gb
+        name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks, disk_gb, **kw
     )
+
+
+A10G, L4, L40S, H100, H200, A100 = (
+    ("A10G", 22888),
+    ("L4", 22888),
+    ("L40S", 45776),
+    ("H100", 81920),
+    ("H200", 144384),
+    ("A100", 40960),
+)
+
+
+def _gpu(name, price, vcpus, mem, gpus, gpu, efa, cards, network, disks, disk_gb, **kw):
+    model, mib = gpu
+    return _t(name, price, vcpus, mem, gpus, model, "NVIDIA", mib, efa, cards, network, disks, disk_gb, **kw)
 
 
 INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
     for t in (
-        _t("p5.48xlarge", 55.04, 192, 2048, 8, "H100", "NVIDIA", 81920, 32, 32, "3200 Gbps", 8, 3800),
-        _t("p5e.48xlarge", None, 192, 2048, 8, "H200", "NVIDIA", 134468, 32, 32, "3200 Gbps", 8, 3800),
-        _t("p5en.48xlarge", 63.296, 192, 2048, 8, "H200", "NVIDIA", 134468, 16, 16, "3200 Gbps", 8, 3800),
-        _t("p4d.24xlarge", 21.958, 96, 1152, 8, "A100", "NVIDIA", 40960, 4, 4, "400 Gbps", 8, 1000),
-        _t("p4de.24xlarge", 27.447, 96, 1152, 8, "A100", "NVIDIA", 81920, 4, 4, "400 Gbps", 8, 1000),
-        _t("g5.xlarge", 1.006, 4, 16, 1, "A10G", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline", 1, 250),
-        _t("g5.12xlarge", 5.672, 48, 192, 4, "A10G", "NVIDIA", 22888, 1, 1, "40 Gbps", 1, 3800),
-        _t("g5.48xlarge", 16.288, 192, 768, 8, "A10G", "NVIDIA", 22888, 1, 1, "100 Gbps", 2, 3800),
-        _t("g6.xlarge", 0.8048, 4, 16, 1, "L4", "NVIDIA", 22888, 0, 1, "2.5 Gbps baseline", 1, 250),
-        _t("g6e.xlarge", 1.861, 4, 32, 1, "L40S", "NVIDIA", 45776, 0, 1, "2.5 Gbps baseline", 1, 250),
-        _t("g6e.48xlarge", 30.131, 192, 1536, 8, "L40S", "NVIDIA", 45776, 4, 4, "400 Gbps", 4, 1900),
+        _gpu("p6-b200.48xlarge", 113.9328, 192, 2048, 8, ("B200", 183359), 8, 8, "3200 Gbps", 8, 3800),
+        _gpu("p5.48xlarge", 55.04, 192, 2048, 8, H100, 32, 32, "3200 Gbps", 8, 3800),
+        _gpu("p5.4xlarge", 6.88, 16, 256, 1, H100, 1, 1, "100 Gbps", 1, 3800),
+        _gpu(
+            "p5e.48xlarge", None, 192, 2048, 8, H200, 32, 32, "3200 Gbps", 8, 3800, capacity_blocks_only=True
+        ),
+        _gpu("p5en.48xlarge", 63.296, 192, 2048, 8, H200, 16, 16, "3200 Gbps", 8, 3800),
+        _gpu("p4d.24xlarge", 21.958, 96, 1152, 8, A100, 4, 4, "400 Gbps", 8, 1000),
+        _gpu("p4de.24xlarge", 27.447, 96, 1152, 8, ("A100", 81920), 4, 4, "400 Gbps", 8, 1000),
+        _gpu("g5.xlarge", 1.006, 4, 16, 1, A10G, 0, 1, "2.5 Gbps baseline", 1, 250),
+        _gpu("g5.2xlarge", 1.212, 8, 32, 1, A10G, 0, 1, "5 Gbps baseline", 1, 450),
+        _gpu("g5.4xlarge", 1.624, 16, 64, 1, A10G, 0, 1, "10 Gbps baseline", 1, 600),
+        _gpu("g5.8xlarge", 2.448, 32, 128, 1, A10G, 1, 1, "25 Gbps", 1, 900),
+        _gpu("g5.12xlarge", 5.672, 48, 192, 4, A10G, 1, 1, "40 Gbps", 1, 3800),
+        _gpu("g5.16xlarge", 4.096, 64, 256, 1, A10G, 1, 1, "25 Gbps", 1, 1900),
+        _gpu("g5.24xlarge", 8.144, 96, 384, 4, A10G, 1, 1, "50 Gbps", 1, 3800),
+        _gpu("g5.48xlarge", 16.288, 192, 768, 8, A10G, 1, 1, "100 Gbps", 2, 3800),
+        _gpu("g6.xlarge", 0.8048, 4, 16, 1, L4, 0, 1, "2.5 Gbps baseline", 1, 250),
+        _gpu("g6.2xlarge", 0.9776, 8, 32, 1, L4, 0, 1, "5 Gbps baseline", 1, 450),
+        _gpu("g6.4xlarge", 1.3232, 16, 64, 1, L4, 0, 1, "10 Gbps baseline", 1, 600),
+        _gpu("g6.8xlarge", 2.0144, 32, 128, 1, L4, 1, 1, "25 Gbps", 2, 450),
+        _gpu("g6.12xlarge", 4.6016, 48, 192, 4, L4, 1, 1, "40 Gbps", 4, 940),
+        _gpu("g6.16xlarge", 3.3968, 64, 256, 1, L4, 1, 1, "25 Gbps", 2, 940),
+        _gpu("g6.24xlarge", 6.6752, 96, 384, 4, L4, 1, 1, "50 Gbps", 4, 940),
+        _gpu("g6.48xlarge", 13.3504, 192, 768, 8, L4, 1, 1, "100 Gbps", 8, 940),
+        _gpu("g6e.xlarge", 1.861, 4, 32, 1, L40S, 0, 1, "2.5 Gbps baseline", 1, 250),
+        _gpu("g6e.2xlarge", 2.24208, 8, 64, 1, L40S, 0, 1, "5 Gbps baseline", 1, 450),
+        _gpu("g6e.4xlarge", 3.00424, 16, 128, 1, L40S, 0, 1, "20 Gbps", 1, 600),
+        _gpu("g6e.8xlarge", 4.52856, 32, 256, 1, L40S, 1, 1, "25 Gbps", 1, 900),
+        _gpu("g6e.12xlarge", 10.49264, 48, 384, 4, L40S, 1, 1, "100 Gbps", 2, 1900),
+        _gpu("g6e.16xlarge", 7.57719, 64, 512, 1, L40S, 1, 1, "35 Gbps", 1, 1900),
+        _gpu("g6e.24xlarge", 15.06559, 96, 768, 4, L40S, 2, 2, "200 Gbps", 2, 1900),
+        _gpu("g6e.48xlarge", 30.131, 192, 1536, 8, L40S, 4, 4, "400 Gbps", 4, 1900),
         _t("trn1.32xlarge", 21.50, 128, 512, 16, "Trainium", "AWS", 32768, 8, 8, "800 Gbps", 4, 1900),
         _t("m5.large", 0.096, 2, 8, 0, None, None, 0, 0, 1, "up to 10 Gbps"),
         _t("m6i.large", 0.096, 2, 8, 0, None, None, 0, 0, 1, "up to 10 Gbps"),
@@ -83,6 +140,41 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
 
 GPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.has_nvidia_gpus)
 CPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.gpus == 0)
+
+
+def hardware_type(name: str) -> str:
+    """The EC2 type whose hardware a node of `name` has: `ml.g5.8xlarge` is a g5.8xlarge."""
+    return name.removeprefix(SAGEMAKER_PREFIX)
+
+
+def is_sagemaker_type(name: str) -> bool:
+    return name.startswith(SAGEMAKER_PREFIX)
+
+
+def priced(facts: InstanceType, name: str) -> InstanceType:
+    """`facts` (EC2's hardware) under the configured name, with the catalog's price for that name:
+    an `ml.` type or one the catalog lacks has none."""
+    known = None if is_sagemaker_type(name) else INSTANCE_TYPES.get(name)
+    return replace(
+        facts,
+        name=name,
+        hourly_usd=known.hourly_usd if known else None,
+        capacity_blocks_only=known.capacity_blocks_only if known else False,
+    )
+
+
+def catalog_instance(name: str) -> InstanceType | None:
+    """What the catalog knows of `name` (an EC2 type, or `ml.` and one), priced as above."""
+    hardware = INSTANCE_TYPES.get(hardware_type(name))
+    return priced(hardware, name) if hardware else None
+
+
+def closest_gpu_types(name: str, count: int = 3) -> list[str]:
+    """The catalog's NVIDIA types nearest to a misspelt `name` (with its `ml.` prefix, if any)."""
+    prefix = SAGEMAKER_PREFIX if is_sagemaker_type(name) else ""
+    found = difflib.get_close_matches(hardware_type(name), GPU_INSTANCE_TYPES, n=count, cutoff=0.5)
+    return [prefix + t for t in found]
+
 
 # Hourly costs of the managed pieces a stack keeps running (same reference file).
 NAT_GATEWAY_HOURLY_USD = 0.045

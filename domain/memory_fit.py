@@ -204,7 +204,9 @@ def larger_instance_type(job: JobShape, instance: InstanceType) -> str | None:
         and job.gpu_fits(t)
         and job.staging_fits(t)
     ]
-    return min(bigger, key=lambda t: t.hourly_usd or 0.0).name if bigger else None
+    # A type with no known price is suggested only when no priced one fits.
+    cheapest = min(bigger, key=lambda t: (t.hourly_usd is None, t.hourly_usd or 0.0)) if bigger else None
+    return cheapest.name if cheapest else None
 
 
 def staging_problem(job: JobShape, instance: InstanceType) -> tuple[str, str] | None:

@@ -72,7 +72,7 @@ LOSS_CHUNK_TOKENS = 8192
 # The trainer's flag defaults the plan models a job with (trainer.config.parser).
 DEFAULT_BATCH_SIZE = 8  # --batch-size: sequences per rank per step
 DEFAULT_CHECKPOINT_EVERY = 50  # --checkpoint-every: steps (0: off)
-DEFAULT_CHECKPOINT_MINUTES = 0.0  # --checkpoint-minutes (0: by steps only)
+DEFAULT_CHECKPOINT_MINUTES = 30.0  # --checkpoint-minutes (0: by steps only)
 
 # Dense bf16 peak FLOP/s per GPU (vendor datasheets), matched in order against the GPU's name:
 # the same table as trainer.metrics.PEAK_BF16_FLOPS, which matches CUDA device names.

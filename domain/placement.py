@@ -33,7 +33,7 @@ class Placement:
     efa: int
     vcpus: int
     memory_gib: int
-    hourly_usd: float
+    hourly_usd: float | None  # None: price unknown
     node_selector: dict[str, str]  # also its Kueue flavor's node labels
 
     @property
@@ -72,7 +72,7 @@ def system_placement(
     instance_type: str,
     vcpus: int,
     memory_gib: int,
-    hourly_usd: float,
+    hourly_usd: float | None,
     selector: dict[str, str] | None = None,
 ) -> Placement:
     """A CPU job shares the system nodes with the operators, CoreDNS and Ray heads: it asks for
@@ -91,7 +91,7 @@ def gpu_placement(
     efa: int,
     vcpus: int,
     memory_gib: int,
-    hourly_usd: float,
+    hourly_usd: float | None,
     selector: dict[str, str] | None = None,
 ) -> Placement:
     """A GPU group's node; `selector`: how to find it on a cluster the stack did not create

@@ -1,6 +1,7 @@
 """Estimated hourly cost of a stack, from the catalog's on-demand prices: what it costs idle (no job
 admitted: the control plane, NAT gateways, system nodes and each GPU group's floor), and what each job
-adds while it runs (its nodes beyond that floor)."""
+adds while it runs (its nodes beyond that floor). A type the catalog has no price for (one only EC2
+described) is a line marked unknown, left out of the total."""
 
 from __future__ import annotations
 
@@ -24,11 +25,19 @@ from domain.catalog import (
 class CostLine:
     item: str
     quantity: int
-    unit_usd: float | None  # None: bought ahead (Capacity Blocks), not billed per hour here
+    unit_usd: float | None  # None: bought ahead (Capacity Blocks), or no known price (`unknown`)
+    unknown: bool = False  # no known price: counted as 0 in the total, and said so
 
     @property
     def subtotal(self) -> float:
         return self.quantity * (self.unit_usd or 0.0)
+
+    @property
+    def unit(self) -> str:
+        """The unit price as the plan prints it."""
+        if self.unknown:
+            return "price unknown"
+        return "bought as a Capacity Block" if self.unit_usd is None else f"${self.unit_usd:.4f}/h"
 
 
 def nat_gateway_count(cfg: StackConfig) -> int:
@@ -75,7 +84,12 @@ def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
     for g in cfg.gpu_node_groups:
         price = None if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd
         lines.append(
-            CostLine(f"{g.instance_type} (node group {g.name}, {g.capacity_type})", idle_nodes(cfg, g), price)
+            CostLine(
+                f"{g.instance_type} (node group {g.name}, {g.capacity_type})",
+                idle_nodes(cfg, g),
+                price,
+                unknown=not g.price_known,
+            )
         )
     return [line for line in lines if line.quantity]
 
@@ -107,4 +121,9 @@ def tracking_cost(cfg: StackConfig) -> list[CostLine]:
 
 
 def total(lines: list[CostLine]) -> float:
+    """The known part: a line of unknown price adds nothing (`unknown_items` names them)."""
     return round(sum(line.subtotal for line in lines), 4)
+
+
+def unknown_items(lines: list[CostLine]) -> list[str]:
+    return [line.item for line in lines if line.unknown]

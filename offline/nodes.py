@@ -32,11 +32,12 @@ from conventions import (
     EFA_RESOURCE,
     GPU_PRESENT_LABEL,
     GPU_RESOURCE,
+    HYPERPOD_HEALTHY_LABELS,
     NODE_GROUP_LABEL,
     NODE_TEMPLATE_TAG,
     SYSTEM_GROUP,
 )
-from domain.catalog import INSTANCE_TYPES
+from domain.catalog import catalog_instance, is_sagemaker_type
 from offline.engine import PlanRun, Registration
 from offline.predicates import Amounts, pod_requests
 
@@ -55,6 +56,8 @@ EKS_EFFECTS = {
 # Releases whose charts run DaemonSets on the nodes, and the extended resource each advertises.
 DAEMONSET_RELEASES = ("nvidia-device-plugin", "aws-efa-k8s-device-plugin")
 ADVERTISES = {"nvidia-device-plugin": GPU_RESOURCE, "aws-efa-k8s-device-plugin": EFA_RESOURCE}
+# A device plugin the cluster already runs (reused, not installed), known by its image.
+PLUGIN_IMAGES = {"k8s-device-plugin": GPU_RESOURCE, "aws-efa-k8s-device-plugin": EFA_RESOURCE}
 # EKS add-ons that run DaemonSets, and the chart (in ../shared/charts) each add-on installs.
 ADDON_CHARTS = {
     "eks-node-monitoring-agent": "eks-node-monitoring-agent-1.7.0",
@@ -97,8 +100,10 @@ def well_known_labels(instance_type: str | None) -> dict[str, str]:
 
 
 def _hardware(instance_type: str, efa: bool) -> Amounts:
-    t = INSTANCE_TYPES[instance_type]
+    t = catalog_instance(instance_type)
     found: Amounts = {}
+    if t is None:
+        return found
     if t.has_nvidia_gpus:
         found[GPU_RESOURCE] = t.gpus
     if efa and t.efa_supported:
@@ -158,8 +163,7 @@ def eks_nodes(run: PlanRun) -> list[Node]:
         ]
         node_name = inputs.get("nodeGroupName", ng.name)
         labels = {**well_known_labels(instance_type), "eks.amazonaws.com/nodegroup": node_name, **labels}
-        known = instance_type in INSTANCE_TYPES
-        t = INSTANCE_TYPES.get(instance_type or "")
+        t = catalog_instance(instance_type or "")
         node = Node(
             group,
             instance_type,
@@ -167,7 +171,7 @@ def eks_nodes(run: PlanRun) -> list[Node]:
             labels,
             taints,
             eks_allocatable(t.vcpus, t.memory_gib) if t else {},
-            _hardware(instance_type, EFA_LABEL in labels) if known else {},
+            _hardware(instance_type, EFA_LABEL in labels) if t else {},
         )
         asg = (((inputs.get("resources") or [{}])[0].get("autoscalingGroups") or [{}])[0]).get("name")
         if asg in tags and instance_type:
@@ -182,7 +186,8 @@ def eks_nodes(run: PlanRun) -> list[Node]:
 def described_nodes(run: PlanRun, cfg) -> list[Node]:
     """The nodes of a cluster the stack did not create, as config describes them. Their labels beyond
     the selector and the kubelet's own are unknown: GPU nodes are taken to carry the labels the
-    stack's device plugins select by."""
+    stack's device plugins select by, and a HyperPod (`ml.`) node the labels of a healthy one that
+    passed the deep health checks (HyperPod's agents set them)."""
     nodes = []
     system = cfg.existing_cluster.system_nodes
     labels = {**well_known_labels(None), **system.node_selector}
@@ -200,7 +205,7 @@ def described_nodes(run: PlanRun, cfg) -> list[Node]:
     )
     for name, g in (run.outputs.get("gpuNodeGroups") or {}).items():
         instance_type = g["instanceType"]
-        t = INSTANCE_TYPES[instance_type]
+        t = catalog_instance(instance_type)  # an `ml.` type: its EC2 hardware
         efa = bool(g.get("efaInterfacesPerNode"))
         labels = {
             **well_known_labels(instance_type),
@@ -209,6 +214,8 @@ def described_nodes(run: PlanRun, cfg) -> list[Node]:
         }
         if efa:
             labels[EFA_LABEL] = "true"
+        if is_sagemaker_type(instance_type):
+            labels |= HYPERPOD_HEALTHY_LABELS
         nodes.append(
             Node(
                 name,
@@ -216,7 +223,7 @@ def described_nodes(run: PlanRun, cfg) -> list[Node]:
                 int(g.get("nodes", 1)),
                 labels,
                 [],
-                eks_allocatable(t.vcpus, t.memory_gib),
+                eks_allocatable(t.vcpus, t.memory_gib) if t else {},
                 _hardware(instance_type, efa),
                 described=f"{instance_type} x{g.get('nodes', 1)}, described (assumed labelled {GPU_PRESENT_LABEL}"
                 + (f", {EFA_LABEL}" if efa else "")
@@ -308,6 +315,15 @@ def plan_daemonsets(run: PlanRun) -> list[DaemonSet]:
         ):
             advertises = ADVERTISES[r.inputs["chart"]] if "mps" not in name else None
             found.append(DaemonSet(name, release, spec, advertises))
+    for ds in run.cluster_objects:
+        if ds.get("kind") != "DaemonSet":
+            continue
+        spec = ds["spec"]["template"]["spec"]
+        images = [c.get("image", "") for c in spec.get("containers", [])]
+        advertises = next((r for i in images for key, r in PLUGIN_IMAGES.items() if f"/{key}:" in i), None)
+        if "mps" in ds["metadata"]["name"]:  # the NVIDIA chart's MPS daemon shares the plugin's image
+            advertises = None
+        found.append(DaemonSet(ds["metadata"]["name"], "the cluster's own", spec, advertises))
     for a in sorted(run.by_type(ADDON), key=lambda r: r.name):
         chart = ADDON_CHARTS.get(a.inputs.get("addonName"))
         if not chart:

@@ -30,11 +30,12 @@ from domain.catalog import image_compressed_gb
 from domain.goodput import ASSUMED_MFU, CheckpointPath, modeled_goodput
 from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
-from offline.cost import hourly_cost, total
+from offline.cost import hourly_cost, total, unknown_items
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
 from offline.scheduling import Report, check
 from offline.simulated_account import FactError, parse_facts, read_facts_file
 from offline.timeline import critical_path, describe, job_start_minutes, until_training
+from planes.storage import checkpoint_home, checkpoints_die_with_pods
 from stack_outputs import StackOutputs
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -255,6 +256,10 @@ def write_plan(run: PlanRun, out_dir: Path) -> int:
     return count
 
 
+def job_price(hourly_usd: float | None) -> str:
+    return "price unknown" if hourly_usd is None else f"+${hourly_usd:.2f}/h"
+
+
 def cost_lines(cfg) -> list[str]:
     if cfg.existing_cluster.named:
         where = "the kind cluster" if cfg.image.builder == "kind" else "the cluster"
@@ -267,9 +272,12 @@ def cost_lines(cfg) -> list[str]:
     cost = hourly_cost(cfg, datetime.date.today())
     lines = ["Estimated cost while idle, no job admitted (us-east-1 on-demand):"]
     for c in cost:
-        unit = "bought as a Capacity Block" if c.unit_usd is None else f"${c.unit_usd:.4f}/h"
-        lines.append(f"  {c.quantity:3d} x {c.item:55s} {unit}")
-    lines.append(f"  idle total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days)")
+        lines.append(f"  {c.quantity:3d} x {c.item:55s} {c.unit}")
+    unknown = unknown_items(cost)
+    excludes = f", without {', '.join(unknown)}: price unknown" if unknown else ""
+    lines.append(
+        f"  idle total: ${total(cost):.2f}/hour (${total(cost) * 24 * 30:,.0f} per 30 days{excludes})"
+    )
     return lines
 
 
@@ -289,10 +297,11 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
     for type_, n in sorted(Counter(r.type for r in run.resources).items()):
         lines.append(f"  {n:4d}  {type_}")
     checks = [m for m in run.messages if m.startswith("Account checks")]
+    if not checks and not cfg.existing_cluster.uses_aws:
+        checks = ["Account checks: none; a kubeconfig stack uses no AWS account."]
+    checks += [m for m in run.messages if m.startswith("Cluster operators")]
     if checks:
         lines += ["", *checks]
-    elif not cfg.existing_cluster.uses_aws:
-        lines += ["", "Account checks: none; a kubeconfig stack uses no AWS account."]
     # A kind image is loaded onto the nodes, never pulled.
     image_gb = 0.0 if cfg.image.builder == "kind" else image_compressed_gb(cfg.image.base_image)
     lines += ["", *describe(critical_path(run.resources, until_training(run.resources), image_gb))]
@@ -306,10 +315,13 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
             start = starts.get(name)
             lines.append(
                 f"  {name:30s} {job['kind']:10s} {job['nodes']} node(s) of {job['nodeGroup']} "
-                f"(queue {job['queue']}), {job['gpus']} GPUs, +${job['hourlyUsd']:.2f}/h while it runs"
+                f"(queue {job['queue']}), {job['gpus']} GPUs, {job_price(job['hourlyUsd'])} while it runs"
                 + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
             )
             lines += [f"      {line}" for line in training_model_lines(cfg, name)]
+    lost = [j.name for j in cfg.jobs if checkpoints_die_with_pods(cfg, j)]
+    if lost:
+        lines += ["", *checkpoint_warnings(cfg, lost)]
     if scheduling is not None:
         lines += ["", *scheduling.lines()]
     if cfg.docker_hub_access_token is None and cfg.image.builder in ("codebuild", "docker"):
@@ -328,6 +340,23 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
         lines += [f"  - {p}" for p in placeholders]
     lines += ["", f"Wrote {out_dir}/resources.json and {manifest_count} manifest(s) in {out_dir}/manifests/"]
     return "\n".join(lines)
+
+
+def checkpoint_warnings(cfg, jobs: list[str]) -> list[str]:
+    """Jobs that keep checkpoints only in their pods' emptyDir: a relaunch, a lost node or the end of
+    the job takes them."""
+    keep = (
+        "existingCluster.checkpointClaim (a ReadWriteMany claim such as FSx)"
+        if cfg.existing_cluster.named
+        else "storage.fsx for the job's node group"
+    )
+    lines = []
+    for name in jobs:
+        lines.append(
+            f"WARNING: job {name}: its checkpoints in /checkpoints are on an emptyDir with no S3 copy "
+            f"(only the default trainer uploads them), and are lost with its pods; keep them on {keep}"
+        )
+    return lines
 
 
 # Below this, a step's time is its kernel launches and Python, which FLOPs over a peak do not model.
@@ -355,10 +384,14 @@ def training_model_lines(cfg, job_name: str) -> list[str]:
             memory,
             f"modeled: no bf16 peak figure for {instance.gpu_model}; step time and goodput not modeled",
         ]
-    if group.name in cfg.fsx_groups:
+    home = checkpoint_home(cfg, group.name)
+    if home == "fsx":
         return [memory, "checkpoints: on FSx for Lustre, shared by the nodes; goodput not modeled"]
+    if home == "claim":
+        claim = cfg.existing_cluster.checkpoint_claim
+        return [memory, f"checkpoints: on the claim {claim}, shared by the nodes; goodput not modeled"]
     disk = group.checkpoint_disk
-    uploads = cfg.existing_cluster.checkpoint_host_path is None
+    uploads = home == "s3"
     g = modeled_goodput(
         shape,
         batch_size=run.batch_size,

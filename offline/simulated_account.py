@@ -57,6 +57,7 @@ FACT_KINDS = (
     "cluster-creator",
     "eks-cluster:<name>",
     "log-group:/<name>",
+    "cluster-objects:<cluster>",
 )
 
 
@@ -125,6 +126,9 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         elif (kind == "parameter" and what.startswith("/")) or key == "cluster-creator":
             if not isinstance(value, str):
                 raise FactError(f"account fact {key} = {value!r}: a string")
+        elif kind == "cluster-objects":
+            if not isinstance(value, list) or not all(isinstance(o, dict) and "kind" in o for o in value):
+                raise FactError(f"cluster fact {key}: a list of Kubernetes objects (each with a kind)")
         elif kind == "log-group" and what.startswith("/"):
             if not isinstance(value, dict):
                 raise FactError(f"account fact {key} = {value!r}: a map of its tags ({{}} for none)")
@@ -162,7 +166,7 @@ class OfflineAccount:
         fact = self.facts.get(f"offering:{instance_type}")
         if fact is not None:
             return [z.strip() for z in fact.split(",") if z.strip()]
-        letters = SCARCE_TYPE_ZONES if instance_type.startswith(("p4", "p5")) else LETTERS
+        letters = SCARCE_TYPE_ZONES if instance_type.startswith(("p4", "p5", "p6")) else LETTERS
         return [
             name
             for name, zone_id in self.zones

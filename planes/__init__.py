@@ -21,7 +21,7 @@ from planes.build import build_plane, local_build_plane
 from planes.ci import ci_access, ci_outputs
 from planes.compute import compute_plane
 from planes.jobs import jobs_plane
-from planes.operators import operators_plane
+from planes.operators import existing_operators, operators_plane
 from planes.outputs import outputs
 from planes.queueing import queueing_plane
 from planes.tracking import tracking_outputs, tracking_plane
@@ -34,6 +34,8 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     account = aws_account(cfg)
     facts = account_checks(cfg, account)
     ci = ci_access(cfg, account)
+    # Every role from here on carries the CI fence's boundary (CI may create no role without it).
+    account = account.with_boundary(ci.boundary if ci else None)
     build = build_plane(cfg, account)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     operators = operators_plane(cfg, compute)
@@ -49,11 +51,11 @@ def attached_stack(cfg: StackConfig) -> StackOutputs:
     account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None
     if account is not None:
         existing_cluster_checks(cfg, account)
-        build = build_plane(cfg, account)
-    else:
-        build = local_build_plane(cfg)
+    # What the cluster already runs decides each operator; a stop leaves nothing registered.
+    decisions = existing_operators(cfg, account)
+    build = build_plane(cfg, account) if account is not None else local_build_plane(cfg)
     compute = attached_compute_plane(cfg, account, build.bucket)
-    operators = operators_plane(cfg, compute)
+    operators = operators_plane(cfg, compute, decisions)
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)
     jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)

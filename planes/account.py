@@ -3,7 +3,7 @@ as, and the account checks that run before anything AWS creates is registered.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import boto3
 import pulumi
@@ -16,19 +16,42 @@ from domain.names import STACK_TAG
 
 @dataclass(frozen=True)
 class Account:
-    """Where the stack deploys: the explicit AWS provider and who it runs as."""
+    """Where the stack deploys: the explicit AWS provider and who it runs as, and (with CI) the
+    permissions boundary every role the stack creates must carry."""
 
     provider: aws.Provider
     account_id: str
     caller_arn: str
+    boundary: tuple[aws.iam.Policy, str] | None = None  # the policy, and its ARN
 
     @property
     def opts(self) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(providers=[self.provider])
+        transforms = [permissions_boundary(*self.boundary)] if self.boundary is not None else None
+        return pulumi.ResourceOptions(providers=[self.provider], transforms=transforms)
+
+    def with_boundary(self, boundary: tuple[aws.iam.Policy, str] | None) -> Account:
+        return replace(self, boundary=boundary)
 
     @property
     def invoke_opts(self) -> pulumi.InvokeOptions:
         return pulumi.InvokeOptions(provider=self.provider)
+
+
+def permissions_boundary(boundary: aws.iam.Policy, arn: str) -> pulumi.ResourceTransform:
+    """Resource transform: every IAM role below the resources it is given to (the components and
+    their children, pulumi-eks's roles included) carries the CI fence's permissions boundary, and
+    is created after it: the CI deploy role may create or change a role only with it
+    (components/ci_access.py stack_fence)."""
+
+    def with_boundary(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != "aws:iam/role:Role":
+            return None
+        return pulumi.ResourceTransformResult(
+            props={**args.props, "permissionsBoundary": arn},
+            opts=pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(depends_on=[boundary])),
+        )
+
+    return with_boundary
 
 
 def aws_account(cfg: StackConfig) -> Account:

@@ -20,6 +20,11 @@ from planes.account import Account
 from planes.compute import ComputePlane
 
 
+def kubeconfig_path(configured: str) -> str:
+    """`existingCluster.kubeconfig` as a path: `~` expanded, relative to the project."""
+    return str((PROJECT_ROOT / Path(configured).expanduser()).resolve())
+
+
 def attached_compute_plane(
     cfg: StackConfig, account: Account | None, bucket: ArtifactBucket | None
 ) -> ComputePlane:
@@ -30,9 +35,7 @@ def attached_compute_plane(
         "existing-cluster",
         AttachedClusterArgs(
             eks_cluster_name=e.eks_cluster_name,
-            kubeconfig_path=str((PROJECT_ROOT / Path(e.kubeconfig).expanduser()).resolve())
-            if e.kubeconfig
-            else None,
+            kubeconfig_path=kubeconfig_path(e.kubeconfig) if e.kubeconfig else None,
             context=e.context,
             region=cfg.region,
             aws_profile=cfg.aws_profile,

@@ -1,5 +1,5 @@
-"""CI plane: the GitHub Actions OIDC roles (when `ci.githubRepository` is set) and the values to
-put in the repository's variables."""
+"""CI plane: the GitHub Actions OIDC roles and the stack's permissions boundary (when
+`ci.githubRepository` is set) and the values to put in the repository's variables."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pulumi
 
 from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
 from config import PROJECT, StackConfig
+from domain.names import eks_cluster_name
 from domain.principals import same_principal
 from planes.account import Account
 from stack_outputs import StackOutputs
@@ -22,15 +23,16 @@ def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
             repository=ci.github_repository,
             owner_id=ci.github_owner_id,
             repository_id=ci.github_repository_id,
-            environment=ci.environment,
-            branch=ci.branch,
+            environment=ci.environment or cfg.stack,
             oidc_provider_arn=ci.oidc_provider_arn,
             secrets_key_arn=ci.secrets_key_arn,
             state_bucket=ci.state_bucket,
             project=PROJECT,
             stack=cfg.stack,
             role_prefix=f"{PROJECT}-{cfg.stack}",
+            cluster_name=eks_cluster_name(cfg.stack),
         ),
+        account.account_id,
         account.opts,
     )
 

@@ -1,5 +1,5 @@
-"""Jobs plane: each configured PyTorchJob, RayJob or RayCluster, through its group's queue, with
-its Secrets, checkpoints, datasets and tracking."""
+"""Jobs plane: each configured PyTorchJob, RayJob or RayCluster, through its group's queue, as its
+own service account, with its Secrets, checkpoints, datasets and tracking."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from components.queueing import Queueing
 from components.verl import VERL_IMAGE
 from config import StackConfig
 from conventions import SYSTEM_GROUP
+from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
 from planes.storage import checkpoints, storage_claims
@@ -41,8 +42,9 @@ def jobs_plane(
         if group is not None and group.checks_efa:
             node_check = NodeCheck(placement.gpus, placement.efa, group.min_bus_bandwidth_gbps)
         provisioned = group is not None and cfg.autoscaled(group)
+        identity = pods.job_identity(j.name, fit(f"{PROJECT}-{cfg.stack}-job-{j.name}", IAM_ROLE_NAME_MAX))
         # Device plugins: a job's pods need the GPUs and EFA interfaces advertised.
-        extra = [r for r in (hf_secret, env_secret, pods.association, *operators.device_plugins) if r]
+        extra = [r for r in (hf_secret, env_secret, identity.ready, *operators.device_plugins) if r]
         extra += storage_claims(compute.storage)
         jobs.append(
             TrainingJob(
@@ -70,7 +72,7 @@ def jobs_plane(
                     if compute.storage and compute.storage.datasets
                     else None,
                     namespace=pods.namespace_name,
-                    service_account=pods.service_account_name,
+                    service_account=identity.service_account_name,
                     provider=provider,
                     operator=operators.training_operator if j.kind == "PyTorchJob" else operators.kuberay,
                     queue=j.node_group,

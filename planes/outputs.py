@@ -24,7 +24,6 @@ def outputs(
     found: StackOutputs = {
         "clusterName": compute.cluster_name,
         "trainingNamespace": pods.namespace_name,
-        "trainingServiceAccount": pods.service_account_name,
         "gpuNodeGroups": gpu_group_outputs(cfg, compute),
         "operators": {
             **{

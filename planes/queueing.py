@@ -30,7 +30,7 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
             namespace=pods.namespace,
             namespace_name=pods.namespace_name,
             queues=specs,
-            kueue=helm_operator(cfg.operators.kueue),
+            kueue=operators.kueue,
             cluster_autoscaler=helm_operator(cfg.operators.cluster_autoscaler),
             cluster_name=eks_cluster_name(cfg.stack),
             system_selector=by_group[SYSTEM_GROUP].node_selector,

@@ -4,6 +4,7 @@ Mountpoint, and the rule for where each job keeps its checkpoints (a relaunch fi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import pulumi
 
@@ -14,7 +15,7 @@ from components.job_pods import Checkpoints
 from components.network import Network
 from components.pod_identity import TrainingPodIdentity
 from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
-from config import StackConfig
+from config import JobConfig, StackConfig
 from planes.account import Account
 from planes.build import BuildPlane
 
@@ -93,16 +94,41 @@ def storage_claims(storage: SharedStorage | None) -> list[pulumi.Resource]:
     return [s.claim for s in (storage.fsx, storage.datasets) if s is not None]
 
 
+CheckpointHome = Literal["fsx", "claim", "host_path", "s3"]
+
+
+def checkpoint_home(cfg: StackConfig, group: str) -> CheckpointHome:
+    """Where a job on `group` keeps its checkpoints: the stack's FSx, the user's claim, the nodes'
+    shared path (kind), or a node volume the default trainer mirrors to S3."""
+    e = cfg.existing_cluster
+    if group in cfg.fsx_groups:
+        return "fsx"
+    if e.checkpoint_claim:
+        return "claim"
+    if e.checkpoint_host_path:
+        return "host_path"
+    return "s3"
+
+
+def checkpoints_die_with_pods(cfg: StackConfig, job: JobConfig) -> bool:
+    """Only the default trainer copies its checkpoints to S3 (`--s3-checkpoints`): VERL, a command
+    or whatever runs on a RayCluster writes to the pod's emptyDir alone, gone with the pod."""
+    return checkpoint_home(cfg, job.node_group) == "s3" and not job.runs_default_trainer
+
+
 def checkpoints(
     cfg: StackConfig, build: BuildPlane, storage: SharedStorage | None, group: str, job: str
 ) -> Checkpoints:
-    """A job's checkpoints: in the stack's bucket; on a kubeconfig stack on the nodes' shared path
-    or under the user's S3 URI. A relaunch finds them under the same job name."""
+    """A job's checkpoints, one directory per job: a relaunch finds them under the same job name."""
     e = cfg.existing_cluster
-    if storage is not None and storage.fsx is not None and group in storage.fsx_groups:
+    home = checkpoint_home(cfg, group)
+    if home == "fsx" and storage is not None and storage.fsx is not None:
         # The file system exports to S3 itself: no per-rank upload, and a relaunch finds them there.
         return Checkpoints(claim=storage.fsx.claim_name, sub_path=f"{CHECKPOINT_PREFIX}{job}")
-    if e.checkpoint_host_path:
+    if home == "claim" and e.checkpoint_claim:
+        # The kubelet creates the sub-directory on the claim's volume when it is missing.
+        return Checkpoints(claim=e.checkpoint_claim, sub_path=f"{CHECKPOINT_PREFIX}{job}")
+    if home == "host_path" and e.checkpoint_host_path:
         return Checkpoints(host_path=f"{e.checkpoint_host_path.rstrip('/')}/{job}")
     if e.s3:
         return Checkpoints(f"{e.s3.uri.rstrip('/')}/{CHECKPOINT_PREFIX}{job}/", e.s3.credentials_secret)

@@ -41,5 +41,5 @@ def test_the_command_reads_the_labels_the_stack_writes():
     assert pod["metadata"]["labels"][conventions.JOB_LABEL] == "llm"
     assert pod["spec"]["nodeSelector"] == {**conventions.GPU_NODE_LABEL, conventions.NODE_GROUP_LABEL: "gpu"}
     assert job["metadata"]["labels"][conventions.QUEUE_LABEL] == "gpu"
-    assert pod["spec"]["serviceAccountName"] == conventions.TRAINING_SERVICE_ACCOUNT
+    assert pod["spec"]["serviceAccountName"] == conventions.job_service_account("llm")
     assert job["metadata"]["namespace"] == conventions.TRAINING_NAMESPACE

@@ -11,14 +11,14 @@ class EstimateRow:
     nodes: int
     tokens_per_s: float
     hours: float
-    cost_usd: float
+    cost_usd: float | None  # None: the node's price is unknown (an `ml.` type, say)
 
 
 def estimate(
     tokens: float,
     measured_tokens_per_s: float,
     measured_nodes: int,
-    hourly_usd_per_node: float,
+    hourly_usd_per_node: float | None,
     max_nodes: int,
     efficiency: float,
 ) -> list[EstimateRow]:
@@ -31,6 +31,7 @@ def estimate(
         scale = (nodes / measured_nodes) * efficiency ** math.log2(nodes / measured_nodes)
         tput = measured_tokens_per_s * scale
         hours = tokens / tput / 3600
-        rows.append(EstimateRow(nodes, tput, hours, hours * nodes * hourly_usd_per_node))
+        cost = None if hourly_usd_per_node is None else hours * nodes * hourly_usd_per_node
+        rows.append(EstimateRow(nodes, tput, hours, cost))
         nodes *= 2
     return rows

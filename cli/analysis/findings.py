@@ -1,6 +1,6 @@
-"""`doctor`'s findings: each rule an EKS training engineer checks (nodes, GPU faults, queues,
-device plugins, operators, Pod Identity, pending and crashing pods, NCCL in the logs), with a fix
-for each failure."""
+"""`doctor`'s findings: each rule an EKS training engineer checks (nodes, GPU faults, HyperPod's node
+health, queues, device plugins, operators, Pod Identity, pending and crashing pods, NCCL in the
+logs), with a fix for each failure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,18 @@ from dataclasses import asdict, dataclass, field
 
 from cli.analysis.phases import allocatable, node_ready
 from cli.analysis.queues import queue_state
-from conventions import EFA_RESOURCE, GPU_RESOURCE, NODE_GROUP_LABEL
+from conventions import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    HYPERPOD_CLUSTER_LABEL,
+    HYPERPOD_DEEP_HEALTH_LABEL,
+    HYPERPOD_DEEP_HEALTH_PASSED,
+    HYPERPOD_HEALTH_LABEL,
+    HYPERPOD_SCHEDULABLE,
+    JOB_LABEL,
+    NODE_GROUP_LABEL,
+    job_service_account,
+)
 from stack_outputs import GpuNodeGroup
 
 
@@ -187,7 +198,13 @@ def _env_names(pod: dict) -> set[str]:
 
 
 def check_pod_identity(view: ClusterView) -> list[Finding]:
-    trainers = [p for p in view.pods if p.get("spec", {}).get("serviceAccountName") == "trainer"]
+    """Each job's pods run as the job's own account, which Pod Identity gives its role."""
+    trainers = [
+        p
+        for p in view.pods
+        if (job := p.get("metadata", {}).get("labels", {}).get(JOB_LABEL))
+        and p.get("spec", {}).get("serviceAccountName") == job_service_account(job)
+    ]
     if not trainers:
         return []
     missing = [
@@ -195,7 +212,7 @@ def check_pod_identity(view: ClusterView) -> list[Finding]:
     ]
     return [
         Finding(
-            "Pod Identity for training/trainer",
+            "Pod Identity for each job's service account",
             not missing,
             "credentials injected" if not missing else f"no Pod Identity credentials in {', '.join(missing)}",
             ""
@@ -399,6 +416,95 @@ def check_gpu_faults(view: ClusterView) -> list[Finding]:
     return [Finding("GPU XID errors (last hour)", not pending, detail, fix)]
 
 
+# HyperPod's node-health-status values other than Schedulable: what each means, and the manual
+# action (BatchReplaceClusterNodes / BatchRebootClusterNodes) when the cluster's node recovery is
+# None ("Resilience-related Kubernetes labels by SageMaker HyperPod", "Manually quarantine,
+# replace, or reboot a node", AWS SageMaker developer guide).
+HYPERPOD_STATES = {
+    "Unschedulable": ("is running deep health checks", None),
+    "UnschedulablePendingReplacement": ("failed a health check and awaits replacement", "replace"),
+    "UnschedulablePendingReboot": ("failed a health check and awaits a reboot", "reboot"),
+}
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
+
+
+def _pods_on(view: ClusterView, node: str) -> list[str]:
+    """The stack's job pods bound to `node`."""
+    return sorted(
+        p["metadata"]["name"]
+        for p in view.pods
+        if p.get("spec", {}).get("nodeName") == node and JOB_LABEL in (p["metadata"].get("labels") or {})
+    )
+
+
+def check_hyperpod_health(view: ClusterView) -> list[Finding]:
+    """HyperPod's health agents label each of its nodes (and taint an unhealthy one with the same
+    key, NoSchedule); the stack's jobs there require Schedulable. Nothing on a cluster without them."""
+    nodes = [n for n in view.nodes if HYPERPOD_HEALTH_LABEL in (n["metadata"].get("labels") or {})]
+    if not nodes:
+        return []
+    faults, fixes = [], []
+    for n in nodes:
+        name, labels = n["metadata"]["name"], n["metadata"]["labels"]
+        state = labels[HYPERPOD_HEALTH_LABEL]
+        tainted = [t for t in n.get("spec", {}).get("taints") or [] if t.get("key") == HYPERPOD_HEALTH_LABEL]
+        if state == HYPERPOD_SCHEDULABLE and not tainted:
+            continue
+        meaning, action = HYPERPOD_STATES.get(state, (f"is {state}", None))
+        if tainted:
+            t = tainted[0]
+            meaning += (
+                f", tainted {t['key']}={t.get('value', '')}:{t.get('effect', '')} (no new pod lands there)"
+            )
+        pods = _pods_on(view, name)
+        faults.append(f"{name} {meaning}" + (f"; job pods on it: {', '.join(pods)}" if pods else ""))
+        if action:
+            instance = INSTANCE_ID.search(name)
+            cluster = labels.get(HYPERPOD_CLUSTER_LABEL, "<cluster>")
+            fixes.append(
+                f"HyperPod's automatic node recovery will {action} {name}; with node recovery None: "
+                f"aws sagemaker batch-{action}-cluster-nodes --cluster-name {cluster} "
+                f"--node-ids {instance.group(0) if instance else '<instance id>'}"
+            )
+        elif state == "Unschedulable":
+            fixes.append(f"wait for the deep health checks on {name} (label {HYPERPOD_DEEP_HEALTH_LABEL})")
+    if faults:
+        fixes.append(
+            "a PyTorchJob with auto-resume restarts from its newest checkpoint once the node is back; "
+            "`trainstack status` shows where it is"
+        )
+    healthy = len(nodes) - len(faults)
+    found = [
+        Finding(
+            "node health (HyperPod)",
+            not faults,
+            f"{healthy}/{len(nodes)} Schedulable" + (f"; {'; '.join(faults)}" if faults else ""),
+            "; ".join(fixes),
+        )
+    ]
+    deep = {n["metadata"]["name"]: n["metadata"]["labels"].get(HYPERPOD_DEEP_HEALTH_LABEL) for n in nodes}
+    failed = sorted(name for name, status in deep.items() if status == "Failed")
+    running = sorted(name for name, status in deep.items() if status == "InProgress")
+    passed = sum(status == HYPERPOD_DEEP_HEALTH_PASSED for status in deep.values())
+    detail = f"{passed}/{len(nodes)} passed"
+    if running:
+        detail += f"; in progress on {', '.join(running)} (not available to jobs until they finish)"
+    if failed:
+        detail += f"; failed on {', '.join(failed)}"
+    found.append(
+        Finding(
+            "deep health checks (HyperPod)",
+            not failed,
+            detail,
+            "HyperPod reboots or replaces a node that failed them (see node health); a job with "
+            "hyperpod.deepHealthCheck: required waits for nodes that passed"
+            if failed
+            else "",
+        )
+    )
+    return found
+
+
 def check_queues(view: ClusterView) -> list[Finding]:
     """Why each job waits, if it does: behind other jobs (fine), or for something that will not
     come by itself (a queue it can never fit, nodes the autoscaler cannot get, pods never ready)."""
@@ -415,6 +521,7 @@ def doctor(view: ClusterView) -> list[Finding]:
     return [
         *check_nodes(view),
         *check_node_health(view),
+        *check_hyperpod_health(view),
         *check_gpu_faults(view),
         *check_queues(view),
         *check_device_plugins(view),

@@ -39,7 +39,8 @@ def fetch(args: argparse.Namespace) -> Estimate:
         raise CliError("no measured throughput yet: wait for metrics, or pass --tokens-per-s", EXIT_FAILED)
     nodes = int(job["nodes"])
     group = (outputs.get("gpuNodeGroups") or {}).get(job["nodeGroup"], {})
-    per_node_usd = job["hourlyUsd"] / nodes if nodes else 0.0
+    hourly = job.get("hourlyUsd")
+    per_node_usd = None if hourly is None else hourly / nodes if nodes else 0.0
     rows = estimates.estimate(
         args.tokens,
         measured,
@@ -49,6 +50,10 @@ def fetch(args: argparse.Namespace) -> Estimate:
         args.efficiency,
     )
     return Estimate(measured, nodes, rows)
+
+
+def usd(cost: float | None) -> str:
+    return "unknown" if cost is None else "$" + format(cost, ",.0f")
 
 
 def render(args: argparse.Namespace, estimate: Estimate, out: Output) -> int:
@@ -70,7 +75,5 @@ def render(args: argparse.Namespace, estimate: Estimate, out: Output) -> int:
     )
     out.line(f"{'NODES':>6} {'TOKENS/S':>14} {'HOURS':>10} {'COST':>12}")
     for r in rows:
-        out.line(
-            f"{r.nodes:>6} {r.tokens_per_s:>14,.0f} {r.hours:>10.1f} {'$' + format(r.cost_usd, ',.0f'):>12}"
-        )
+        out.line(f"{r.nodes:>6} {r.tokens_per_s:>14,.0f} {r.hours:>10.1f} {usd(r.cost_usd):>12}")
     return 0

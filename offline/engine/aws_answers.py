@@ -4,7 +4,8 @@
 generated names and passwords, image digests); `MODULES` does the same for every type of a module
 (IAM); any other type gets an ARN named after it, and `IDS` gives a physical id where the
 provider's is not `<name>-id`. `OfflineAws.invokes` maps a function token to its answer: the
-caller, the partition and region, instance types from the instance catalog, offerings and subnets,
+caller, the partition and region, instance types from the instance catalog (a type outside it
+fails as EC2 fails a type it does not sell), offerings and subnets,
 registry tokens, SSM parameters. What depends on the account's own state (AZs, quotas, log groups, a
 running cluster) is offline/simulated_account.py's; what pulumi-eks creates is pulumi_eks.py's.
 """
@@ -215,6 +216,17 @@ def instance_type_facts(name: str) -> dict[str, Any]:
     }
 
 
+def invalid_instance_type(name: str) -> str:
+    """pulumi-aws's error for DescribeInstanceTypes' InvalidInstanceType."""
+    request = hashlib.sha1(name.encode()).hexdigest()
+    request_id = f"{request[:8]}-{request[8:12]}-{request[12:16]}-{request[16:20]}-{request[20:32]}"
+    return (
+        "reading EC2 Instance Type: operation error EC2: DescribeInstanceTypes, https response error "
+        f"StatusCode: 400, RequestID: {request_id}, api error InvalidInstanceType: The following supplied "
+        f"instance types do not exist: [{name}]"
+    )
+
+
 class OfflineAws:
     """The AWS reads that are not the account's state: who calls, where, and what EC2 sells there."""
 
@@ -274,8 +286,15 @@ class OfflineAws:
     def region_facts(self, _args: dict[str, Any]) -> dict[str, Any]:
         return {"name": self.region, "region": self.region, "id": self.region}
 
-    def instance_type(self, args: dict[str, Any]) -> dict[str, Any]:
-        return instance_type_facts(args["instanceType"])
+    def instance_type(self, args: dict[str, Any]) -> dict[str, Any] | tuple[dict, list[tuple[str, str]]]:
+        """EC2 DescribeInstanceTypes for one type. A type EC2 does not sell (and any `ml.` name:
+        SageMaker's, not EC2's) fails the invoke as pulumi-aws words EC2's 400: the data source
+        passes the API error on (terraform-provider-aws `ec2_instance_type_data_source.go`,
+        `dataSourceInstanceTypeRead` -> `tfresource.SingularDataSourceFindError`)."""
+        name = args["instanceType"]
+        if name in INSTANCE_TYPES:
+            return instance_type_facts(name)
+        return {}, [("instanceType", invalid_instance_type(name))]
 
     def registry_token(self, _args: dict[str, Any]) -> dict[str, Any]:
         return {

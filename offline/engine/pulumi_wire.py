@@ -117,6 +117,13 @@ class RecordingMonitor(mocks.MockMonitor):
 
     def RegisterResource(self, request):
         raw = json_format.MessageToDict(request.object)
+        if request.custom and request.type != "pulumi:pulumi:Stack":
+            # The engine calls the resource's own transforms, then its ancestors' (a component's
+            # reach everything registered below it), before the provider sees the inputs.
+            own = mocks._resolve_callbacks(request.transforms)
+            raw = apply_transforms(
+                request.type, request.name, raw, own + self._transforms_over(request.parent)
+            )
         request.object.CopyFrom(json_format.ParseDict(refs_to_urns(raw), struct_pb2.Struct()))
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
@@ -197,15 +204,21 @@ def transformed(child: RemoteChild, transforms: list[Callable[..., Any]]) -> dic
     """A remote component's child as its provider registers it: the real engine calls the
     component's transforms back for each child it creates (pulumi-eks's node group gets
     `nodeRepairConfig` this way), so the offline one does too."""
-    state = child.state
+    return apply_transforms(child.type, child.name, child.state, transforms)
+
+
+def apply_transforms(
+    type_: str, name: str, props: dict[str, Any], transforms: list[Callable[..., Any]]
+) -> dict[str, Any]:
+    """`props` after each transform in turn."""
     for transform in transforms:
-        args = pulumi.ResourceTransformArgs(True, child.type, child.name, state, pulumi.ResourceOptions())
+        args = pulumi.ResourceTransformArgs(True, type_, name, props, pulumi.ResourceOptions())
         result = transform(args)
         if inspect.isawaitable(result):
             result = _sync_await(result)
         if result is not None:
-            state = dict(result.props)
-    return state
+            props = dict(result.props)
+    return props
 
 
 def reset_runtime(config: dict[str, str], secret_keys: list[str]) -> None:

@@ -2,7 +2,8 @@
 
 `run_program` sets up one run as `pulumi up` would: the stack's config, an `OfflineAccount` (with any
 facts a test or user gives), `OfflineMocks` answering through a `RecordingMonitor`, the program's
-`pulumi.log` messages kept, and the account's boto3 answers in place while the program runs; it
+`pulumi.log` messages kept, and the account's boto3 answers and the cluster's API answers
+(`OfflineCluster`) in place while the program runs; it
 returns a `PlanRun`. It also owns the event loops the mock engine runs on: each worker thread gets
 a loop of its own, and `close_event_loops` closes them all after a plan.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from config import PROJECT, PROJECT_ROOT
 from offline.engine import pulumi_wire
 from offline.engine.aws_answers import OFFLINE_CALLER_ARN
+from offline.engine.cluster_answers import OfflineCluster, split_facts
 from offline.engine.mocks import OfflineMocks
 from offline.engine.recording import PlanRun, Registration
 from offline.simulated_account import OfflineAccount
@@ -35,12 +37,14 @@ def run_program(
     registered: list[Registration] | None = None,
 ) -> PlanRun:
     """Run `program` as `pulumi up` would, against the mock engine, and return what it registered.
-    `facts` change what the offline account answers (see offline/simulated_account.py); `registered`, when
+    `facts` change what the offline account answers (see offline/simulated_account.py), and what the
+    cluster runs (`cluster-objects:...`, offline/engine/cluster_answers.py); `registered`, when
     given, receives each registration as it happens (so a failed run shows how far it got)."""
     _fresh_event_loop()
     pulumi_wire.reset_runtime(dict(config), list(secret_keys or []))
     region = config.get("aws:region", "us-east-1")
-    account = OfflineAccount(region, facts)
+    account_facts, objects = split_facts(facts)
+    account = OfflineAccount(region, account_facts)
     monitor = pulumi_wire.RecordingMonitor(OfflineMocks(region, caller_arn, account))
     if registered is not None:
         monitor.registrations = registered
@@ -53,9 +57,9 @@ def run_program(
     def program_main():
         runpy.run_path(str(program), run_name="__main__")
 
-    with account.botocore_answers():
+    with account.botocore_answers(), OfflineCluster(objects).answers():
         pulumi_wire.run_stack(program_main)
-    return PlanRun(stack, monitor.registrations, pulumi_wire.stack_outputs(), messages)
+    return PlanRun(stack, monitor.registrations, pulumi_wire.stack_outputs(), messages, objects)
 
 
 class _Recorder(logging.Handler):

@@ -39,7 +39,7 @@ def test_doctor_clean_cluster_passes_everything(tmp_path):
     assert failing(checks) == {} and code == 0
     names = {c["name"] for c in checks}
     assert {"nodes Ready", "Kubeflow training operator", "KubeRay operator", "training operator webhook",
-            "Pod Identity for training/trainer", "NCCL network in fsdp-worker-0"} <= names  # fmt: skip
+            "Pod Identity for each job's service account", "NCCL network in fsdp-worker-0"} <= names  # fmt: skip
     code, text = run(healthy(), tmp_path, "doctor")
     assert text.rstrip().endswith(f"{len(checks)} passed, 0 failed")
 
@@ -108,7 +108,7 @@ def test_doctor_missing_crd_operator_and_webhook(tmp_path):
 def test_doctor_pod_identity_missing(tmp_path):
     c = healthy()
     c.pods[0] = pod("fsdp-worker-0", "fsdp", "p5", env=())
-    assert "fsdp-worker-0" in finding(tmp_path, c, "Pod Identity for training/trainer")["detail"]
+    assert "fsdp-worker-0" in finding(tmp_path, c, "Pod Identity for each job's service account")["detail"]
 
 
 @pytest.mark.parametrize(

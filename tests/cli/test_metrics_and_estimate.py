@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.fake_cluster import healthy, run
+from support.fake_cluster import OUTPUTS, healthy, run
 
 
 def test_metrics_table_skips_malformed_lines_and_plots(tmp_path):
@@ -49,6 +49,17 @@ def test_estimate_table(tmp_path):
     assert sorted(rows) == [1, 2, 4, 8]
     code, text = run(healthy(), tmp_path, "estimate", "fsdp", "--tokens", "1e12", "--tokens-per-s", "1e6")
     assert code == 0 and "measured 1,000,000 tokens/s on 2 node(s)" in text
+
+
+def test_a_job_on_a_type_without_a_known_price_costs_unknown(tmp_path):
+    """An `ml.` group's nodes have no price in the stack's outputs (hourlyUsd null)."""
+    unpriced = {**OUTPUTS, "jobs": {"fsdp": {**OUTPUTS["jobs"]["fsdp"], "hourlyUsd": None}}}
+    argv = ("estimate", "fsdp", "--tokens", "1e12", "--tokens-per-s", "1e6")
+    code, text = run(healthy(), tmp_path, *argv, outputs=unpriced)
+    assert code == 0
+    assert text.splitlines()[2].split()[-1] == "unknown"
+    code, out = run(healthy(), tmp_path, *argv, "--json", outputs=unpriced)
+    assert {r["cost_usd"] for r in json.loads(out)["rows"]} == {None}
 
 
 def test_an_unknown_job_is_a_usage_error(tmp_path, capsys):

@@ -139,7 +139,9 @@ def test_template_values_are_found_in_the_prod_template():
     found = {p.key: p for p in template_values(parse_config("prod", stack_values("prod")))}
     assert set(found) == {"trainstack:cluster.publicAccessCidrs[0]", "trainstack:cluster.adminPrincipals[0]"}
     assert "documentation address range" in found["trainstack:cluster.publicAccessCidrs[0]"].reason
-    assert template_values(parse_config("dev", stack_values("dev"))) == []
+    # dev too: its API endpoint is reached from the user's own network, never from 0.0.0.0/0.
+    (dev,) = template_values(parse_config("dev", stack_values("dev")))
+    assert dev.key == "trainstack:cluster.publicAccessCidrs[0]"
 
 
 def test_aws_credentials_config_other_than_a_profile_is_refused():
@@ -170,5 +172,6 @@ def test_a_live_run_refuses_template_values(monkeypatch):
         "trainstack:cluster.publicAccessCidrs[0]",
         "trainstack:cluster.adminPrincipals[0]",
     ]
-    runtime_config.set_all_config(stack_values("dev"), [])
+    yours = {"endpointPublicAccess": True, "publicAccessCidrs": ["52.94.10.0/24"]}
+    runtime_config.set_all_config(stack_values("dev", cluster=yours), [])
     assert config.load_config("dev").stack == "dev"

@@ -27,7 +27,8 @@ def test_a_described_group_needs_a_selector_and_a_known_instance_type():
         jobs=[],
     )
     assert found[0].startswith(
-        'trainstack:gpuNodeGroups[0].instanceType = "p9.huge": not an NVIDIA GPU instance type'
+        'trainstack:gpuNodeGroups[0].instanceType = "p9.huge": not an instance type EC2 sells (EC2: '
+        "InvalidInstanceType: The following supplied instance types do not exist: [p9.huge])"
     )
 
 
@@ -59,7 +60,7 @@ def test_a_kubeconfig_stack_refuses_what_needs_aws():
     assert any(p.startswith("trainstack:existingCluster = ") and "names two clusters" in p for p in found)
     nowhere = {"kubeconfig": "~/.kube/config", "kindClusterName": "trainstack"}
     found = problems("local", existingCluster=nowhere)
-    assert any("keeps checkpoints on a node path or in S3" in p for p in found)
+    assert any("keeps checkpoints on a node path, in S3 or on a claim" in p for p in found)
     none_image = problems("local", image={"builder": "none"})
     assert (
         none_image[0]

@@ -25,7 +25,7 @@ def test_1b_at_the_default_batch_is_refused_on_a_g5_xlarge():
         "batch 8 x 2048 tokens over 1 GPU(s) needs ~55.2 GiB per GPU (sharded fp32 state 16.5, gathered "
         "bf16 parameters and gradients 1.2, activations 35.6, CUDA allowance 2.0), more than the 22.4 GiB "
         "of each A10G on g5.xlarge; allowed: model: small (fits at --batch-size 8), or a node group of "
-        "p4de.24xlarge (the cheapest type the job fits as it is)"
+        "p5.4xlarge (the cheapest type the job fits as it is)"
     )
     assert host.startswith(
         "trainstack:jobs[0].model = \"1b\": job 'train' cannot train on node group 'gpu': async "

@@ -12,20 +12,23 @@ from support.plans import plan
 
 from config import parse_config
 from config.schema import ConfigError
-from domain.catalog import GPU_INSTANCE_TYPES
 
 
-def test_unknown_instance_type_lists_the_catalog():
-    (msg,) = problems(gpuNodeGroups=[group(instanceType="g7.xlarge")])
-    assert msg.startswith(
-        'trainstack:gpuNodeGroups[0].instanceType = "g7.xlarge": not an NVIDIA GPU instance type'
+def test_an_instance_type_ec2_does_not_sell_names_the_closest_ones():
+    (msg,) = problems(gpuNodeGroups=[group(instanceType="g5.9xlarge")])
+    assert msg == (
+        'trainstack:gpuNodeGroups[0].instanceType = "g5.9xlarge": not an instance type EC2 sells (EC2: '
+        "InvalidInstanceType: The following supplied instance types do not exist: [g5.9xlarge]); "
+        "allowed: an NVIDIA GPU instance type, such as g5.xlarge, g5.8xlarge, g5.4xlarge"
     )
-    assert all(t in msg for t in GPU_INSTANCE_TYPES)
 
 
 def test_trainium_is_not_a_gpu_node_group():
     (msg,) = problems(gpuNodeGroups=[group(instanceType="trn1.32xlarge")])
-    assert "not an NVIDIA GPU instance type in the catalog" in msg
+    assert msg.startswith(
+        'trainstack:gpuNodeGroups[0].instanceType = "trn1.32xlarge": not an NVIDIA GPU instance type '
+        "(EC2: 16 GPUs, AWS Trainium); allowed: an NVIDIA GPU instance type (families p6-b200, p5, p5e"
+    )
 
 
 def test_efa_on_an_instance_without_efa():

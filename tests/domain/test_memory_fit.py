@@ -52,7 +52,7 @@ def test_1b_at_batch_8_is_refused_on_one_a10g():
     assert why.startswith("the 1b model at batch 8 x 2048 tokens over 1 GPU(s) needs ~55.2 GiB per GPU")
     assert why.endswith("more than the 22.4 GiB of each A10G on g5.xlarge")
     assert fits == (
-        "model: small (fits at --batch-size 8), or a node group of p4de.24xlarge "
+        "model: small (fits at --batch-size 8), or a node group of p5.4xlarge "
         "(the cheapest type the job fits as it is)"
     )
     assert largest_batch(ONE_B, 2048, 1, G5) == 0

@@ -65,7 +65,14 @@ def test_plan_exits_zero_and_writes_files(planned):
             *(["rayjob-training-llama-1b-ray.yaml"] if prod else []),
             f"resourceflavor-trainstack-{group}.yaml",
             "resourceflavor-trainstack-system.yaml",
-            "serviceaccount-training-trainer.yaml",
+            *(
+                [
+                    "serviceaccount-training-job-llama-1b-fsdp.yaml",
+                    "serviceaccount-training-job-llama-1b-ray.yaml",
+                ]
+                if prod
+                else ["serviceaccount-training-job-llama-tiny.yaml"]
+            ),
         ]
     )
     assert sorted(p.name for p in (out / "manifests").iterdir()) == expected
@@ -123,6 +130,7 @@ def test_resources_json_shape(planned):
         "trainstack:jobs:PyTorchJob",
         *(["trainstack:jobs:RayJob"] if stack == "prod" else []),
         "trainstack:compute:TrainingPodIdentity",
+        "trainstack:compute:JobIdentity",
         "trainstack:compute:ClusterAutoscalerIdentity",
     }
 
@@ -137,14 +145,15 @@ def test_secrets_are_masked(planned):
 
 
 def test_manifests_are_what_the_cluster_receives(planned):
-    _, _, out = planned
-    sa = yaml.safe_load((out / "manifests" / "serviceaccount-training-trainer.yaml").read_text())
+    stack, _, out = planned
+    job = "llama-1b-fsdp" if stack == "prod" else "llama-tiny"  # each job its own account
+    sa = yaml.safe_load((out / "manifests" / f"serviceaccount-training-job-{job}.yaml").read_text())
     assert sa["apiVersion"] == "v1" and sa["kind"] == "ServiceAccount"
     assert sa["metadata"]["namespace"] == "training"
 
 
 def test_dependency_edges(planned):
-    _, _, out = planned
+    stack, _, out = planned
     resources = json.loads((out / "resources.json").read_text())
     by_name = {(r["type"], r["name"]): r for r in resources}
 
@@ -157,8 +166,9 @@ def test_dependency_edges(planned):
     assert {"eks", "eks-system"} <= deps("aws:eks/addon:Addon", "eks-eks-pod-identity-agent")
     assert "eks" in deps("pulumi:providers:kubernetes", "eks-k8s")
     assert "eks-k8s" in deps("kubernetes:core/v1:Namespace", "training-pods-namespace")
-    assert {"eks-eks-pod-identity-agent", "training-pods-role"} <= deps(
-        "aws:eks/podIdentityAssociation:PodIdentityAssociation", "training-pods-association"
+    job = "llama-1b-fsdp" if stack == "prod" else "llama-tiny"
+    assert {"eks-eks-pod-identity-agent", f"training-pods-{job}-role"} <= deps(
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation", f"training-pods-{job}-association"
     )
     assert "artifacts-versioning" in deps(
         "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "artifacts-lifecycle"

@@ -135,13 +135,17 @@ def test_a_ray_head_takes_the_system_flavor_where_node_labels_share_no_key():
 
 
 def test_training_pods_get_the_bucket_through_pod_identity_on_the_named_cluster(existing_plan):
-    assoc = existing_plan.one("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    assert (assoc.inputs["clusterName"], assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == (
-        "ml-platform",
-        "training",
-        "trainer",
-    )
-    assert policy_of(existing_plan, "training-pods-policy")["Statement"][0]["Sid"] == "ListJobPrefixes"
+    """Each job's own account and role (tests/planes/test_pod_identity.py), or the role the user
+    brings (podRoleArn) for every job's account."""
+    assocs = existing_plan.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    jobs = [
+        r.name.removeprefix("job-") for r in existing_plan.resources if r.name.startswith("job-") and r.custom
+    ]
+    assert sorted(
+        (a.inputs["clusterName"], a.inputs["namespace"], a.inputs["serviceAccount"]) for a in assocs
+    ) == sorted(("ml-platform", "training", f"job-{j}") for j in jobs)
+    policy = policy_of(existing_plan, f"training-pods-{jobs[0]}-policy")
+    assert policy["Statement"][0]["Sid"] == "ListOwnCheckpointsAndDatasets"
     brought = plan(
         "existing",
         facts=CLUSTER,
@@ -151,9 +155,11 @@ def test_training_pods_get_the_bucket_through_pod_identity_on_the_named_cluster(
             "systemNodes": {"nodeSelector": {"pool": "system"}},
         },
     )
-    assert "training-pods-role" not in {r.name for r in brought.by_type("aws:iam/role:Role")}
-    (assoc,) = brought.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    assert assoc.inputs["roleArn"] == "arn:aws:iam::123456789012:role/ml-training"
+    assert not [r for r in brought.by_type("aws:iam/role:Role") if r.name.startswith("training-pods")]
+    roles = {
+        a.inputs["roleArn"] for a in brought.by_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    }
+    assert roles == {"arn:aws:iam::123456789012:role/ml-training"}
     assert brought.outputs["trainingRoleArn"] == "arn:aws:iam::123456789012:role/ml-training"
 
 

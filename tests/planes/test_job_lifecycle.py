@@ -137,7 +137,7 @@ def test_jobs_wait_for_their_operator_queue_device_plugins_and_image(kinds_plan)
         "localqueue-p5",
         "nvidia-device-plugin",
         "aws-efa-k8s-device-plugin",
-        "training-pods-association",
+        "training-pods-fsdp-association",
     } <= fsdp
     assert "image-build" in fsdp  # the image URI comes from the build
     ray = names(kinds_plan, job(kinds_plan, "ray-l4").dependencies)

@@ -162,7 +162,7 @@ def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):
         ("node.kubernetes.io/unreachable", "NoExecute", 60),
         ("node.kubernetes.io/not-ready", "NoExecute", 60),
     }
-    assert pod["serviceAccountName"] == "trainer"
+    assert pod["serviceAccountName"] == "job-fsdp"  # its own (tests/planes/test_pod_identity.py)
     assert pod["terminationGracePeriodSeconds"] >= 300  # the trainer saves on SIGTERM
     requests = pod["containers"][0]["resources"]["requests"]
     assert (requests["cpu"], requests["memory"]) == (

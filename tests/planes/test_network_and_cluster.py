@@ -120,8 +120,9 @@ def test_vpc_cni_understands_efa_only(k8s):
 
 def test_service_account_and_namespace_go_through_the_cluster_provider(dev_plan):
     provider = dev_plan.one("pulumi:providers:kubernetes")
-    for type_ in ("kubernetes:core/v1:Namespace", "kubernetes:core/v1:ServiceAccount"):
-        assert provider.urn in dev_plan.one(type_).dependencies
+    assert provider.urn in dev_plan.one("kubernetes:core/v1:Namespace").dependencies
+    for account in dev_plan.by_type("kubernetes:core/v1:ServiceAccount"):
+        assert provider.urn in account.dependencies, account.name
 
 
 def test_s3_traffic_skips_the_nat_gateways(prod_plan):

@@ -1,58 +1,155 @@
-"""Compute plane under the mock engine, what training pods may do in AWS: the Pod Identity
-association of the training service account and its role's policy, scoped to the job prefixes."""
+"""What training pods may do in AWS, under the mock engine: each job runs as its own service
+account, whose Pod Identity role reaches the job's own checkpoints/<job>/ (read and write) and
+datasets/ (read), nothing else: not another job's checkpoints, not the build context."""
 
 from __future__ import annotations
 
 import json
 
-from support.plans import policy_of
+import pytest
+from moto.iam.access_control import IAMPolicy, PermissionResult
+from support.jobs import body, job
+from support.plans import plan, policy_of
+
+ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+JOBS = [
+    {"name": "alpha", "kind": "PyTorchJob", "nodeGroup": "gpu", "wait": "none"},
+    {"name": "alpha-2", "kind": "RayJob", "nodeGroup": "gpu", "wait": "none"},
+]
+WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
 
 
-def test_pod_identity_is_scoped_to_the_bucket(prod_plan):
-    assoc = prod_plan.one(
-        "aws:eks/podIdentityAssociation:PodIdentityAssociation", "training-pods-association"
-    ).inputs
-    assert (assoc["clusterName"], assoc["namespace"], assoc["serviceAccount"]) == (
-        "trainstack-prod",
-        "training",
-        "trainer",
-    )
-    trust = json.loads(prod_plan.one("aws:iam/role:Role", "training-pods-role").inputs["assumeRolePolicy"])
-    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    assert trust["Statement"][0]["Action"] == ["sts:AssumeRole", "sts:TagSession"]
-    policy = policy_of(prod_plan, "training-pods-policy")
-    bucket_arn = f"arn:aws:s3:::{prod_plan.outputs['bucketName']}"
+@pytest.fixture(scope="module")
+def two_jobs():
+    return plan("prod", gpuNodeGroups=[{"name": "gpu", "instanceType": "g6.xlarge"}], jobs=JOBS)
+
+
+def bucket_arn(run) -> str:
+    return f"arn:aws:s3:::{run.outputs['bucketName']}"
+
+
+def pod_spec(manifest: dict) -> dict:
+    if manifest["kind"] == "PyTorchJob":
+        return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    return manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+
+
+def test_each_job_runs_as_its_own_service_account_with_its_own_role(two_jobs):
+    by_account = {r.inputs["serviceAccount"]: r.inputs for r in two_jobs.by_type(ASSOCIATION)}
+    assert set(by_account) == {"job-alpha", "job-alpha-2", "cluster-autoscaler"}
+    for name in ("alpha", "alpha-2"):
+        assoc = by_account[f"job-{name}"]
+        assert (assoc["clusterName"], assoc["namespace"]) == ("trainstack-prod", "training")
+        role = two_jobs.one("aws:iam/role:Role", f"training-pods-{name}-role").inputs
+        assert role["name"] == f"trainstack-prod-job-{name}"
+        assert assoc["roleArn"] == f"arn:aws:iam::123456789012:role/trainstack-prod-job-{name}"
+        trust = json.loads(role["assumeRolePolicy"])["Statement"][0]
+        assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+        manifest = body(job(two_jobs, name))
+        assert pod_spec(manifest)["serviceAccountName"] == f"job-{name}"
+        if manifest["kind"] == "RayJob":  # the head and the submitter too: every pod of the job
+            head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+            assert head["serviceAccountName"] == f"job-{name}"
+        waits = {r.rsplit("::", 1)[1] for r in job(two_jobs, name).dependencies}
+        assert f"training-pods-{name}-association" in waits
+    # The shared account no job runs as any more has no AWS identity left.
+    assert not [r for r in two_jobs.by_type(ASSOCIATION) if r.inputs["serviceAccount"] == "trainer"]
+    assert "trainingRoleArn" not in two_jobs.outputs
+
+
+def test_each_jobs_policy_names_its_own_prefix_and_reads_datasets(two_jobs):
+    bucket = bucket_arn(two_jobs)
+    policy = policy_of(two_jobs, "training-pods-alpha-policy")
     by_sid = {s["Sid"]: s for s in policy["Statement"]}
-    assert by_sid["ListJobPrefixes"]["Resource"] == bucket_arn
-    assert by_sid["ReadWriteJobObjects"]["Resource"] == [
-        f"{bucket_arn}/checkpoints/*",
-        f"{bucket_arn}/datasets/*",
-    ]
-    assert "PullTrainingImage" not in by_sid  # the kubelet pulls with the node role
+    assert by_sid["ListOwnCheckpointsAndDatasets"] == {
+        "Sid": "ListOwnCheckpointsAndDatasets",
+        "Effect": "Allow",
+        "Action": ["s3:ListBucket"],
+        "Resource": bucket,
+        # StringLike, not StringLikeIfExists: a listing with no prefix is denied.
+        "Condition": {"StringLike": {"s3:prefix": ["checkpoints/alpha/*", "datasets/*"]}},
+    }
+    assert by_sid["ReadWriteOwnCheckpoints"]["Resource"] == f"{bucket}/checkpoints/alpha/*"
+    assert by_sid["ReadDatasets"] == {
+        "Sid": "ReadDatasets",
+        "Effect": "Allow",
+        "Action": ["s3:GetObject"],
+        "Resource": f"{bucket}/datasets/*",
+    }
     assert by_sid["UseBucketKey"]["Resource"].startswith("arn:aws:kms:")
-    for stmt in policy["Statement"]:
-        assert "*" not in str(stmt["Resource"]).replace("/*", "")
-        assert all(a.split(":")[0] in {"s3", "ecr", "kms"} for a in stmt["Action"])
+    other = policy_of(two_jobs, "training-pods-alpha-2-policy")
+    assert {s["Sid"]: s for s in other["Statement"]}["ReadWriteOwnCheckpoints"]["Resource"] == (
+        f"{bucket}/checkpoints/alpha-2/*"
+    )
 
 
-def test_training_pods_cannot_touch_the_build_context(prod_plan):
-    """The nightly CodeBuild build reads build-contexts/ and pushes what it builds: a job with a
-    custom command must not be able to plant code there. Evaluated with moto's IAM policy engine."""
-    from moto.iam.access_control import IAMPolicy, PermissionResult
+def test_job_a_cannot_write_or_read_job_bs_checkpoints(two_jobs):
+    """Evaluated with moto's IAM policy engine. `alpha` is a prefix of `alpha-2`'s name: the
+    trailing slash keeps their checkpoints apart."""
+    bucket = bucket_arn(two_jobs)
+    alpha = IAMPolicy(json.dumps(policy_of(two_jobs, "training-pods-alpha-policy")))
 
-    policy = IAMPolicy(json.dumps(policy_of(prod_plan, "training-pods-policy")))
-    bucket = f"arn:aws:s3:::{prod_plan.outputs['bucketName']}"
+    def allowed(action: str, key: str) -> bool:
+        return alpha.is_action_permitted(action, f"{bucket}/{key}") == PermissionResult.PERMITTED
 
-    def allowed(action: str, resource: str) -> bool:
-        return policy.is_action_permitted(action, resource) == PermissionResult.PERMITTED
+    own, other = "checkpoints/alpha/step_00000100/.metadata", "checkpoints/alpha-2/step_00000100/.metadata"
+    for action in ("s3:GetObject", *WRITES):
+        assert allowed(action, own), action
+        assert not allowed(action, other), action
+        assert not allowed(action, f"build-contexts/{'0' * 64}.zip"), action
+        assert not allowed(action, "mlflow/1/artifacts/model.pt"), action
+    assert allowed("s3:GetObject", "datasets/c4-en/train.bin")
+    for action in WRITES:  # datasets are read, never replaced under a job that reads them
+        assert not allowed(action, "datasets/c4-en/train.bin"), action
 
-    for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
-        assert allowed(action, f"{bucket}/checkpoints/llama-1b-fsdp/step_00000100/COMPLETE")
-        assert allowed(action, f"{bucket}/datasets/c4-en/train.bin")
-        assert not allowed(action, f"{bucket}/build-contexts/{'0' * 64}.zip")
-        assert not allowed(action, f"{bucket}/anything-else")
-    # Listing, too, only under the job prefixes (moto evaluates no StringLike: read the condition).
-    (listing,) = [
-        s for s in policy_of(prod_plan, "training-pods-policy")["Statement"] if "s3:ListBucket" in s["Action"]
-    ]
-    assert listing["Condition"] == {"StringLikeIfExists": {"s3:prefix": ["checkpoints/*", "datasets/*"]}}
+
+def test_a_brought_role_is_associated_with_each_jobs_account():
+    run = plan(
+        "existing",
+        facts={"eks-cluster:ml-platform": {"version": "1.35", "zones": ["us-east-1a", "us-east-1b"]}},
+        existingCluster={
+            "eksClusterName": "ml-platform",
+            "podRoleArn": "arn:aws:iam::123456789012:role/ml-training",
+            "systemNodes": {"nodeSelector": {"pool": "system"}},
+        },
+    )
+    jobs = {r.name.removeprefix("job-") for r in run.resources if r.name.startswith("job-") and r.custom}
+    assert jobs
+    assocs = {r.inputs["serviceAccount"]: r.inputs["roleArn"] for r in run.by_type(ASSOCIATION)}
+    assert assocs == {f"job-{j}": "arn:aws:iam::123456789012:role/ml-training" for j in jobs}
+    assert not [r for r in run.by_type("aws:iam/role:Role") if r.name.startswith("training-pods")]
+
+
+def test_a_kubeconfig_stack_gives_each_job_an_account_and_no_aws_identity():
+    run = plan("local")
+    accounts = {
+        r.inputs["metadata"]["name"]
+        for r in run.by_type("kubernetes:core/v1:ServiceAccount")
+        if r.inputs["metadata"].get("labels", {}).get("trainstack.dev/job")
+    }
+    assert accounts == {"job-tiny-fsdp", "job-tiny-ray"}
+    assert not run.by_type(ASSOCIATION)
+
+
+def test_a_long_job_name_gets_a_role_name_within_iams_limit():
+    name = "j" * 63
+    run = plan(
+        "dev",
+        gpuNodeGroups=[{"name": "gpu", "instanceType": "g6.xlarge"}],
+        jobs=[{"name": name, "kind": "PyTorchJob", "nodeGroup": "gpu", "wait": "none"}],
+    )
+    role = run.one("aws:iam/role:Role", f"training-pods-{name}-role").inputs["name"]
+    assert len(role) == 64 and role.startswith("trainstack-dev-job-jjj")
+
+
+def test_the_namespace_and_secrets_stay_where_they_were(kinds_plan):
+    """Renamed identities must not move the objects jobs already read: a replaced Secret relaunches
+    every job that reads it."""
+    parent = "trainstack:compute:TrainingPodIdentity"
+    secret = kinds_plan.one("kubernetes:core/v1:Secret", "hf-token")
+    assert secret.urn.endswith(f"{parent}$kubernetes:core/v1:Secret::hf-token")
+    namespace = kinds_plan.one("kubernetes:core/v1:Namespace", "training-pods-namespace")
+    assert namespace.urn.endswith(f"{parent}$kubernetes:core/v1:Namespace::training-pods-namespace")
+    env = {e["name"]: e for e in pod_spec(body(job(kinds_plan, "ray-l4")))["containers"][0]["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hf-token"

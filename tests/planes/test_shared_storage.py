@@ -93,8 +93,11 @@ def test_the_association_links_checkpoints_to_the_bucket_both_ways(fsx_plan):
     assert dra["fileSystemPath"] == "/checkpoints"
     assert dra["dataRepositoryPath"] == f"s3://{bucket}/checkpoints/"
     assert dra["batchImportMetaDataOnCreate"] is True and dra["deleteDataInFilesystem"] is False
-    events = ["NEW", "CHANGED", "DELETED"]
-    assert dra["s3"] == {"autoExportPolicy": {"events": events}, "autoImportPolicy": {"events": events}}
+    # Deletions go from S3 to the volume only (tests/planes/test_fsx_export.py).
+    assert dra["s3"] == {
+        "autoExportPolicy": {"events": ["NEW", "CHANGED"]},
+        "autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
+    }
     # A KMS bucket: FSx's linked role may use the key, before the association exists.
     policy = fsx_plan.one("aws:kms/keyPolicy:KeyPolicy")
     assert policy.urn in fsx_plan.one(DRA).dependencies

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from cli.analysis import findings
 from cli.main import main
+from conventions import job_service_account
 from support.crds import crd_errors
 from support.kube_server import FakeCluster, KubeServer
 
@@ -147,7 +148,7 @@ def pod(name: str, job: str, group: str, *, index: int | None = 0, phase: str = 
         "kind": "Pod",
         "metadata": meta(name, NS, **labels),
         "spec": {
-            "serviceAccountName": "trainer",
+            "serviceAccountName": job_service_account(job),
             "nodeSelector": {"trainstack.dev/node-group": group},
             "containers": [
                 {"name": "pytorch", "image": "img", "env": [{"name": e, "value": "x"} for e in env]}

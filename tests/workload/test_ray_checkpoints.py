@@ -161,9 +161,11 @@ def test_ray_sets_up_the_training_group_with_the_collective_timeout():
     assert ray_train.build_trainer([]).backend_config.timeout_s == 300  # the trainer's default
 
 
-def test_with_s3_the_ray_run_is_the_checkpoints_prefix():
+def test_with_s3_the_ray_run_is_the_checkpoints_prefix(monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
     run = ray_train.build_trainer(["--s3-checkpoints", "s3://ckpt/checkpoints/job"]).run_config
-    assert (run.storage_path, run.name) == ("s3://ckpt/checkpoints", "job")
+    assert (run.storage_path, run.name) == ("ckpt/checkpoints", "job")
+    assert run.storage_filesystem.type_name == "py::without-directories+s3"
     assert run.checkpoint_config.num_to_keep is None  # S3 copies are the lifecycle rule's to expire
     local = ray_train.build_trainer(["--keep-checkpoints", "2", "--storage-path", "/runs"]).run_config
     assert (local.storage_path, local.name, local.checkpoint_config.num_to_keep) == (
@@ -175,3 +177,23 @@ def test_with_s3_the_ray_run_is_the_checkpoints_prefix():
         ray_train.build_trainer(
             ["--s3-checkpoints", "s3://ckpt/job", "--storage-path", "s3://ckpt/elsewhere"]
         )
+
+
+def test_ray_never_creates_directories_in_the_bucket(tmp_path):
+    """A job's role may write only its own prefix: Arrow's S3 CreateDir would HeadBucket and write
+    marker objects for every parent prefix, so Ray's run directory is not created; everything else
+    reaches the store."""
+    import pyarrow.fs
+
+    inner = pyarrow.fs.LocalFileSystem()
+    fs = pyarrow.fs.PyFileSystem(ray_train.WithoutDirectories(inner))
+    run = tmp_path / "checkpoints" / "job"
+    fs.create_dir(str(run))
+    assert not (tmp_path / "checkpoints").exists()
+    run.mkdir(parents=True)  # what S3 has without asking: a key's prefix
+    with fs.open_output_stream(str(run / ".validate_storage_marker")) as out:
+        out.write(b"")
+    assert fs.get_file_info(str(run / ".validate_storage_marker")).type == pyarrow.fs.FileType.File
+    assert [i.base_name for i in fs.get_file_info(pyarrow.fs.FileSelector(str(run)))] == [
+        ".validate_storage_marker"
+    ]

@@ -92,7 +92,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefetch", type=int, default=2, help="batches prepared ahead on a background thread")
     p.add_argument("--checkpoint-dir", type=Path, default=Path("/checkpoints"))
     p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (0: off)")
-    p.add_argument("--checkpoint-minutes", type=float, default=0.0, help="also checkpoint every N minutes")
+    # By time as well as by steps: on a slow GPU or a long sequence 50 steps can be hours of work.
+    p.add_argument(
+        "--checkpoint-minutes",
+        type=float,
+        default=30.0,
+        help="also checkpoint every N minutes (0: steps only)",
+    )
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--s3-checkpoints", default="", help="s3://bucket/prefix to mirror checkpoints to")
     p.add_argument("--log-every", type=int, default=10)

@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
+import pyarrow.fs
 import ray
 import ray.train
 import torch
@@ -149,6 +150,76 @@ def train_loop_per_worker(config: dict) -> None:
     checkpoints.flush()
 
 
+class WithoutDirectories(pyarrow.fs.FileSystemHandler):
+    """An object store through pyarrow, with directories left out. Ray creates the run's directory
+    before anything else (ray/train/v2/_internal/execution/storage.py,
+    StorageContext._create_validation_file), and Arrow's S3FileSystem.CreateDir asks whether the
+    bucket exists (HeadBucket: a ListBucket with no prefix) and writes an empty marker object for
+    each parent prefix (cpp/src/arrow/filesystem/s3fs.cc): both outside a job's role, which may touch
+    only its own checkpoints/<job>/ prefix. S3 has no directories: creating one is a no-op."""
+
+    def __init__(self, inner: pyarrow.fs.FileSystem):
+        self.inner = inner
+
+    def get_type_name(self) -> str:
+        return f"without-directories+{self.inner.type_name}"
+
+    def normalize_path(self, path):
+        return self.inner.normalize_path(path)
+
+    def get_file_info(self, paths):
+        return self.inner.get_file_info(paths)
+
+    def get_file_info_selector(self, selector):
+        return self.inner.get_file_info(selector)
+
+    def create_dir(self, path, recursive) -> None:
+        return None
+
+    def delete_dir(self, path) -> None:
+        self.inner.delete_dir(path)
+
+    def delete_dir_contents(self, path, missing_dir_ok=False) -> None:
+        self.inner.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self) -> None:
+        self.inner.delete_dir_contents("/", accept_root_dir=True)
+
+    def delete_file(self, path) -> None:
+        self.inner.delete_file(path)
+
+    def move(self, src, dest) -> None:
+        self.inner.move(src, dest)
+
+    def copy_file(self, src, dest) -> None:
+        self.inner.copy_file(src, dest)
+
+    def open_input_stream(self, path):
+        return self.inner.open_input_stream(path)
+
+    def open_input_file(self, path):
+        return self.inner.open_input_file(path)
+
+    def open_output_stream(self, path, metadata):
+        return self.inner.open_output_stream(path, metadata=metadata)
+
+    def open_append_stream(self, path, metadata):
+        return self.inner.open_append_stream(path, metadata=metadata)
+
+
+def run_storage(storage_path: str) -> tuple[pyarrow.fs.FileSystem | None, str]:
+    """Ray's storage filesystem and path: on S3 without directories (see WithoutDirectories), in
+    the pod's region when it is known (else Arrow asks the bucket's region itself)."""
+    if not storage_path.startswith("s3://"):
+        return None, storage_path
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        inner, path = pyarrow.fs.S3FileSystem(region=region), storage_path.removeprefix("s3://")
+    else:
+        inner, path = pyarrow.fs.FileSystem.from_uri(storage_path)
+    return pyarrow.fs.PyFileSystem(WithoutDirectories(inner)), path
+
+
 def run_location(cfg: TrainConfig, storage_path: str) -> tuple[str, str]:
     """Ray's storage path and run name. With S3 checkpoints the run is their prefix, so Ray
     registers them in place (NO_UPLOAD only takes checkpoints inside the run's directory)."""
@@ -184,6 +255,7 @@ def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
         storage_path, name = run_location(cfg, ray_args.storage_path)
     except ValueError as err:
         parser.error(str(err))
+    filesystem, path = run_storage(storage_path)
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=cfg.to_dict(),
@@ -194,7 +266,8 @@ def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
         ),
         run_config=RunConfig(
             name=name,
-            storage_path=storage_path,
+            storage_filesystem=filesystem,
+            storage_path=path,
             failure_config=FailureConfig(max_failures=ray_args.max_failures),
             # The S3 copies are left to the bucket's lifecycle rule, as under torchrun: Ray would
             # delete the ones it no longer keeps.

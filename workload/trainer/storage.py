@@ -59,8 +59,32 @@ def exists(bucket: str, key: str) -> bool:
     return any(o["Key"] == key for o in response.get("Contents", []))
 
 
+def local_path(dest: Path, bucket: str, prefix: str, key: str) -> Path | None:
+    """Where the object `key` under prefix/ lands in `dest`; None for a directory marker (a key
+    ending in /, as pyarrow's create_dir writes). A key that would land outside `dest` (`..`, an
+    absolute path) is refused: whoever can write the prefix must not write the node elsewhere."""
+    relative = key[len(prefix) + 1 :]
+    if relative.endswith("/"):
+        return None
+    base = dest.resolve()
+    target = (base / relative).resolve()
+    if relative.startswith("/") or not target.is_relative_to(base) or target == base:
+        raise ValueError(
+            f"refusing s3://{bucket}/{key}: it would be written to {target}, outside {base}; "
+            f"keys under s3://{bucket}/{prefix}/ must be relative paths inside it"
+        )
+    return target
+
+
 def download_prefix(bucket: str, prefix: str, dest: Path) -> None:
+    """Every object under prefix/ into dest, keys checked before anything is written."""
     paginator = client().get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=f"{prefix}/"):
-        for obj in page.get("Contents", []):
-            download_file(bucket, obj["Key"], dest / obj["Key"][len(prefix) + 1 :])
+    keys = [
+        o["Key"]
+        for page in paginator.paginate(Bucket=bucket, Prefix=f"{prefix}/")
+        for o in page.get("Contents", [])
+    ]
+    targets = {key: local_path(dest, bucket, prefix, key) for key in keys}
+    for key, target in targets.items():
+        if target is not None:
+            download_file(bucket, key, target)

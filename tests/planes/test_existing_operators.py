@@ -1,0 +1,246 @@
+"""The `existing` template on a cluster that already runs operators (rendered from the real charts in
+../shared/charts): each operator is reused when it serves the stack's jobs, or the plan stops with
+one sentence naming what is there and the switch; no object of the stack collides with one already
+there; a second run keeps what the first installed; the device plugins the stack installs select
+the nodes the config describes."""
+
+from __future__ import annotations
+
+import pytest
+from support.charts import render
+from support.cluster_objects import as_facts, charts, hyperpod_dependencies, installed, keys
+from support.plans import EXISTING_CLUSTER, plan, stack_values
+
+from account_checks.cluster_inventory import ClusterOperatorsError, selects
+from components.operators import KUBERAY_CRDS, OWN_RECORD, RELEASES
+from config import ConfigError, parse_config
+from offline.engine import run_program
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+DIRECTORY = "kubernetes:kustomize/v2:Directory"
+CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
+# The template's group as a HyperPod cluster's nodes carry it: the `ml.` type in the label.
+HYPERPOD_GROUP = {
+    "name": "p5",
+    "instanceType": "p5.48xlarge",
+    "nodeCount": 2,
+    "efa": True,
+    "nodeSelector": {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"},
+}
+
+
+def releases(run) -> set[str]:
+    return {r.inputs["name"] for r in run.by_type(RELEASE)}
+
+
+def stack_objects(run, tmp_path) -> set[tuple[str, str | None, str]]:
+    """What the plan would create on the cluster: its own objects, its Helm releases as Helm renders
+    them, and KubeRay's CRDs it applies."""
+    made = set()
+    for r in run.resources:
+        meta = r.inputs.get("metadata") if r.custom and r.type.startswith("kubernetes:") else None
+        if isinstance(meta, dict) and "name" in meta:
+            made.add((r.type.rsplit(":", 1)[1], meta.get("namespace"), meta["name"]))
+    for name in releases(run):
+        made |= keys(render(run, name, tmp_path))
+    if run.by_type(CONFIG_GROUP):
+        made |= {("CustomResourceDefinition", None, f"{plural}.ray.io") for plural in KUBERAY_CRDS}
+    return made
+
+
+def decision_lines(run) -> list[str]:
+    (report,) = [m for m in run.messages if m.startswith("Cluster operators")]
+    return report.splitlines()[1:]
+
+
+@pytest.fixture(scope="module")
+def hyperpod(tmp_path_factory):
+    return hyperpod_dependencies(tmp_path_factory.mktemp("hyperpod"))
+
+
+def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyperpod, tmp_path):
+    run = plan(
+        "existing",
+        facts={**EXISTING_CLUSTER, **as_facts("hyperpod", hyperpod)},
+        gpuNodeGroups=[HYPERPOD_GROUP],
+    )
+    assert run.by_type(DIRECTORY) == []
+    assert releases(run) == {"kuberay-operator", "kueue"}
+    lines = decision_lines(run)
+    assert lines[0].startswith(
+        "  reuse    trainingOperator: found Deployment kubeflow/hyperpod-dependencies-training-operators "
+        "(image kubeflow/training-operator:v1-855e096, Helm release hyperpod-dependencies in kube-system)"
+    )
+    assert lines[3].startswith(
+        "  reuse    nvidiaDevicePlugin: found DaemonSet kube-system/hyperpod-dependencies"
+    )
+    assert lines[4].startswith(
+        "  reuse    efaDevicePlugin: found DaemonSet kube-system/hyperpod-dependencies"
+    )
+    # The PyTorchJob waits on no operator of the stack's: the cluster's runs it.
+    (job,) = run.by_type("kubernetes:kubeflow.org/v1:PyTorchJob")
+    assert not any(d.endswith("training-operator") for d in job.dependencies)
+    assert stack_objects(run, tmp_path) & keys(hyperpod) == set()
+    record = run.one("kubernetes:core/v1:ConfigMap", "operators-own-record")
+    assert record.inputs["metadata"]["name"] == OWN_RECORD
+    assert record.inputs["data"] == {"kuberay": "installed", "kueue": "installed"}
+
+
+def test_installing_over_hyperpods_training_operator_stops_with_one_sentence(hyperpod):
+    registered = []
+    values = stack_values(
+        "existing", gpuNodeGroups=[HYPERPOD_GROUP], operators={"trainingOperator": {"mode": "install"}}
+    )
+    with pytest.raises(ClusterOperatorsError) as err:
+        run_program(
+            "existing",
+            values,
+            facts={**EXISTING_CLUSTER, **as_facts("hyperpod", hyperpod)},
+            registered=registered,
+        )
+    (line,) = [x for x in str(err.value).splitlines() if x.startswith("  - ")]
+    assert line == (
+        "  - trainstack:operators.trainingOperator.mode = install: the cluster already runs the Kubeflow "
+        "training operator (Deployment kubeflow/hyperpod-dependencies-training-operators (image "
+        "kubeflow/training-operator:v1-855e096, Helm release hyperpod-dependencies in kube-system); "
+        "CRD pytorchjobs.kubeflow.org); a second one would collide with it; allowed: reuse or auto (use it "
+        "as it is), or remove it from the cluster first"
+    )
+    # Read and decided before any plane: nothing but the AWS provider was registered.
+    assert [r.type for r in registered] == ["pulumi:providers:aws"]
+
+
+def test_device_plugins_that_miss_the_configured_nodes_stop_the_plan(hyperpod):
+    """HyperPod's plugins select `ml.` types: a group described by the EC2 type is not among them."""
+    with pytest.raises(ClusterOperatorsError) as err:
+        plan("existing", facts={**EXISTING_CLUSTER, **as_facts("hyperpod", hyperpod)})
+    assert (
+        "trainstack:operators.nvidiaDevicePlugin.mode = auto: the cluster runs the NVIDIA device plugin "
+        "(DaemonSet kube-system/hyperpod-dependencies-nvidia-device-plugin" in str(err.value)
+    )
+    assert (
+        "but none of its DaemonSets selects gpuNodeGroups p5's nodes "
+        "(node.kubernetes.io/instance-type=p5.48xlarge); allowed: install after removing it" in str(err.value)
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "chart", "release", "namespace"),
+    [
+        ("kuberay", "kuberay-operator-1.7.0", "ray", "ray-system"),
+        ("kueue", "kueue-0.19.2", "platform-kueue", "kueue-system"),
+    ],
+)
+def test_a_clusters_own_operator_is_reused_or_stops_when_told_to_install(
+    key, chart, release, namespace, tmp_path
+):
+    there = installed(charts() / chart, release, namespace, tmp_path)
+    facts = {**EXISTING_CLUSTER, **as_facts(key, there)}
+    run = plan("existing", facts=facts)
+    (line,) = [x for x in decision_lines(run) if f" {key}: " in x]
+    assert line.startswith(f"  reuse    {key}: found Deployment {namespace}/")
+    if key == "kuberay":
+        assert "kuberay-operator" not in releases(run) and run.by_type(CONFIG_GROUP) == []
+        assert stack_objects(run, tmp_path) & keys(there) == set()
+    with pytest.raises(ClusterOperatorsError) as err:
+        plan("existing", facts=facts, operators={key: {"mode": "install"}})
+    assert f"trainstack:operators.{key}.mode = install: the cluster already runs " in str(err.value)
+    assert f"Helm release {release} in {namespace}" in str(err.value)
+
+
+def test_a_release_under_the_stacks_name_that_the_stack_did_not_install_stops(tmp_path):
+    there = installed(charts() / "kuberay-operator-1.7.0", "kuberay-operator", "kuberay-system", tmp_path)
+    crds_only = [o for o in there if o["kind"] in ("CustomResourceDefinition", "Secret")]
+    with pytest.raises(ClusterOperatorsError) as err:
+        plan("existing", facts={**EXISTING_CLUSTER, **as_facts("kuberay", crds_only)})
+    assert (
+        "trainstack:operators.kuberay.mode = auto: the cluster has a Helm release kuberay-operator in "
+        "kuberay-system the stack did not install" in str(err.value)
+    )
+
+
+def test_reuse_of_an_operator_the_cluster_lacks_stops():
+    with pytest.raises(ClusterOperatorsError) as err:
+        plan("existing", facts=EXISTING_CLUSTER, operators={"kuberay": {"mode": "reuse"}})
+    assert (
+        "trainstack:operators.kuberay.mode = reuse: the cluster runs no KubeRay; allowed: install or auto"
+        in str(err.value)
+    )
+
+
+def test_an_old_training_operator_without_the_fields_the_jobs_set_stops(hyperpod):
+    old = []
+    for o in hyperpod:
+        if o["metadata"]["name"] == "pytorchjobs.kubeflow.org":
+            spec = o["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            del spec["properties"]["elasticPolicy"]
+        old.append(o)
+    with pytest.raises(ClusterOperatorsError) as err:
+        plan("existing", facts={**EXISTING_CLUSTER, **as_facts("old", old)}, gpuNodeGroups=[HYPERPOD_GROUP])
+    assert (
+        "but CRD pytorchjobs.kubeflow.org v1 has no spec.elasticPolicy.rdzvBackend, spec.elasticPolicy.rdzvConf, "
+        "which the stack's jobs set" in str(err.value)
+    )
+
+
+def test_a_second_run_keeps_what_the_first_installed(tmp_path):
+    first = plan("existing", facts=EXISTING_CLUSTER)
+    assert releases(first) == {
+        "nvidia-device-plugin",
+        "aws-efa-k8s-device-plugin",
+        "kuberay-operator",
+        "kueue",
+    }
+    cluster = []
+    for name in releases(first):
+        (reg,) = [r for r in first.by_type(RELEASE) if r.inputs["name"] == name]
+        chart = next(c for c in RELEASES.values() if c.release == name)
+        cluster += installed(
+            charts() / f"{chart.chart}-{chart.version}",
+            name,
+            chart.namespace,
+            tmp_path,
+            reg.inputs.get("values"),
+        )
+    record = first.one("kubernetes:core/v1:ConfigMap", "operators-own-record")
+    cluster.append(
+        {"kind": "ConfigMap", "metadata": {"name": OWN_RECORD, "namespace": "training"}, **record.inputs}
+    )
+    second = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("first-run", cluster)})
+    assert {(r.type, r.name) for r in second.resources} == {(r.type, r.name) for r in first.resources}
+    assert all(line.lstrip().startswith(("install", "node monitoring")) for line in decision_lines(second))
+
+
+def test_installed_device_plugins_select_the_nodes_the_config_describes(tmp_path):
+    """On nodes the stack did not label, the plugins the stack installs select the groups' own
+    labels (nodeSelector, instance type), not nvidia.com/gpu.present or efa.present."""
+    run = plan(
+        "existing",
+        facts=EXISTING_CLUSTER,
+        gpuNodeGroups=[
+            HYPERPOD_GROUP,
+            {
+                **HYPERPOD_GROUP,
+                "name": "a10",
+                "instanceType": "g6.xlarge",
+                "efa": False,
+                "nodeSelector": {"pool": "a10"},
+            },
+        ],
+    )
+    p5 = {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"}
+    a10 = {"node.kubernetes.io/instance-type": "g6.xlarge", "pool": "a10"}
+    nvidia = [o for o in render(run, "nvidia-device-plugin", tmp_path) if o["kind"] == "DaemonSet"]
+    device_plugin = next(d for d in nvidia if d["metadata"]["name"] == "nvidia-device-plugin")
+    assert selects(device_plugin, p5) and selects(device_plugin, a10)
+    assert not selects(device_plugin, {"node.kubernetes.io/instance-type": "p5.48xlarge"})
+    (efa,) = [o for o in render(run, "aws-efa-k8s-device-plugin", tmp_path) if o["kind"] == "DaemonSet"]
+    assert selects(efa, p5) and not selects(efa, a10)
+
+
+def test_an_operator_mode_outside_the_three_is_refused_with_its_key():
+    with pytest.raises(
+        ConfigError,
+        match=r'trainstack:operators\.kueue\.mode = "adopt": not a mode; allowed: auto, install, reuse',
+    ):
+        parse_config("existing", stack_values("existing", operators={"kueue": {"mode": "adopt"}}))

@@ -1,0 +1,96 @@
+"""What a cluster already runs, as offline facts: upstream charts rendered with a real `helm template`
+and marked as `helm install` leaves them, for `plan(..., facts=...)`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from offline.engine.cluster_answers import FACT_PREFIX
+from support.charts import helm
+from support.paths import shared_dir
+
+HYPERPOD = "sagemaker-hyperpod-dependencies-0.1.0"
+CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace", "ClusterRole", "ClusterRoleBinding"}
+
+
+def charts() -> Path:
+    return shared_dir("charts", "TRAINSTACK_CHARTS_DIR")
+
+
+def installed(
+    chart: Path, release: str, namespace: str, tmp_path: Path, values: dict | None = None
+) -> list[dict]:
+    """`helm install` of `chart` as `release` in `namespace`, as the cluster then holds it: the
+    rendered objects (CRDs included) in the release namespace, annotated and labelled as Helm does
+    (helm pkg/action/validate.go setMetadataVisitor), and the release's Secret as Helm's storage
+    driver writes it (pkg/storage/driver/secrets.go: sh.helm.release.v1.<name>.v<N>, labelled
+    name, owner=helm, status, version)."""
+    values_file = tmp_path / f"{release}-{chart.name}.yaml"
+    values_file.write_text(yaml.safe_dump(values or {}))
+    argv = [str(helm()), "template", release, str(chart), "-f", str(values_file), "--namespace", namespace]
+    done = subprocess.run([*argv, "--include-crds"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+    for o in objects:
+        meta = o.setdefault("metadata", {})
+        if o["kind"] not in CLUSTER_SCOPED:
+            meta.setdefault("namespace", namespace)
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            "meta.helm.sh/release-name": release,
+            "meta.helm.sh/release-namespace": namespace,
+        }
+        meta["labels"] = {**(meta.get("labels") or {}), "app.kubernetes.io/managed-by": "Helm"}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "helm.sh/release.v1",
+        "metadata": {
+            "name": f"sh.helm.release.v1.{release}.v1",
+            "namespace": namespace,
+            "labels": {"name": release, "owner": "helm", "status": "deployed", "version": "1"},
+        },
+    }
+    return [*objects, secret]
+
+
+def hyperpod_dependencies(tmp_path: Path) -> list[dict]:
+    """What a SageMaker HyperPod cluster runs before anyone deploys (../shared/reference/hyperpod-eks.md):
+    the dependencies chart's training-operators subchart, and its two device plugins with the
+    umbrella's values (the 0.16.1 and 0.5.20 charts are remote: the nearest ones here render them)."""
+    umbrella = charts() / HYPERPOD
+    values = yaml.safe_load((umbrella / "values.yaml").read_text())
+    release, namespace = "hyperpod-dependencies", "kube-system"
+    objects = [
+        *installed(umbrella / "charts" / "training-operators", release, namespace, tmp_path),
+        *installed(
+            charts() / "nvidia-device-plugin-0.20.0",
+            release,
+            namespace,
+            tmp_path,
+            values["nvidia-device-plugin"],
+        ),
+        *installed(
+            charts() / "aws-efa-k8s-device-plugin-v0.5.30",
+            release,
+            namespace,
+            tmp_path,
+            values["aws-efa-k8s-device-plugin"],
+        ),
+    ]
+    # One release, one Secret.
+    return list(
+        {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects}.values()
+    )
+
+
+def as_facts(name: str, objects: list[dict]) -> dict[str, list[dict]]:
+    return {f"{FACT_PREFIX}{name}": objects}
+
+
+def keys(objects: list[dict]) -> set[tuple[str, str | None, str]]:
+    """(kind, namespace, name) of each object: two objects with the same key collide."""
+    return {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}

@@ -1,0 +1,110 @@
+"""A small IAM policy evaluator for the condition operators trainstack's policies use.
+
+moto (5.2.5) does not model what these policies rely on: `moto/iam/policy_conditions.py` knows
+`StringEquals` only and ignores every other operator (`TrustCondition.verify_condition` returns
+True for an unknown one), skips a condition key absent from the request instead of failing it, and
+`moto/iam/access_control.py` (`IAMPolicyStatement`) reads neither `NotResource` nor permissions
+boundaries. This follows AWS's documented evaluation logic instead: an explicit deny in any policy
+wins; otherwise the request is allowed only when an identity policy allows it and, with a
+permissions boundary, the boundary allows it too. Within a condition block every operator and
+every key must match, and any one of a key's values; a key absent from the request fails every
+operator but the negated ones (`StringNotEquals` then matches) and `Null`. An operator this module
+does not know raises rather than passing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+Context = dict[str, "str | list[str]"]
+
+
+@dataclass(frozen=True)
+class Request:
+    action: str
+    resource: str
+    context: Context = field(default_factory=dict)
+
+
+def _wildcard(pattern: str, value: str, *, ignore_case: bool) -> bool:
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.IGNORECASE if ignore_case else 0) is not None
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _matches(statement: dict, key: str, not_key: str, value: str, *, ignore_case: bool) -> bool:
+    if key in statement:
+        return any(_wildcard(p, value, ignore_case=ignore_case) for p in _listed(statement[key]))
+    return not any(_wildcard(p, value, ignore_case=ignore_case) for p in _listed(statement[not_key]))
+
+
+def _operator(op: str, expected: list[str], actual: str | list[str] | None) -> bool:
+    if op == "Null":
+        (want_absent,) = expected
+        return (actual is None) == (want_absent == "true")
+    if op == "ForAnyValue:StringEquals":
+        return actual is not None and any(a in expected for a in _listed(actual))
+    if op in ("StringEquals", "StringLike", "StringNotEquals"):
+        if actual is None:
+            return op == "StringNotEquals"
+        if isinstance(actual, list):
+            raise ValueError(f"{op} on a multivalued key: use ForAnyValue/ForAllValues")
+        if op == "StringLike":
+            return any(_wildcard(e, actual, ignore_case=False) for e in expected)
+        return (actual in expected) == (op == "StringEquals")
+    raise ValueError(f"condition operator {op!r} is not modelled")
+
+
+def condition_holds(condition: dict, context: Context) -> bool:
+    return all(
+        _operator(op, _listed(expected), context.get(key))
+        for op, keys in condition.items()
+        for key, expected in keys.items()
+    )
+
+
+def applies(statement: dict, request: Request) -> bool:
+    return (
+        _matches(statement, "Action", "NotAction", request.action, ignore_case=True)
+        and _matches(statement, "Resource", "NotResource", request.resource, ignore_case=False)
+        and condition_holds(statement.get("Condition", {}), request.context)
+    )
+
+
+def _effects(policy: dict, request: Request) -> set[str]:
+    return {s["Effect"] for s in _listed_statements(policy) if applies(s, request)}
+
+
+def _listed_statements(policy: dict) -> list[dict]:
+    statements = policy["Statement"]
+    return [statements] if isinstance(statements, dict) else statements
+
+
+def decide(identity: list[dict], request: Request, boundary: dict | None = None) -> str:
+    """ "deny" (explicit), "allow", or "implicit" (nothing allows it)."""
+    policies = identity + ([boundary] if boundary else [])
+    if any("Deny" in _effects(p, request) for p in policies):
+        return "deny"
+    allowed = any("Allow" in _effects(p, request) for p in identity)
+    if boundary is not None:
+        allowed = allowed and "Allow" in _effects(boundary, request)
+    return "allow" if allowed else "implicit"
+
+
+def trusts(trust: dict, context: Context) -> bool:
+    """Whether a role's trust policy lets a web-identity token with these claims assume it."""
+    request = Request("sts:AssumeRoleWithWebIdentity", "*", context)
+    statements = _listed_statements(trust)
+    if any(s["Effect"] == "Deny" and _trust_applies(s, request) for s in statements):
+        return False
+    return any(s["Effect"] == "Allow" and _trust_applies(s, request) for s in statements)
+
+
+def _trust_applies(statement: dict, request: Request) -> bool:
+    return _matches(statement, "Action", "NotAction", request.action, ignore_case=True) and condition_holds(
+        statement.get("Condition", {}), request.context
+    )

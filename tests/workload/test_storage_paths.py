@@ -1,0 +1,77 @@
+"""A checkpoint downloaded from S3 lands inside its directory, whatever the keys under its prefix
+say: a key that resolves elsewhere (`..`, an absolute path) is refused before anything is written,
+so whoever can write a job's prefix cannot write the node's files through a resume."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import mock_aws
+from trainer import checkpoint, storage
+
+BUCKET = "ckpt"
+PREFIX = "checkpoints/job-a"
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+@pytest.mark.parametrize(
+    "evil",
+    [
+        "step_00000100/../../../outside.txt",
+        "../outside.txt",
+        "/etc/cron.d/evil",  # prefix + "//etc/..." : an absolute path once the prefix is cut
+        ".",
+    ],
+)
+def test_a_key_that_leaves_the_directory_is_refused_before_anything_is_written(s3, tmp_path, evil):
+    dest = tmp_path / "node" / "staging"
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/step_00000100/__0_0.distcp", Body=b"shard")
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{evil}", Body=b"planted")
+    with pytest.raises(ValueError) as err:
+        storage.download_prefix(BUCKET, PREFIX, dest)
+    message = str(err.value)
+    assert f"refusing s3://{BUCKET}/{PREFIX}/{evil}" in message
+    assert f"outside {dest.resolve()}" in message
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == []  # not even the good shard: the keys are checked first
+
+
+def test_keys_inside_the_directory_are_downloaded_and_directory_markers_skipped(s3, tmp_path):
+    dest = tmp_path / "staging"
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/step_00000100/__0_0.distcp", Body=b"shard")
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/step_00000100/sub/../.metadata", Body=b"meta")
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/step_00000100/", Body=b"")  # pyarrow's create_dir
+    storage.download_prefix(BUCKET, PREFIX, dest)
+    assert (dest / "step_00000100" / "__0_0.distcp").read_bytes() == b"shard"
+    assert (dest / "step_00000100" / ".metadata").read_bytes() == b"meta"
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
+        "step_00000100/.metadata",
+        "step_00000100/__0_0.distcp",
+    ]
+
+
+def test_a_refused_checkpoint_leaves_no_partial_copy(s3, tmp_path):
+    """Through the trainer's own fetch: the staging directory goes, nothing is installed."""
+    step = f"{PREFIX}/step_00000100"
+    s3.put_object(Bucket=BUCKET, Key=f"{step}/__0_0.distcp", Body=b"shard")
+    s3.put_object(Bucket=BUCKET, Key=f"{step}/{checkpoint.MARKER}", Body=b'{"step": 100}')
+    s3.put_object(Bucket=BUCKET, Key=f"{step}/../../../../escape.py", Body=b"import os")
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    with pytest.raises(ValueError, match="refusing"):
+        checkpoint.fetch_from_s3(root, f"s3://{BUCKET}/{PREFIX}", 100)
+    assert list(root.iterdir()) == []
+    assert not (tmp_path / "escape.py").exists()
