@@ -53,7 +53,7 @@ test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm
 	$(PY) -m pytest -n auto --dist loadgroup
 
 docs: $(VENV)/.installed
-	$(PY) -m config.reference --write README.md
+	$(PY) -m config.reference --write docs/config-reference.md
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/train_throughput.py

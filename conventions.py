@@ -34,6 +34,13 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # Pod labels.
 JOB_LABEL = "trainstack.dev/job"
 RAY_ROLE_LABEL = "trainstack.dev/ray-role"
+# A Ray job's pods by role: the NetworkPolicies open the head's dashboard to the submitter only.
+RAY_HEAD_ROLE = "head"
+RAY_WORKER_ROLE = "worker"
+RAY_SUBMITTER_ROLE = "submitter"
+# The Ray head's dashboard and job API (KubeRay's DefaultDashboardPort): `ray job submit`, the
+# operator's job status, and the port-forward `trainstack` prints.
+RAY_DASHBOARD_PORT = 8265
 PREFLIGHT_LABEL = "trainstack.dev/preflight"
 # On a job's pods: the preflight Job that checked their node group.
 PREFLIGHT_ANNOTATION = "trainstack.dev/preflight"

@@ -74,9 +74,14 @@ SIGNS = {
                     "shutdownAfterJobFinishes",
                     "backoffLimit",
                     "suspend",
+                    # Token auth: a KubeRay before 1.5.1 drops it silently and leaves the head open.
+                    "rayClusterSpec.authOptions.mode",
                 ),
             ),
-            "rayclusters.ray.io": ("v1", ("headGroupSpec", "workerGroupSpecs", "suspend")),
+            "rayclusters.ray.io": (
+                "v1",
+                ("headGroupSpec", "workerGroupSpecs", "suspend", "authOptions.mode"),
+            ),
         },
     ),
     "kueue": Signs(

@@ -46,8 +46,9 @@ def quota_checks(cfg: StackConfig, opts: pulumi.InvokeOptions) -> list[Check]:
     """vCPUs each EC2 quota must allow: every group at its largest. Capacity Blocks and capacity
     reservations are not counted against them."""
     system = cfg.cluster.system_node_group
-    # vCPUs per node: the system type from the catalog (config allows only its CPU types), each GPU
-    # group's from EC2's answer.
+    # vCPUs per node: the system type from the catalog (config allows only its CPU types), each
+    # group's from EC2's answer. Only the families configured are asked for: a CPU-only stack (no
+    # groups, or `gpu: false` ones) needs no G or P quota.
     groups = [
         (
             "system",

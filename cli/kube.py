@@ -112,15 +112,15 @@ class Cluster:
         timed_out = isinstance(reason, urllib3.exceptions.TimeoutError) or isinstance(
             err, urllib3.exceptions.TimeoutError
         )
+        reach = "check that its endpoint is reachable from here (cluster.publicAccessCidrs, a VPN for a private endpoint)"
         if timed_out and not isinstance(reason, urllib3.exceptions.NewConnectionError):
             said = f"did not answer within {self.timeout[0]:g} s"
+            fix = f"{reach}, or raise --timeout"
         else:
+            # Refused or unresolvable: an answer came at once, so a longer wait would change nothing.
             said = f"could not be reached ({_short(reason)})"
-        return CliError(
-            f"the cluster at {self.server} {said} while {what}: check that its endpoint is reachable from "
-            "here (cluster.publicAccessCidrs, a VPN for a private endpoint), or raise --timeout",
-            EXIT_FAILED,
-        )
+            fix = reach
+        return CliError(f"the cluster at {self.server} {said} while {what}: {fix}", EXIT_FAILED)
 
     def job(self, kind: str, name: str) -> dict | None:
         group, version, plural = KINDS[kind]

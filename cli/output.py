@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -39,7 +40,28 @@ class Output:
         print(text, file=sys.stderr, flush=True)
 
     def dump(self, data: Any) -> None:
-        print(json.dumps(data, indent=2, default=str), file=self.stream)
+        print(json.dumps(camel_keys(data), indent=2, default=str), file=self.stream)
+
+
+SNAKE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)+")
+
+
+def camel_keys(data: Any) -> Any:
+    """--json's keys in one style, the stack outputs' camelCase: dataclass fields and the trainer's
+    metrics records (`tokens_per_s`) come out as `tokensPerS`. Names (jobs, groups) are DNS labels,
+    never snake_case, so only field names change."""
+    if isinstance(data, dict):
+        return {_camel(k) if isinstance(k, str) else k: camel_keys(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [camel_keys(v) for v in data]
+    return data
+
+
+def _camel(key: str) -> str:
+    if not SNAKE.fullmatch(key):
+        return key
+    first, *rest = key.split("_")
+    return first + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def age(timestamp: str | None) -> str:

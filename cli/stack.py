@@ -22,7 +22,7 @@ SHOW_OUTPUTS = "pulumi stack output --json --show-secrets > outputs.json"
 
 def load_outputs(args: argparse.Namespace) -> StackOutputs:
     if args.kubeconfig:  # a wrong --kubeconfig is the first thing to say, before asking pulumi
-        kubeconfig_file(Path(args.kubeconfig))
+        kubeconfig_file(Path(args.kubeconfig), f"--kubeconfig {args.kubeconfig}")
     if args.outputs:
         return read_outputs_file(Path(args.outputs))
     cmd = ["pulumi", "stack", "output", "--json", "--show-secrets"] + (
@@ -77,13 +77,13 @@ def outputs_object(text: str, source: str) -> StackOutputs:
 def connect(args: argparse.Namespace, outputs: StackOutputs) -> Cluster:
     namespace = args.namespace or outputs.get("trainingNamespace") or TRAINING_NAMESPACE
     if args.kubeconfig:
-        return Cluster(
-            kubeconfig_file(Path(args.kubeconfig)), namespace, args.timeout, f"--kubeconfig {args.kubeconfig}"
-        )
+        source = f"--kubeconfig {args.kubeconfig}"
+        return Cluster(kubeconfig_file(Path(args.kubeconfig), source), namespace, args.timeout, source)
     if outputs.get("kubeconfigFile"):  # a stack on the user's own cluster (kind): its own file
         path = outputs["kubeconfigFile"]
-        config = with_context(kubeconfig_file(Path(path)), outputs.get("kubeContext"), path)
-        return Cluster(config, namespace, args.timeout, f"the stack's kubeconfig file {path}")
+        source = f"the stack's kubeconfig file {path}"
+        config = with_context(kubeconfig_file(Path(path), source), outputs.get("kubeContext"), source)
+        return Cluster(config, namespace, args.timeout, source)
     return Cluster(kubeconfig_from_outputs(outputs), namespace, args.timeout, "the outputs' kubeconfig")
 
 
@@ -100,18 +100,18 @@ def with_context(kubeconfig: dict, context: str | None, source: str) -> dict:
     return {**kubeconfig, "current-context": context}
 
 
-def kubeconfig_file(path: Path) -> dict:
+def kubeconfig_file(path: Path, source: str) -> dict:
+    """The kubeconfig at `path`; `source` names it in errors as the user gave it (--kubeconfig, or
+    the stack's own file), so an error never names an option that was not passed."""
     try:
         data = yaml.safe_load(path.expanduser().read_text())
     except OSError as err:
-        raise CliError(f"--kubeconfig {path}: {err.strerror or err}") from None
+        raise CliError(f"{source}: {err.strerror or err}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise CliError(
-            f"--kubeconfig {path} is not a kubeconfig (not YAML: {str(err).splitlines()[0]})"
-        ) from None
+        raise CliError(f"{source} is not a kubeconfig (not YAML: {str(err).splitlines()[0]})") from None
     if not isinstance(data, dict) or not data:
         raise CliError(
-            f"--kubeconfig {path} is empty or not a kubeconfig: point it at one (`aws eks update-kubeconfig`)"
+            f"{source} is empty or not a kubeconfig: point it at one (`aws eks update-kubeconfig`)"
         )
     return data
 

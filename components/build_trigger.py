@@ -24,6 +24,7 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 # Inputs whose change means a new image (or the old one is out of reach); nothing else builds.
+# The target is part of the tag's hash (components/image.py image_tag).
 BUILD_INPUTS = ("image_tag", "repository_url", "region")
 THROTTLING_CODES = {
     "Throttling",
@@ -140,6 +141,12 @@ class BuildRunner:
             environmentVariablesOverride=[
                 {"name": "IMAGE_TAG", "value": tag, "type": "PLAINTEXT"},
                 {"name": "CONTEXT_DIR", "value": ".", "type": "PLAINTEXT"},
+                # The Dockerfile stage, training or verl; without one buildspec.yml builds training.
+                *(
+                    [{"name": "TARGET", "value": inputs["target"], "type": "PLAINTEXT"}]
+                    if "target" in inputs
+                    else []
+                ),
             ],
         )
         build_id = started["build"]["id"]

@@ -350,7 +350,7 @@ def stack_fence(args: GitHubCiAccessArgs, boundary_arn: str) -> list[dict]:
             "Resource": "*",
         },
         {
-            # CI access itself changes only with a person's credentials (see the README's bootstrap).
+            # CI access itself changes only with a person's credentials (see docs/ci.md).
             "Sid": "CiAccessStays",
             "Effect": "Deny",
             "Action": IAM_WRITE_ACTIONS,

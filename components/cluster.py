@@ -32,6 +32,12 @@ NODE_MANAGED_POLICIES = (
 # node, the agent reports a DCGM error on healthy nodes, and node auto repair acts on them. It
 # tolerates what the agent itself tolerates (the chart's nodeAgent.tolerations).
 NODE_MONITORING_AGENT_VALUES = {"dcgmAgent": {"tolerations": [{"operator": "Exists"}]}}
+# The add-on's network policy agent (in aws-node) enforces the NetworkPolicies the stack writes
+# (components/network_policy.py); off by default, when every pod takes connections from any pod. The
+# add-on's configuration schema spells it as a string. pulumi-eks passes configurationValues through
+# to the add-on, its own env defaults merged in (nodejs/eks/addons/cni-addon.ts,
+# mergeConfigurationValues).
+VPC_CNI_VALUES = {"enableNetworkPolicy": "true"}
 
 
 @dataclass(frozen=True)
@@ -172,7 +178,9 @@ class Cluster(pulumi.ComponentResource):
             skip_default_security_groups=True,
             deletion_protection=args.deletion_protection,
             # vpc-cni >= 1.18.4 understands efa-only interfaces.
-            vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=versions["vpc-cni"]),
+            vpc_cni_options=eks.VpcCniOptionsArgs(
+                addon_version=versions["vpc-cni"], configuration_values=VPC_CNI_VALUES
+            ),
             # Created below once nodes exist: inside eks.Cluster it would wait for nodes that cannot
             # start yet and time out DEGRADED (pulumi/pulumi-eks#1819).
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),

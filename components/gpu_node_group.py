@@ -1,4 +1,6 @@
-"""A GPU managed node group with its own launch template, and EFA wiring when asked for.
+"""A GPU (or, with `gpu=False`, CPU) managed node group with its own launch template, and EFA
+wiring when asked for. A CPU group's nodes run the standard AMI, carry no GPU taint or GPU labels
+(so no NVIDIA device plugin lands on them), and its node-template tags offer no GPUs.
 
 EFA layout follows AWS's current guidance for accelerated instances: the primary ENA interface on
 network card 0, device 0; an efa-only interface on card 0, device 1; an efa-only interface at
@@ -32,7 +34,6 @@ from conventions import (
     AWS_GPU_LABEL,
     EFA_LABEL,
     EFA_RESOURCE,
-    GPU_NODE_LABEL,
     GPU_PRESENT_LABEL,
     GPU_RESOURCE,
     GPU_TAINT,
@@ -43,6 +44,7 @@ from conventions import (
 )
 from domain import names
 from domain.disks import CHECKPOINT_GP3_IOPS, CHECKPOINT_GP3_THROUGHPUT_MIBPS
+from domain.node_roles import group_selector
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class GpuNodeGroupArgs:
     kubernetes_version: str  # with a launch template pulumi-eks does not default it
     subnet_id: pulumi.Input[str]  # one subnet in an AZ that offers the type: one AZ, as EFA needs
     vpc_id: pulumi.Input[str]
+    gpu: bool = True  # False: a CPU group (standard AMI, no GPU taint, labels or node-template GPUs)
     lustre_client: bool = False  # its jobs mount FSx for Lustre: install the client on the nodes
     auto_repair: bool = True  # EKS replaces a node the monitoring agent marks unhealthy
     # The root gp3 volume's, where a type has no NVMe instance store and checkpoints land on it.
@@ -139,10 +142,20 @@ def scaling_config(args: GpuNodeGroupArgs) -> dict[str, int]:
     return {"min_size": minimum, "desired_size": args.node_count, "max_size": args.node_count}
 
 
+# EKS managed node group AMI types (pulumi_eks `AmiType`, EKS API `Nodegroup.amiType`): the NVIDIA
+# one ships the driver and container toolkit; the standard one is for the CPU groups (x86: the
+# catalog holds no Graviton type).
+GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+CPU_AMI_TYPE = "AL2023_x86_64_STANDARD"
+
+
+def cpu_labels(args: GpuNodeGroupArgs) -> dict[str, str]:
+    return {**group_selector(args.group_name, gpu=False), INSTANCE_TYPE_LABEL: args.instance_type}
+
+
 def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     labels = {
-        **GPU_NODE_LABEL,
-        NODE_GROUP_LABEL: args.group_name,
+        **group_selector(args.group_name, gpu=True),
         INSTANCE_TYPE_LABEL: args.instance_type,
         ACCELERATOR_LABEL: f"nvidia-{gpu_model.lower()}",
         # The autoscaler's AWS provider knows a GPU node by this label: it waits for the device
@@ -183,11 +196,14 @@ def node_repair(max_nodes: int) -> pulumi.ResourceTransform:
 
 def node_template_tags(cluster_name: str, labels: dict[str, str], gpus: int, efa: int) -> dict[str, str]:
     """The Auto Scaling group tags the autoscaler scales a group from zero by (its AWS README):
-    discovery, then what a node would carry. EKS does not copy node group labels or taints to them."""
+    discovery, then what a node would carry. EKS does not copy node group labels or taints to them.
+    A CPU group (`gpus` 0) carries no GPU taint and offers no GPUs; its CPU and memory the
+    autoscaler reads from EC2 (DescribeInstanceTypes) by the group's instance type."""
     tags = {autoscaler_discovery_tags(cluster_name)[1]: "true"}
     tags |= {f"{NODE_TEMPLATE_TAG}/label/{k}": v for k, v in labels.items()}
-    tags[f"{NODE_TEMPLATE_TAG}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:NoSchedule"
-    tags[f"{NODE_TEMPLATE_TAG}/resources/{GPU_RESOURCE}"] = str(gpus)
+    if gpus:
+        tags[f"{NODE_TEMPLATE_TAG}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:NoSchedule"
+        tags[f"{NODE_TEMPLATE_TAG}/resources/{GPU_RESOURCE}"] = str(gpus)
     if efa:
         tags[f"{NODE_TEMPLATE_TAG}/resources/{EFA_RESOURCE}"] = str(efa)
     return tags
@@ -201,10 +217,10 @@ class GpuNodeGroup(pulumi.ComponentResource):
         facts = aws.ec2.get_instance_type(
             instance_type=args.instance_type, opts=pulumi.InvokeOptions(parent=self)
         )
-        self.gpu_count = sum(g.count for g in facts.gpuses)
+        # A CPU group's job never asks for GPUs, were its type to have any (the config refuses one).
+        self.gpu_count = sum(g.count for g in facts.gpuses or []) if args.gpu else 0
         self.vcpus = facts.default_vcpus
         self.memory_gib = facts.memory_size // 1024
-        gpu_model = facts.gpuses[0].name
         self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
         self.local_nvme_disks = instance_store_disks(facts)
         node_group_name = names.node_group_name(args.cluster.cluster_name, args.group_name)
@@ -275,13 +291,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
             template["user_data"] = base64.b64encode(mime_user_data(user_data).encode()).decode()
         self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", **template, opts=child)
 
-        labels = gpu_labels(args, gpu_model)
+        labels = gpu_labels(args, facts.gpuses[0].name) if args.gpu else cpu_labels(args)
         self.node_group = eks.ManagedNodeGroup(
             name,
             cluster=args.cluster.eks,
             node_group_name=node_group_name,
             node_role=args.cluster.node_role,
-            ami_type="AL2023_x86_64_NVIDIA",
+            ami_type=GPU_AMI_TYPE if args.gpu else CPU_AMI_TYPE,
             capacity_type=args.capacity_type,
             instance_types=None if args.capacity_type == "CAPACITY_BLOCK" else [args.instance_type],
             subnet_ids=[args.subnet_id],
@@ -297,7 +313,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # undo, or every `pulumi up` would take running jobs' nodes away.
             ignore_scaling_changes=True,
             labels=labels,
-            taints=[GPU_TAINT],
+            taints=[GPU_TAINT] if args.gpu else None,
             # Only the cluster: GPU nodes join on their own, in parallel with the system nodes.
             opts=pulumi.ResourceOptions(
                 parent=self, transforms=[node_repair(args.node_count)] if args.auto_repair else None

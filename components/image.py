@@ -1,9 +1,12 @@
-"""The training image: a build context in S3, a CodeBuild project, and a build per content change.
+"""The training image (and, for a stack with VERL jobs, the VERL image): a build context in S3, a
+CodeBuild project, and a build per content change and image.
 
-With `builder: docker` the same image is built by pulumi-docker on the machine running Pulumi.
-Either way `image_uri` is the pushed image pinned by digest (`<repo>@sha256:...`), so a job
-always runs exactly what was built. The tag is `build-<hash of context, buildspec and base image>`,
-so a tag names one build's inputs and an existing tag can be reused instead of rebuilt.
+Both are targets of one Dockerfile (workload/Dockerfile): `training`, and `verl` (VERL's image with
+the EFA stack and verl baked in) when `verl_base_image` is given. With `builder: docker` the same
+images are built by pulumi-docker on the machine running Pulumi. Either way `image_uri` and
+`verl_image_uri` are the pushed images pinned by digest (`<repo>@sha256:...`), so a job always
+runs exactly what was built. The tag is `build-<hash of context, buildspec, base image and
+target>`, so a tag names one build's inputs and an existing tag can be reused instead of rebuilt.
 
 The base image comes from Docker Hub, which rate-limits anonymous pulls per IP (and CodeBuild
 shares IPs). With Docker Hub credentials configured, builds pull it through an ECR pull-through
@@ -64,9 +67,14 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def image_tag(archive: bytes, base_image: str) -> str:
+TRAINING_TARGET = "training"
+VERL_TARGET = "verl"
+
+
+def image_tag(archive: bytes, base_image: str, target: str = TRAINING_TARGET) -> str:
     """`build-<hash>` of everything that goes into the image: one tag, one set of build inputs."""
-    return STACK_BUILD_TAG_PREFIX + sha256(b"\0".join([archive, BUILDSPEC.read_bytes(), base_image.encode()]))
+    inputs = [archive, BUILDSPEC.read_bytes(), base_image.encode(), target.encode()]
+    return STACK_BUILD_TAG_PREFIX + sha256(b"\0".join(inputs))
 
 
 @dataclass(frozen=True)
@@ -86,14 +94,18 @@ class ImageBuildArgs:
     account_id: str
     aws_profile: str | None
     archive_dir: Path  # where the zipped context is written before upload
+    verl_base_image: str | None = None  # set: also build the VERL image on it (components/verl.py VERL_IMAGE)
 
 
-def docker_build(context_dir: Path, base_image: str) -> dict:
-    """How the local Docker builds the training image (pulumi-docker), for ECR or for kind."""
+def docker_build(context_dir: Path, base_image: str, target: str = TRAINING_TARGET) -> dict:
+    """How the local Docker builds one image (pulumi-docker), for ECR or for kind: `base_image`
+    is the target's base (BASE_IMAGE for training, VERL_BASE_IMAGE for verl)."""
+    base_arg = "VERL_BASE_IMAGE" if target == VERL_TARGET else "BASE_IMAGE"
     return {
         "context": str(context_dir),
         "dockerfile": str(context_dir / "Dockerfile"),
-        "args": {"BASE_IMAGE": base_image},
+        "args": {base_arg: base_image},
+        "target": target,
         "platform": "linux/amd64",
     }
 
@@ -106,27 +118,45 @@ def docker_hub_cache_path(base_image: str, prefix: str) -> str:
 
 class ImageBuild(pulumi.ComponentResource):
     image_uri: pulumi.Output[str]
+    verl_image_uri: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: ImageBuildArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:build:ImageBuild", name, None, opts)
         archive = context_archive(args.context_dir)
         self.context_hash = sha256(archive)
         self.image_tag = image_tag(archive, args.base_image)
+        self.verl_image_tag = (
+            image_tag(archive, args.verl_base_image, VERL_TARGET) if args.verl_base_image else None
+        )
+        self.verl_image_uri = None
         if args.builder == "docker":
-            self.image_uri = self._docker_build(name, args)
+            self.image_uri = self._docker_build(name, args, args.base_image, TRAINING_TARGET, self.image_tag)
+            if args.verl_base_image and self.verl_image_tag:
+                self.verl_image_uri = self._docker_build(
+                    f"{name}-verl", args, args.verl_base_image, VERL_TARGET, self.verl_image_tag
+                )
         else:
             self.image_uri = self._codebuild(name, args, archive)
-        self.register_outputs({"imageUri": self.image_uri, "imageTag": self.image_tag})
+        self.register_outputs(
+            {
+                "imageUri": self.image_uri,
+                "imageTag": self.image_tag,
+                "verlImageUri": self.verl_image_uri,
+                "verlImageTag": self.verl_image_tag,
+            }
+        )
 
-    def _docker_build(self, name: str, args: ImageBuildArgs) -> pulumi.Output[str]:
+    def _docker_build(
+        self, name: str, args: ImageBuildArgs, base_image: str, target: str, tag: str
+    ) -> pulumi.Output[str]:
         repo = args.registry.repository
         token = aws.ecr.get_authorization_token_output(
             registry_id=repo.registry_id, opts=pulumi.InvokeOptions(parent=self)
         )
         image = docker.Image(
             name,
-            image_name=pulumi.Output.concat(repo.repository_url, ":", self.image_tag),
-            build=docker_build(args.context_dir, args.base_image),
+            image_name=pulumi.Output.concat(repo.repository_url, ":", tag),
+            build=docker_build(args.context_dir, base_image, target),
             registry={
                 "server": repo.repository_url,
                 "username": token.user_name,
@@ -173,13 +203,17 @@ class ImageBuild(pulumi.ComponentResource):
             opts=child,
         )
         kms_arn = bucket.kms_key.arn if bucket.kms_key else None
-        base_image: pulumi.Input[str] = args.base_image
+        base_image, verl_base_image = args.base_image, args.verl_base_image
         cache_arn = None
         if args.docker_hub_username and args.docker_hub_access_token:
             cache_prefix = pull_through_prefix(project_name)
             self._docker_hub_cache(name, cache_prefix, args)
             registry_host = f"{args.account_id}.dkr.ecr.{args.region}.amazonaws.com"
             base_image = f"{registry_host}/{docker_hub_cache_path(args.base_image, cache_prefix)}"
+            if args.verl_base_image:
+                verl_base_image = (
+                    f"{registry_host}/{docker_hub_cache_path(args.verl_base_image, cache_prefix)}"
+                )
             cache_arn = f"arn:aws:ecr:{args.region}:{args.account_id}:repository/{cache_prefix}/*"
         self.role_policy = aws.iam.RolePolicy(
             f"{name}-codebuild",
@@ -213,7 +247,7 @@ class ImageBuild(pulumi.ComponentResource):
         self.project = aws.codebuild.Project(
             f"{name}-project",
             name=project_name,
-            description="Builds the trainstack training image and pushes it to ECR",
+            description="Builds the trainstack images (training, VERL) and pushes them to ECR",
             service_role=self.role.arn,
             build_timeout=args.build_timeout_minutes,
             artifacts={"type": "NO_ARTIFACTS"},
@@ -226,6 +260,7 @@ class ImageBuild(pulumi.ComponentResource):
                 "environment_variables": [
                     {"name": "REPOSITORY_URI", "value": repo.repository_url},
                     {"name": "BASE_IMAGE", "value": base_image},
+                    *([{"name": "VERL_BASE_IMAGE", "value": verl_base_image}] if verl_base_image else []),
                     {"name": "CONTEXT_HASH", "value": self.context_hash},
                     {"name": "CONTEXT_DIR", "value": context_dir},
                 ],
@@ -234,21 +269,28 @@ class ImageBuild(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role_policy]),
         )
 
-        self.trigger = ImageBuildTrigger(
-            f"{name}-build",
-            {
-                "region": args.region,
-                "project_name": self.project.name,
-                "source_location": source_location,
-                "image_tag": self.image_tag,
-                "repository_url": repo.repository_url,
-                "repository_name": repo.name,
-                "timeout_minutes": args.build_timeout_minutes,
-                "account_id": args.account_id,
-                "aws_profile": args.aws_profile,
-            },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[context_object, self.project]),
-        )
+        def trigger(trigger_name: str, target: str, tag: str) -> ImageBuildTrigger:
+            return ImageBuildTrigger(
+                trigger_name,
+                {
+                    "region": args.region,
+                    "project_name": self.project.name,
+                    "source_location": source_location,
+                    "image_tag": tag,
+                    "target": target,
+                    "repository_url": repo.repository_url,
+                    "repository_name": repo.name,
+                    "timeout_minutes": args.build_timeout_minutes,
+                    "account_id": args.account_id,
+                    "aws_profile": args.aws_profile,
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[context_object, self.project]),
+            )
+
+        self.trigger = trigger(f"{name}-build", TRAINING_TARGET, self.image_tag)
+        if self.verl_image_tag:
+            # A build of its own (CodeBuild runs the two side by side), pushed to the same repository.
+            self.verl_image_uri = trigger(f"{name}-verl-build", VERL_TARGET, self.verl_image_tag).image_uri
 
         if args.nightly_rebuild:
             self._nightly(name, source_location)

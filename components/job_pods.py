@@ -197,6 +197,7 @@ class TrainingJobArgs:
     hf_token_secret: pulumi.Input[str] | None = None  # a Secret with HF_TOKEN
     node_check: NodeCheck | None = None  # the default trainer checks its nodes first
     datasets_claim: str | None = None  # the bucket's datasets, mounted read-only at /datasets
+    data: list[pulumi.Input[str]] = field(default_factory=list)  # --data, --val-data of a named dataset
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
     tracking: JobTracking | None = None  # MLflow, when the stack has a tracking server
     prep_image: pulumi.Input[str] | None = None  # the stack's image: prepares a VERL job's data
@@ -215,6 +216,7 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
         CHECKPOINT_DIR,
         *(["--s3-checkpoints", args.checkpoints.uri] if args.checkpoints.uri else []),
         *(args.node_check.args() if args.node_check else []),
+        *args.data,
         *spec.args,
     ]
 

@@ -42,7 +42,11 @@ from conventions import (
     NODE_GROUP_LABEL,
     PART_OF,
     QUEUE_LABEL,
+    RAY_DASHBOARD_PORT,
+    RAY_HEAD_ROLE,
     RAY_ROLE_LABEL,
+    RAY_SUBMITTER_ROLE,
+    RAY_WORKER_ROLE,
 )
 from domain.catalog import is_sagemaker_type
 from domain.placement import RAY_HEAD, RAY_SUBMITTER
@@ -153,12 +157,23 @@ def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
     return pulumi.Output.all(*parts).apply(lambda xs: shlex.join(xs))
 
 
+# Ray's token authentication (Ray >= 2.52, KubeRay's ValidateRayClusterSpec refuses an older
+# rayVersion): the head's GCS and dashboard refuse a caller without the cluster's token. KubeRay
+# generates it, 32 random bytes, in a Secret named after the RayCluster and owned by it
+# (raycluster_controller.go, reconcileAuthSecret), sets RAY_AUTH_MODE and RAY_AUTH_TOKEN (from that
+# Secret) on the head, the workers and a RayJob's submitter (common/pod.go,
+# SetContainerTokenAuthEnvVars; rayjob_controller.go, configureSubmitterContainer), and sends it
+# with its own dashboard calls. No secretName: the token never enters the stack's state, and a
+# RayJob's cluster gets a new one each run, gone with the cluster.
+RAY_AUTH = {"mode": "token"}
+
+
 def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
     spec, p = args.spec, args.placement
-    worker = pod_template(args, {"name": "ray-worker"}, {RAY_ROLE_LABEL: "worker"})
+    worker = pod_template(args, {"name": "ray-worker"}, {RAY_ROLE_LABEL: RAY_WORKER_ROLE})
     head_vols, head_mounts = volumes(p, args.checkpoints)
     head = {
-        "metadata": {"labels": {**PART_OF, JOB_LABEL: spec.name, RAY_ROLE_LABEL: "head"}},
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: spec.name, RAY_ROLE_LABEL: RAY_HEAD_ROLE}},
         "spec": {
             "serviceAccountName": args.service_account,
             "nodeSelector": dict(args.head_selector),
@@ -177,6 +192,7 @@ def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
     }
     return {
         "rayVersion": RAY_VERSION,
+        "authOptions": dict(RAY_AUTH),
         "headGroupSpec": {
             # No work lands on the head: it runs on a CPU node next to the operators.
             "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
@@ -199,7 +215,7 @@ def submitter_template(args: TrainingJobArgs) -> dict[str, Any]:
     """The pod that runs `ray job submit` (KubeRay fills in its command), beside the head on the
     system nodes, with the requests the queue's quota counts for it (domain.quota.SUBMITTER)."""
     return {
-        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.spec.name}},
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.spec.name, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}},
         "spec": {
             "nodeSelector": dict(args.head_selector),
             "restartPolicy": "Never",
@@ -248,7 +264,9 @@ def watch_commands(kind: str, name: str, namespace: str) -> dict[str, str]:
         logs = f"kubectl -n {namespace} logs -f --prefix -l ray.io/cluster={name}"
     commands = {"watch": watch, "logs": logs}
     if kind == "RayCluster":
-        commands["dashboard"] = f"kubectl -n {namespace} port-forward svc/{name}-head-svc 8265:8265"
+        commands["dashboard"] = (
+            f"kubectl -n {namespace} port-forward svc/{name}-head-svc {RAY_DASHBOARD_PORT}:{RAY_DASHBOARD_PORT}"
+        )
     return commands
 
 

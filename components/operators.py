@@ -22,6 +22,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from config.operators import KUBERAY_CRD_COMMITS
 from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION
 
 HELM_TIMEOUT_SECONDS = 600
@@ -86,13 +87,17 @@ RELEASES = {
     ),
 }
 # KubeRay's CRDs, as its chart's crds/ holds them (1.7.x): Helm installs crds/ once and never
-# upgrades them, so the stack applies them itself, from the same tag as the chart.
+# upgrades them, so the stack applies them itself, from the commit the chart's tag names
+# (KUBERAY_CRD_COMMITS): a tag can be moved, a commit cannot. At v1.7.0's commit the four files are
+# byte for byte the chart's crds/.
 KUBERAY_CRDS = ("rayclusters", "raycronjobs", "rayjobs", "rayservices")
-KUBERAY_CRD_URL = "https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/kuberay-operator/crds/ray.io_{name}.yaml"
+KUBERAY_CRD_URL = "https://raw.githubusercontent.com/ray-project/kuberay/{commit}/helm-chart/kuberay-operator/crds/ray.io_{name}.yaml"
 
 
 def kuberay_crd_urls(version: str) -> list[str]:
-    return [KUBERAY_CRD_URL.format(version=version.removeprefix("v"), name=n) for n in KUBERAY_CRDS]
+    """The CRD files of a chart version the config check let through (one KUBERAY_CRD_COMMITS knows)."""
+    commit = KUBERAY_CRD_COMMITS[version.removeprefix("v")]
+    return [KUBERAY_CRD_URL.format(commit=commit, name=n) for n in KUBERAY_CRDS]
 
 
 def force_crd_apply(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
@@ -111,7 +116,7 @@ TRAINING_OPERATOR = KustomizeSource(
     "https://github.com/kubeflow/trainer.git",
     "manifests/overlays/standalone",
     "v1.9.4",
-    "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
+    "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",  # the commit tag v1.9.4 names
 )
 TRAINING_OPERATOR_DEPLOYMENT = ("kubeflow", "training-operator")
 # On a cluster the stack did not create: the operators it installed there, read by a later run

@@ -2,15 +2,22 @@
 nodes, its backend store in PostgreSQL, its artifacts in the stack's bucket, and no public endpoint.
 
 - **Image.** `ghcr.io/mlflow/mlflow` carries neither PostgreSQL's driver nor boto3 (mlflow/mlflow
-  #9513, #8342). Rather than a second image to build, an init container of the same image installs
-  both, pinned, into a volume on the server's PYTHONPATH.
+  #9513, #8342): the stack builds `images/mlflow` (the official image plus both, pinned) with its
+  own image pipeline and runs it by digest. Nothing is installed when the server starts.
+- **Authentication.** MLflow's basic-auth app (`--app-name basic-auth`, mlflow/server/auth): its
+  users in the same PostgreSQL database (their own `alembic_version_auth` table), an admin whose
+  password the stack generates, handed to jobs as a Secret; no other user has any permission.
+  Only `/health` and static files answer without credentials (`_UNPROTECTED_PATH_PREFIXES`).
 - **Artifacts.** The server proxies them (`--artifacts-destination s3://<bucket>/mlflow/`), with a
   Pod Identity that may touch only that prefix: jobs need no access of their own for artifacts.
 - **Database.** `rds`: PostgreSQL 17 in the private subnets, encrypted, reachable only from the
   cluster's security group, with deletion protection, retention and a final snapshot in protected
   stacks. `in-cluster` (dev): a PostgreSQL StatefulSet on an encrypted gp3 volume (the EBS CSI
-  add-on with its own Pod Identity); the volume is retained when the claim goes. The password is
-  generated once and kept in the state as a secret.
+  add-on with its own Pod Identity); the volume is retained when the claim goes, and in protected
+  stacks the StatefulSet and its namespace (where the claim lives) are protected and retained too.
+  The password is generated once and kept in the state as a secret; it reaches the server through
+  its environment and a mounted file, never its command line (`/proc/<pid>/cmdline` is readable by
+  every user on the node).
 - **Reaching it.** A ClusterIP Service: jobs use its cluster DNS name; people port-forward.
 """
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -30,8 +38,8 @@ from config.tracking import TrackingServerConfig
 from conventions import PART_OF, TRACKING_NAMESPACE
 
 MLFLOW_VERSION = "3.17.2"  # requirements-test.txt runs the same server in the tests
+# The base of images/mlflow (its Dockerfile's BASE_IMAGE default agrees; a test holds them equal).
 MLFLOW_IMAGE = f"ghcr.io/mlflow/mlflow:v{MLFLOW_VERSION}"
-SERVER_PACKAGES = ("psycopg2-binary==2.9.13", "boto3==1.44.5")
 POSTGRES_MAJOR = "17"  # RDS takes the newest 17.x and its minor upgrades; no drift between runs
 POSTGRES_IMAGE = "postgres:17.6"  # Docker's official image, for the in-cluster store
 PORT = 5000
@@ -39,6 +47,13 @@ NAME = "mlflow"
 ARTIFACT_PREFIX = "mlflow/"
 DATABASE = "mlflow"
 DB_USER = "mlflow"
+DB_PORT = 5432
+ADMIN_USER = "admin"
+# The pods' labels, for the Services here and the tracking namespace's NetworkPolicies.
+SERVER_SELECTOR = {"app.kubernetes.io/name": NAME}
+DATABASE_SELECTOR = {"app.kubernetes.io/name": f"{NAME}-postgres"}
+AUTH_DIR = "/etc/mlflow-auth"
+AUTH_FILE = "basic_auth.ini"
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
 SERVICE_HOST = f"{NAME}.{TRACKING_NAMESPACE}.svc.cluster.local"
@@ -66,6 +81,7 @@ class TrackingNetwork:
 @dataclass(frozen=True)
 class TrackingServerArgs:
     provider: k8s.Provider
+    image: pulumi.Input[str]  # images/mlflow as the stack built it, by digest
     eks: EksAccess
     system_selector: dict[str, str]
     system_nodes: pulumi.Resource | None
@@ -97,15 +113,42 @@ def artifact_policy(bucket_arn: str, kms_key_arn: str | None) -> dict:
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def auth_config(database_uri: str) -> str:
+    """MLflow's basic-auth config (the keys of mlflow/server/auth/basic_auth.ini, read by
+    mlflow/server/auth/config.py read_auth_config): users in the tracking database, the admin
+    created at the first start with MLFLOW_AUTH_ADMIN_PASSWORD, and no permission for anyone else."""
+    return "\n".join(
+        [
+            "[mlflow]",
+            "default_permission = NO_PERMISSIONS",
+            f"database_uri = {database_uri}",
+            f"admin_username = {ADMIN_USER}",
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth",
+            "grant_default_workspace_access = false",
+            "",
+        ]
+    )
+
+
 class TrackingServer(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrackingServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:tracking:TrackingServer", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
         kept = pulumi.ResourceOptions(protect=args.protect, retain_on_delete=args.protect)
+        in_cluster = args.database.database == "in-cluster"
+        # An in-cluster database's claim lives in the namespace: deleting it would delete the claim.
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata={"name": TRACKING_NAMESPACE, "labels": PART_OF}, opts=k8s_opts
+            f"{name}-namespace",
+            metadata={"name": TRACKING_NAMESPACE, "labels": PART_OF},
+            opts=pulumi.ResourceOptions.merge(k8s_opts, kept) if in_cluster else k8s_opts,
         )
+        # What the tracking namespace's NetworkPolicies name: the server and its database.
+        self.namespace_name = TRACKING_NAMESPACE
+        self.server_selector = dict(SERVER_SELECTOR)
+        self.port = PORT
+        self.database_selector = dict(DATABASE_SELECTOR) if in_cluster else None
+        self.database_port = DB_PORT
         in_namespace = pulumi.ResourceOptions.merge(
             k8s_opts, pulumi.ResourceOptions(depends_on=[self.namespace])
         )
@@ -127,75 +170,74 @@ class TrackingServer(pulumi.ComponentResource):
             NAME,
             child,
         )
-        # Generated once; URL-safe, since it goes into the backend store URI.
-        self.password = random.RandomPassword(f"{name}-db-password", length=32, special=False, opts=child)
+        # Generated once; URL-safe, since it goes into the backend store URI. Protected with the
+        # database it opens.
+        self.password = random.RandomPassword(
+            f"{name}-db-password",
+            length=32,
+            special=False,
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
+        )
         self.db_secret = k8s.core.v1.Secret(
             f"{name}-db",
             metadata={"name": f"{NAME}-db", "namespace": TRACKING_NAMESPACE, "labels": PART_OF},
             string_data={"password": self.password.result},
             opts=in_namespace,
         )
-        if args.database.database == "rds":
-            self.database_host, database = self._rds(name, args, pulumi.ResourceOptions.merge(child, kept))
+        if in_cluster:
+            self.database_host, database = self._in_cluster(name, args, in_namespace, kept)
         else:
-            self.database_host, database = self._in_cluster(name, args, in_namespace)
+            self.database_host, database = self._rds(name, args, pulumi.ResourceOptions.merge(child, kept))
+        self.auth_secret = self._auth(name, args, in_namespace)
 
-        selector = {"app.kubernetes.io/name": NAME}
-        labels = {**PART_OF, **selector}
-        store_uri = pulumi.Output.concat(
-            f"postgresql://{DB_USER}:$(DB_PASSWORD)@", self.database_host, f":5432/{DATABASE}"
-        )
+        labels = {**PART_OF, **SERVER_SELECTOR}
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-server",
             metadata={"name": NAME, "namespace": TRACKING_NAMESPACE, "labels": labels},
             spec={
                 "replicas": 1,
-                "selector": {"matchLabels": selector},
+                "selector": {"matchLabels": dict(SERVER_SELECTOR)},
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
                         "serviceAccountName": NAME,
                         "nodeSelector": dict(args.system_selector),
-                        "initContainers": [
-                            {
-                                "name": "server-packages",
-                                "image": MLFLOW_IMAGE,
-                                "command": ["pip", "install", "--no-cache-dir", "--target", "/deps"],
-                                "args": list(SERVER_PACKAGES),
-                                "volumeMounts": [{"name": "deps", "mountPath": "/deps"}],
-                            }
-                        ],
                         "containers": [
                             {
                                 "name": NAME,
-                                "image": MLFLOW_IMAGE,
+                                "image": args.image,
                                 "command": ["mlflow", "server"],
                                 "args": [
+                                    "--app-name=basic-auth",
                                     "--host=0.0.0.0",
                                     f"--port={PORT}",
                                     "--workers=2",
-                                    pulumi.Output.concat("--backend-store-uri=", store_uri),
                                     pulumi.Output.concat(
                                         "--artifacts-destination=s3://",
                                         bucket.bucket_name,
                                         f"/{ARTIFACT_PREFIX}",
                                     ),
                                 ],
-                                "env": [
-                                    {"name": "PYTHONPATH", "value": "/deps"},
-                                    {"name": "MLFLOW_SERVER_ALLOWED_HOSTS", "value": ALLOWED_HOSTS},
-                                    self._password_env("DB_PASSWORD"),
-                                ],
+                                "env": self._server_env(),
                                 "ports": [{"name": "http", "containerPort": PORT}],
                                 "readinessProbe": {
                                     "httpGet": {"path": "/health", "port": PORT},
                                     "periodSeconds": 10,
                                 },
                                 "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}},
-                                "volumeMounts": [{"name": "deps", "mountPath": "/deps"}],
+                                "volumeMounts": [{"name": "auth", "mountPath": AUTH_DIR, "readOnly": True}],
                             }
                         ],
-                        "volumes": [{"name": "deps", "emptyDir": {}}],
+                        "volumes": [
+                            {
+                                "name": "auth",
+                                "secret": {
+                                    "secretName": self.auth_secret.metadata["name"],
+                                    "items": [{"key": AUTH_FILE, "path": AUTH_FILE}],
+                                    "defaultMode": 0o440,
+                                },
+                            }
+                        ],
                     },
                 },
             },
@@ -213,18 +255,67 @@ class TrackingServer(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={"name": NAME, "namespace": TRACKING_NAMESPACE, "labels": labels},
-            spec={"selector": selector, "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]},
+            spec={
+                "selector": dict(SERVER_SELECTOR),
+                "ports": [{"name": "http", "port": PORT, "targetPort": PORT}],
+            },
             opts=in_namespace,
         )
         self.uri = TRACKING_URI
         self.register_outputs({"uri": TRACKING_URI, "portForward": PORT_FORWARD})
 
-    def _password_env(self, name: str) -> dict:
-        """The database password from its Secret, as the server and PostgreSQL both read it."""
-        return {
-            "name": name,
-            "valueFrom": {"secretKeyRef": {"name": self.db_secret.metadata["name"], "key": "password"}},
-        }
+    def _auth(self, name: str, args: TrackingServerArgs, opts: pulumi.ResourceOptions) -> k8s.core.v1.Secret:
+        """The admin's password (jobs get it too), the CSRF key of the basic-auth app (mlflow/server/
+        auth get_flask_server_secret_key refuses to start without one) and the auth config, whose
+        database URI carries the database password: a file from a Secret, not an argument."""
+        generated = pulumi.ResourceOptions(parent=self, protect=args.protect)
+        self.admin_password = random.RandomPassword(
+            f"{name}-admin-password", length=32, special=False, opts=generated
+        )
+        flask_key = random.RandomPassword(
+            f"{name}-flask-secret-key", length=48, special=False, opts=generated
+        )
+        config = pulumi.Output.concat(
+            f"postgresql://{DB_USER}:",
+            self.password.result,
+            "@",
+            self.database_host,
+            f":{DB_PORT}/{DATABASE}",
+        ).apply(auth_config)
+        return k8s.core.v1.Secret(
+            f"{name}-auth",
+            metadata={"name": f"{NAME}-auth", "namespace": TRACKING_NAMESPACE, "labels": PART_OF},
+            string_data={
+                "admin-password": self.admin_password.result,
+                "flask-secret-key": flask_key.result,
+                AUTH_FILE: pulumi.Output.secret(config),
+            },
+            opts=opts,
+        )
+
+    def _server_env(self) -> list[dict[str, Any]]:
+        """The backend store URI through the environment (`mlflow server --backend-store-uri` reads
+        MLFLOW_BACKEND_STORE_URI, mlflow/cli/__init__.py, and hands its workers the store through
+        their environment too, mlflow/server/__init__.py _run_server): Kubernetes expands
+        $(DB_PASSWORD) from the variable before it (EnvVar.value), so the password is in neither the
+        spec nor a command line."""
+        return [
+            {"name": "MLFLOW_SERVER_ALLOWED_HOSTS", "value": ALLOWED_HOSTS},
+            self._secret_env("DB_PASSWORD", self.db_secret, "password"),
+            {
+                "name": "MLFLOW_BACKEND_STORE_URI",
+                "value": pulumi.Output.concat(
+                    f"postgresql://{DB_USER}:$(DB_PASSWORD)@", self.database_host, f":{DB_PORT}/{DATABASE}"
+                ),
+            },
+            {"name": "MLFLOW_AUTH_CONFIG_PATH", "value": f"{AUTH_DIR}/{AUTH_FILE}"},
+            self._secret_env("MLFLOW_AUTH_ADMIN_PASSWORD", self.auth_secret, "admin-password"),
+            self._secret_env("MLFLOW_FLASK_SERVER_SECRET_KEY", self.auth_secret, "flask-secret-key"),
+        ]
+
+    @staticmethod
+    def _secret_env(name: str, secret: k8s.core.v1.Secret, key: str) -> dict[str, Any]:
+        return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret.metadata["name"], "key": key}}}
 
     def _rds(
         self, name: str, args: TrackingServerArgs, opts: pulumi.ResourceOptions
@@ -238,8 +329,8 @@ class TrackingServer(pulumi.ComponentResource):
             ingress=[
                 {
                     "protocol": "tcp",
-                    "from_port": 5432,
-                    "to_port": 5432,
+                    "from_port": DB_PORT,
+                    "to_port": DB_PORT,
                     "security_groups": [net.cluster_security_group_id],
                 }
             ],
@@ -269,7 +360,7 @@ class TrackingServer(pulumi.ComponentResource):
         return self.db_instance.address, self.db_instance
 
     def _in_cluster(
-        self, name: str, args: TrackingServerArgs, opts: pulumi.ResourceOptions
+        self, name: str, args: TrackingServerArgs, opts: pulumi.ResourceOptions, kept: pulumi.ResourceOptions
     ) -> tuple[pulumi.Output[str], pulumi.Resource]:
         _, _, association = pod_identity(
             f"{name}-ebs-csi",
@@ -300,15 +391,16 @@ class TrackingServer(pulumi.ComponentResource):
             volume_binding_mode="WaitForFirstConsumer",
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[self.ebs_csi])),
         )
-        selector = {"app.kubernetes.io/name": f"{NAME}-postgres"}
-        labels = {**PART_OF, **selector}
+        labels = {**PART_OF, **DATABASE_SELECTOR}
         self.postgres = k8s.apps.v1.StatefulSet(
             f"{name}-postgres",
             metadata={"name": f"{NAME}-postgres", "namespace": TRACKING_NAMESPACE, "labels": labels},
             spec={
                 "serviceName": f"{NAME}-postgres",
                 "replicas": 1,
-                "selector": {"matchLabels": selector},
+                "selector": {"matchLabels": dict(DATABASE_SELECTOR)},
+                # The claim outlives the StatefulSet (as its volume outlives the claim: Retain).
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
@@ -320,10 +412,10 @@ class TrackingServer(pulumi.ComponentResource):
                                 "env": [
                                     {"name": "POSTGRES_DB", "value": DATABASE},
                                     {"name": "POSTGRES_USER", "value": DB_USER},
-                                    self._password_env("POSTGRES_PASSWORD"),
+                                    self._secret_env("POSTGRES_PASSWORD", self.db_secret, "password"),
                                     {"name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata"},
                                 ],
-                                "ports": [{"name": "postgres", "containerPort": 5432}],
+                                "ports": [{"name": "postgres", "containerPort": DB_PORT}],
                                 "readinessProbe": {"exec": {"command": ["pg_isready", "-U", DB_USER]}},
                                 "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
                                 "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
@@ -342,12 +434,14 @@ class TrackingServer(pulumi.ComponentResource):
                     }
                 ],
             },
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[storage_class])),
+            opts=pulumi.ResourceOptions.merge(
+                pulumi.ResourceOptions.merge(opts, kept), pulumi.ResourceOptions(depends_on=[storage_class])
+            ),
         )
         service = k8s.core.v1.Service(
             f"{name}-postgres-service",
             metadata={"name": f"{NAME}-postgres", "namespace": TRACKING_NAMESPACE, "labels": labels},
-            spec={"selector": selector, "ports": [{"name": "postgres", "port": 5432}]},
+            spec={"selector": dict(DATABASE_SELECTOR), "ports": [{"name": "postgres", "port": DB_PORT}]},
             opts=opts,
         )
         host = f"{NAME}-postgres.{TRACKING_NAMESPACE}.svc.cluster.local"

@@ -1,8 +1,12 @@
-"""What a VERL job (GRPO or PPO) needs, derived from its node group: the pinned VERL image, verl
-itself through Ray's runtime env, the dataset prepared on every node, and VERL's Hydra overrides.
+"""What a VERL job (GRPO or PPO) needs, derived from its node group: the stack's VERL image, the
+dataset prepared on every node, and VERL's Hydra overrides.
 
 - **Image.** VERL's application images carry its dependencies (vLLM, FSDP, flash-attention) but
-  not verl; Ray's runtime env installs `verl==VERL_VERSION` with `--no-deps` on top, on every node.
+  neither verl nor the EFA stack (without aws-ofi-nccl, NCCL falls back to TCP). The stack's image
+  pipeline builds its own on top (workload/Dockerfile, target verl; components/image.py): the EFA
+  stack checked against its pinned checksum and `verl==VERL_VERSION` from a hashed lock
+  (workload/verl/requirements.lock), pushed to the stack's ECR and run by digest. Nothing is
+  installed when a job starts.
 - **Data.** An init container of the stack's own image (trainer.verl_data) writes the dataset's
   parquet files to /data on each pod, so VERL's driver finds them wherever Ray places it.
 - **Sizes.** GPUs per node and nodes come from the group; vLLM's tensor parallelism from the config;
@@ -19,8 +23,10 @@ import pulumi
 
 from config.jobs import VerlConfig
 
+# workload/verl/requirements.lock pins this version (a test holds them equal).
 VERL_VERSION = "0.9.1"
-# VERL's application image (vLLM) by digest: its tags move.
+# VERL's application image (vLLM) by digest, its tags move: the base of the stack's VERL image
+# (workload/Dockerfile's VERL_BASE_IMAGE default agrees; a test holds them equal).
 VERL_IMAGE = (
     "verlai/verl:vllm024.dev2@sha256:b867883b0dd011363e69ab2ab344922a28c5bd0409e2a324e3ee70fb27ca7543"
 )
@@ -28,16 +34,9 @@ DATA_DIR = "/data"
 
 
 def runtime_env(verl: VerlConfig) -> str:
-    """Ray's runtime env for the job (RayJob.runtimeEnvYAML): verl on top of the image's stack."""
-    return json.dumps(
-        {
-            "pip": {
-                "packages": [f"verl=={VERL_VERSION}"],
-                "pip_install_options": ["--no-deps", "--no-cache-dir", "--disable-pip-version-check"],
-            },
-            "env_vars": {"TOKENIZERS_PARALLELISM": "true", "VLLM_LOGGING_LEVEL": "WARN"},
-        }
-    )
+    """Ray's runtime env for the job (RayJob.runtimeEnvYAML): environment variables only; verl is
+    in the image, so no node installs anything at start."""
+    return json.dumps({"env_vars": {"TOKENIZERS_PARALLELISM": "true", "VLLM_LOGGING_LEVEL": "WARN"}})
 
 
 def data_files(verl: VerlConfig) -> tuple[str, str]:

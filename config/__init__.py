@@ -10,7 +10,6 @@ resource is registered. Defaults describe the cheap `dev` stack: one g6.xlarge n
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import typing
 
@@ -22,7 +21,7 @@ from config.instance_facts import catalog_describe, describe_groups, ec2_describ
 from config.jobs import JobConfig
 from config.names import PROFILE_KEY, PROJECT, PROJECT_ROOT, REGION_KEY, STACK_NAME, STACK_NAME_RULE
 from config.node_groups import GpuNodeGroupConfig
-from config.schema import ABSENT, ConfigError, Problem, Reader
+from config.schema import ABSENT, ConfigError, Problem, Reader, closest, key_homes, unknown_key_hint
 from config.stack_config import StackConfig
 from domain.catalog import SUPPORTED_REGIONS
 
@@ -45,12 +44,22 @@ TOP_LEVEL = [f for f in StackConfig.__dataclass_fields__.values() if "key" in f.
 
 
 def _closest(key: str, valid: list[str]) -> str:
-    found = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    found = closest(key, valid)
     if not found:  # try the part after the namespace: `trainstak:storage` -> trainstack:storage
-        tail = key.partition(":")[2]
-        found = difflib.get_close_matches(tail, [v.partition(":")[2] for v in valid], n=1, cutoff=0.6)
-        found = [v for v in valid if found and v.partition(":")[2] == found[0]]
-    return f" (did you mean {found[0]}?)" if found else ""
+        tail = closest(key.partition(":")[2], [v.partition(":")[2] for v in valid])
+        found = next((v for v in valid if tail and v.partition(":")[2] == tail), None)
+    return f" (did you mean {found}?)" if found else ""
+
+
+# Where each nested key belongs, for a key written one indentation level too far left.
+NESTED_HOMES = key_homes(StackConfig, f"{PROJECT}:")
+
+
+def _unknown_top_level(full_key: str, valid: list[str]) -> str:
+    key = full_key.partition(":")[2]
+    if key in NESTED_HOMES and not any(v.lower() == full_key.lower() for v in valid):
+        return unknown_key_hint(key, [], NESTED_HOMES, "at the top level")
+    return _closest(full_key, valid)
 
 
 def load_config(stack: str | None = None) -> StackConfig:
@@ -84,12 +93,17 @@ SECRET_KEYS = tuple(
 
 
 def parse_config(
-    stack: str, values: dict[str, str], secret_keys: frozenset[str] = frozenset(), ask_ec2: bool = False
+    stack: str,
+    values: dict[str, str],
+    secret_keys: frozenset[str] = frozenset(),
+    ask_ec2: bool = False,
+    stack_file: str | None = None,
 ) -> StackConfig:
     """Parse a flat Pulumi config map (`trainstack:key` -> JSON or plain string). The GPU groups'
     hardware is then described, before the rules that need it run: by EC2 with `ask_ec2` (the
     running program: a pulumi-aws invoke), else, and on a kubeconfig stack, by the catalog (which
-    answers as the offline engine's EC2 does)."""
+    answers as the offline engine's EC2 does). `stack_file` names the file the values came from in
+    the error, where it is not the stack's own Pulumi.<stack>.yaml."""
     reader = Reader()
     for key in SECRET_KEYS:
         if key in values and key not in secret_keys:
@@ -105,7 +119,10 @@ def parse_config(
         ns, _, key = full_key.partition(":")
         if ns == PROJECT and key not in known:
             reader.problem(
-                full_key, values[full_key], f"unknown key{_closest(full_key, valid)}", ", ".join(valid)
+                full_key,
+                values[full_key],
+                f"unknown key{_unknown_top_level(full_key, valid)}",
+                ", ".join(valid),
             )
         elif ns not in (PROJECT, "aws", "pulumi"):
             # A misspelt namespace would drop its whole section silently (protection off, say).
@@ -178,7 +195,7 @@ def parse_config(
     config = dataclasses.replace(config, gpu_node_groups=groups)
     check(config, reader)
     if reader.problems:
-        raise ConfigError(stack, reader.problems)
+        raise ConfigError(stack, reader.problems, stack_file)
     return config
 
 

@@ -24,6 +24,11 @@ _IMAGE_REF = re.compile(
     r"([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
     r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
 )
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}")
+# nvidia/cuda:13.0.3-base-ubuntu24.04 by its multi-arch index digest, as several unrelated public
+# projects pin it (not read from Docker Hub here, which is out of reach): a tag can be re-pushed,
+# a digest names one image. `docker buildx imagetools inspect <tag>` prints the current one.
+DEFAULT_BASE_IMAGE = "nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1"
 
 
 @dataclass(frozen=True)
@@ -37,9 +42,9 @@ class ImageConfig:
     context: str = setting("context", "Build context directory, relative to the project.", "workload")
     base_image: str = setting(
         "baseImage",
-        "CUDA base image without a torch of its own (Dockerfile BASE_IMAGE): torch comes from "
-        "workload/requirements.txt, built for CUDA 13.0.",
-        "nvidia/cuda:13.0.3-base-ubuntu24.04",
+        "CUDA base image without a torch of its own (Dockerfile BASE_IMAGE), pinned by digest "
+        "(name:tag@sha256:...): torch comes from workload/requirements.lock, built for CUDA 13.0.",
+        DEFAULT_BASE_IMAGE,
     )
     compute_type: ComputeType = setting("computeType", "CodeBuild compute type.", "BUILD_GENERAL1_LARGE")
     build_timeout_minutes: int = setting("buildTimeoutMinutes", "CodeBuild build timeout (5-480).", 60)
@@ -126,7 +131,14 @@ def check_image(img: ImageConfig, docker_hub_token_set: bool, r: Reader) -> None
             f"{p}:image.baseImage",
             img.base_image,
             "not an image reference",
-            "[registry/]repository[:tag][@sha256:digest], e.g. nvidia/cuda:13.0.3-base-ubuntu24.04",
+            "[registry/]repository[:tag]@sha256:<64 hex>, e.g. " + DEFAULT_BASE_IMAGE,
+        )
+    elif not _DIGEST.search(img.base_image):
+        r.problem(
+            f"{p}:image.baseImage",
+            img.base_image,
+            "not pinned by digest: a tag can be pushed again, and the build would take whatever it names then",
+            "[registry/]repository[:tag]@sha256:<64 hex>, e.g. " + DEFAULT_BASE_IMAGE,
         )
     if not 5 <= img.build_timeout_minutes <= 480:
         r.problem(f"{p}:image.buildTimeoutMinutes", img.build_timeout_minutes, "out of range", "5-480")

@@ -10,8 +10,17 @@ from collections import Counter
 from config.build import check_image, check_registry, check_storage
 from config.ci import check_ci
 from config.cluster import check_cluster
+from config.datasets import check_datasets, check_job_s3_args
 from config.existing import check_existing_cluster
-from config.jobs import JobConfig, check_job_env_and_wait, check_job_hyperpod, check_job_name, check_job_run
+from config.jobs import (
+    JobConfig,
+    check_job_env_and_wait,
+    check_job_hyperpod,
+    check_job_name,
+    check_job_ray_auth_env,
+    check_job_run,
+    check_job_secret_env,
+)
 from config.names import PROJECT
 from config.network import check_network
 from config.node_groups import GpuNodeGroupConfig, check_node_groups
@@ -50,6 +59,7 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_node_groups(c.gpu_node_groups, c.region, c.existing_cluster.named, r)
     _check_builder(c, r)
     by_name = {g.name: g for g in c.gpu_node_groups} if groups_sound else None
+    check_datasets(c.datasets, c.existing_cluster.uses_aws, r)
     _check_jobs(c, by_name, r)
     check_image(c.image, c.docker_hub_access_token is not None, r)
     check_operators(c.operators, r)
@@ -165,12 +175,31 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         check_job_run(j, k, r)
         _check_job_operator(j, c.operators, k, r)
         check_job_env_and_wait(j, k, r)
+        check_job_secret_env(j, c.secret_job_env, k, r)
+        check_job_ray_auth_env(j, k, r)
+        _check_job_dataset(j, c, k, r)
+        if c.existing_cluster.pod_role_arn is None:  # a role the user brings may reach any bucket
+            check_job_s3_args(j.name, j.args, _reachable_bucket(c), c.datasets, k, r)
         if j.verl is not None:
             _check_verl(j, by_name, k, r)
+            if j.image is None and c.image.builder in ("none", "kind"):
+                r.problem(
+                    f"{k}.image",
+                    "(unset)",
+                    f"image.builder {c.image.builder} builds no VERL image (verl and the EFA stack baked in)",
+                    "an image with verl, or image.builder codebuild or docker",
+                )
         _check_job_memory(j, by_name, k, r)
         group = (by_name or {}).get(j.node_group)
         if group is not None:
             check_job_hyperpod(j, group.instance_type, k, r)
+
+
+def _reachable_bucket(c: StackConfig) -> str | None:
+    """The one bucket a job's args may name: a kubeconfig stack's `existingCluster.s3` (its pods
+    hold that Secret's keys); the stack's own is named only at `pulumi up`."""
+    s3 = c.existing_cluster.s3
+    return s3.uri.removeprefix("s3://").partition("/")[0] if s3 is not None else None
 
 
 def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:
@@ -191,6 +220,25 @@ def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | Non
                 f"job '{j.name}' cannot train on node group '{group.name}': {why}",
                 fits,
             )
+
+
+def _check_job_dataset(j: JobConfig, c: StackConfig, k: str, r: Reader) -> None:
+    """A named dataset is one the stack prepares, and it gives the job its data flags itself."""
+    if j.dataset is None:
+        return
+    names = [d.name for d in c.datasets]
+    if j.dataset not in names:
+        r.problem(
+            f"{k}.dataset", j.dataset, "no dataset of that name", ", ".join(names) or "declare it in datasets"
+        )
+    given = [a for a in j.args if a.split("=", 1)[0] in ("--data", "--val-data")]
+    if given:
+        r.problem(
+            f"{k}.args",
+            " ".join(given),
+            f"dataset {j.dataset} gives the job --data and --val-data",
+            "no --data/--val-data with a dataset",
+        )
 
 
 def _check_verl(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:

@@ -24,6 +24,9 @@ WaitMode = Literal["none", "admitted", "running", "succeeded"]
 MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Names whose values are credentials by convention (AWS_SECRET_ACCESS_KEY, CLIENT_SECRET, HF_TOKEN,
+# DB_PASSWORD, WANDB_API_KEY); *_KEY_ID names an identifier (AWS_ACCESS_KEY_ID) and is not one.
+SECRET_LOOKING_NAME = re.compile(r"(?:^|_)SECRET|(?:^|_)(?:TOKEN|PASSWORD|PASSWD|KEY)$", re.IGNORECASE)
 
 
 # HyperPod restarts a faulted job after replacing its node at most this often.
@@ -66,9 +69,23 @@ class JobConfig:
     args: tuple[str, ...] = setting(
         "args", "Arguments appended to the trainer's (or to `command`).", factory=tuple
     )
+    dataset: str | None = setting(
+        "dataset",
+        "A dataset of `datasets` to train on: the job gets --data and --val-data at its files in the "
+        "bucket, and waits for their preparation.",
+        None,
+    )
     env: dict[str, str] = setting(
         "env",
-        "Extra environment variables (kept in a Kubernetes Secret if `jobs` is a secret).",
+        "Extra environment variables (kept in a Kubernetes Secret if `jobs` is a secret); names that "
+        "look secret (*SECRET*, *_TOKEN, *_PASSWORD, *_KEY) belong in secretEnv.",
+        factory=dict,
+    )
+    secret_env: dict[str, str] = setting(
+        "secretEnv",
+        "Secret environment variables, name to value, each set with `pulumi config set --secret --path "
+        "'jobs[<i>].secretEnv.<NAME>' <value>` (which makes the whole `jobs` key a secret); given to the "
+        "job through its Kubernetes Secret.",
         factory=dict,
     )
     wait: WaitMode = setting(
@@ -90,6 +107,12 @@ class JobConfig:
         "On a HyperPod group (an `ml.` instance type): its health checks and auto-resume for this job.",
         factory=HyperPodJobConfig,
     )
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Everything the job's containers are given: env and secretEnv (the rules keep their names
+        apart, and secretEnv only in a secret `jobs`, whose values all go to the job's Secret)."""
+        return {**self.env, **self.secret_env}
 
     @property
     def runs_default_trainer(self) -> bool:
@@ -184,20 +207,75 @@ def check_job_hyperpod(j: JobConfig, instance_type: str, k: str, r: Reader) -> N
 
 
 def check_job_env_and_wait(j: JobConfig, k: str, r: Reader) -> None:
-    for name in j.env:
+    shown = {
+        **{("env", n): v for n, v in j.env.items()},
+        **{("secretEnv", n): "(secret)" for n in j.secret_env},
+    }
+    for (field, name), value in shown.items():
         if not _ENV_NAME.fullmatch(name):
             r.problem(
-                f"{k}.env.{name}",
-                j.env[name],
+                f"{k}.{field}.{name}",
+                value,
                 "not a valid environment variable name",
                 "letters, digits and '_', not starting with a digit",
             )
+    for name in j.env:
+        if name in j.secret_env:
+            r.problem(f"{k}.env.{name}", "(plain text)", "also set in secretEnv", "one of env and secretEnv")
     if not 1 <= j.timeout_minutes <= 10080:
         r.problem(f"{k}.timeoutMinutes", j.timeout_minutes, "out of range", "1-10080 (one week)")
     if j.kind == "RayCluster" and j.wait == "succeeded":
         r.problem(
             f"{k}.wait", "succeeded", "a RayCluster runs until deleted and never succeeds", "none | running"
         )
+
+
+# KubeRay sets these on every Ray pod for token auth, and only where the container has not
+# (kuberay common/pod.go SetContainerTokenAuthEnvVars): a job's own value would turn auth off.
+RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_K8S_TOKEN_AUTH")
+
+
+def check_job_ray_auth_env(j: JobConfig, k: str, r: Reader) -> None:
+    if j.kind not in ("RayJob", "RayCluster"):
+        return
+    for name in [*j.env, *j.secret_env]:
+        if name in RAY_AUTH_ENV:
+            key = "secretEnv" if name in j.secret_env else "env"
+            r.problem(
+                f"{k}.{key}.{name}",
+                "(set)",
+                "KubeRay sets it for the Ray cluster's token auth; a job's own value would override it",
+                "unset",
+            )
+
+
+def secret_env_command(k: str, name: str) -> str:
+    return f"pulumi config set --secret --path '{k.partition(':')[2]}.secretEnv.{name}' <value>"
+
+
+def check_job_secret_env(j: JobConfig, jobs_secret: bool, k: str, r: Reader) -> None:
+    """Secrets only in a secret `jobs` key: Pulumi encrypts a key whole or not at all, and one
+    `--secret --path` value makes the whole key a secret (the offline plan reads it so too,
+    offline/plan.py read_stack_file); its env values then all go to the job's Secret. In a plain
+    `jobs` key, secretEnv and a secret-looking env name would be written in clear into the
+    manifests and the state."""
+    if jobs_secret:
+        return
+    for name in j.secret_env:
+        r.problem(
+            f"{k}.secretEnv.{name}",
+            "(plain text)",
+            "stored unencrypted: the `jobs` key is not a secret",
+            secret_env_command(k, name),
+        )
+    for name in j.env:
+        if SECRET_LOOKING_NAME.search(name) and name not in j.secret_env:
+            r.problem(
+                f"{k}.env.{name}",
+                "(plain text)",
+                "a secret-looking name with a plain value",
+                f"{k}.secretEnv.{name}: {secret_env_command(k, name)}",
+            )
 
 
 @dataclass(frozen=True)

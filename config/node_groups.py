@@ -1,4 +1,9 @@
-"""GPU node group config: instance type, size, EFA, how capacity is bought, the preflight."""
+"""Node group config: instance type, size, EFA, how capacity is bought, the preflight.
+
+A group is a GPU group unless it says `gpu: false`: a CPU group, for jobs that train with gloo. Both
+kinds are one list (`gpuNodeGroups`), because every plane that reads the groups (zones, quotas,
+reservations, queues, placements, jobs, outputs, cost, the CLI) treats them alike: a CPU group
+differs only in what its nodes carry (no GPUs, no GPU taint, the standard AMI)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from config.names import LABEL, NAME_RULE, PROJECT
 from config.schema import Reader, setting
 from conventions import SYSTEM_GROUP
 from domain.catalog import (
+    CPU_INSTANCE_TYPES,
     GPU_INSTANCE_TYPES,
     INSTANCE_TYPES,
     InstanceType,
@@ -43,8 +49,15 @@ class GpuNodeGroupConfig:
     name: str = setting("name", "Node group name (lowercase, digits, '-'; at most 32).")
     instance_type: str = setting(
         "instanceType",
-        "NVIDIA GPU instance type; its GPUs, memory, EFA and disks come from EC2 (DescribeInstanceTypes). "
-        "On an existingCluster also a SageMaker HyperPod type (ml.g5.8xlarge: a g5.8xlarge's hardware).",
+        "NVIDIA GPU instance type (a CPU type with gpu: false); its GPUs, memory, EFA and disks come from "
+        "EC2 (DescribeInstanceTypes). On an existingCluster also a SageMaker HyperPod type "
+        "(ml.g5.8xlarge: a g5.8xlarge's hardware).",
+    )
+    gpu: bool = setting(
+        "gpu",
+        "false: a CPU group (a CPU instance type, no EFA or preflight); its jobs train with gloo, and "
+        "it scales per job like a GPU group, with its own queue.",
+        True,
     )
     node_count: int = setting(
         "nodeCount", "Most nodes the group holds (1-64); its jobs' queue quota is sized to it.", 1
@@ -188,8 +201,6 @@ CREATED_ONLY = (
 def check_node_groups(groups: tuple[GpuNodeGroupConfig, ...], region: str, existing: bool, r: Reader) -> None:
     """`existing`: the groups are described nodes of a cluster trainstack did not create."""
     k = f"{PROJECT}:gpuNodeGroups"
-    if not groups and not existing:
-        r.problem(k, [], "at least one GPU node group is needed", "a list of node groups")
     for i, g in enumerate(groups):
         if existing:
             _check_described_group(g, f"{k}[{i}]", r)
@@ -243,16 +254,19 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, existing: bool, k: str
             f"{hardware_type(g.instance_type)} (the same hardware), or the type on an existingCluster",
         )
         return
-    if not it.has_nvidia_gpus:
+    if not g.gpu:
+        _check_cpu_group(g, it, k, r)
+    elif not it.has_nvidia_gpus:
         r.problem(
             f"{k}.instanceType",
             g.instance_type,
             f"not an NVIDIA GPU instance type (EC2: {it.gpus} GPUs"
             + (f", {it.gpu_manufacturer} {it.gpu_model})" if it.gpus else ")"),
-            f"an NVIDIA GPU instance type (families {', '.join(GPU_FAMILIES)}, ...)",
+            f"an NVIDIA GPU instance type (families {', '.join(GPU_FAMILIES)}, ...), or gpu: false "
+            "for a CPU group",
         )
         return
-    if g.efa and not it.efa_supported:
+    elif g.efa and not it.efa_supported:
         efa_types = ", ".join(t for t in GPU_INSTANCE_TYPES if INSTANCE_TYPES[t].efa_supported)
         r.problem(
             f"{k}.efa",
@@ -289,6 +303,20 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, existing: bool, k: str
         r.problem(f"{k}.diskSizeGiB", g.disk_size_gib, "out of range", "50-16384")
     else:
         _check_root_volume(g, k, r)
+
+
+def _check_cpu_group(g: GpuNodeGroupConfig, it: InstanceType, k: str, r: Reader) -> None:
+    """A CPU group's jobs train with gloo over TCP: EFA (NCCL's transport) has nothing to serve
+    there, and GPUs on its nodes would sit idle, never requested."""
+    if it.gpus:
+        r.problem(
+            f"{k}.instanceType",
+            g.instance_type,
+            f"a gpu: false group's nodes would leave their {it.gpus} GPUs idle",
+            f"a CPU instance type ({', '.join(CPU_INSTANCE_TYPES)}, ...), or gpu: true",
+        )
+    if g.efa:
+        r.problem(f"{k}.efa", True, "a CPU group trains with gloo over TCP, without EFA", "false or unset")
 
 
 def _check_root_volume(g: GpuNodeGroupConfig, k: str, r: Reader) -> None:

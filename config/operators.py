@@ -10,6 +10,9 @@ from config.names import PROJECT
 from config.schema import Reader, setting
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+# The ray-project/kuberay commit each KubeRay chart version's tag names: the stack applies that
+# chart's CRDs from the commit, since a tag can be moved (components/operators.py).
+KUBERAY_CRD_COMMITS = {"1.7.0": "59d663aeec13760646da3db9c1cf8cfe883e30b7"}  # v1.7.0
 _CHART_VERSION = re.compile(r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?")
 # What the stack does with an operator on a cluster it did not create (on its own cluster it installs).
 MODES = ("auto", "install", "reuse")
@@ -125,4 +128,12 @@ def check_operators(o: OperatorsConfig, r: Reader) -> None:
                 version,
                 "the stack applies the CRDs of KubeRay 1.7 (RayCronJob among them); older charts lack them",
                 "1.7.0 or later",
+            )
+        elif version.removeprefix("v") not in KUBERAY_CRD_COMMITS:
+            r.problem(
+                f"{k}.kuberay.version",
+                version,
+                "the stack applies the chart's CRDs from the kuberay commit its tag names, and knows none "
+                "for this version (config/operators.py KUBERAY_CRD_COMMITS)",
+                ", ".join(KUBERAY_CRD_COMMITS),
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from config.node_groups import GpuNodeGroupConfig
 from config.stack_config import StackConfig
 from domain.catalog import INSTANCE_TYPES
+from domain.node_roles import group_selector
 from domain.placement import Placement, gpu_placement, system_placement
 
 
@@ -27,9 +28,12 @@ def config_system_placement(c: StackConfig) -> Placement | None:
 
 
 def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float | None = 0.0) -> Placement:
-    """A group's node as EC2 describes its type; on an existing cluster, found by its selector."""
+    """A group's node as EC2 describes its type (a CPU group's GPUs, were its type to have any,
+    are never asked for); on an existing cluster, found by its selector."""
     it = g.instance
     efa = it.max_efa_interfaces if g.efa else 0
+    selector = g.node_selector or group_selector(g.name, g.gpu)
+    gpus = it.gpus if g.gpu else 0
     return gpu_placement(
-        g.name, g.instance_type, it.gpus, efa, it.vcpus, it.memory_gib, hourly_usd, selector=g.node_selector
+        g.name, g.instance_type, gpus, efa, it.vcpus, it.memory_gib, hourly_usd, selector=selector
     )

@@ -1,16 +1,18 @@
 """A small typed reader from plain config data to frozen dataclasses.
 
 Each field carries the key a user writes in `Pulumi.<stack>.yaml` and a one-line doc, so the
-same declaration drives parsing, error messages and the README's config reference. Every
+same declaration drives parsing, error messages and the config reference (docs/config-reference.md). Every
 problem is collected (not raised at the first one) so a user fixes a config in one pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -38,14 +40,16 @@ class Problem:
 
 
 class ConfigError(pulumi.RunError):
-    """Raised once with every problem; RunError makes Pulumi print it without a traceback."""
+    """Raised once with every problem; RunError makes Pulumi print it without a traceback.
+    `stack_file`: the file the config came from (the offline plan's --stack-file), else the
+    stack's own Pulumi.<stack>.yaml."""
 
-    def __init__(self, stack: str, problems: list[Problem]):
+    def __init__(self, stack: str, problems: list[Problem], stack_file: str | None = None):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(
             f"stack '{stack}' has {len(problems)} config problem(s); "
-            f"fix them in Pulumi.{stack}.yaml (or with `pulumi config set`):\n{lines}"
+            f"fix them in {stack_file or f'Pulumi.{stack}.yaml'} (or with `pulumi config set`):\n{lines}"
         )
 
 
@@ -156,8 +160,11 @@ class Reader:
             value = {}
         hints = typing.get_type_hints(cls)
         known = keys_of(cls)
+        misspelt = set()  # required keys an unknown key already names as its likely meaning
         for unknown in sorted(set(value) - set(known)):
-            self.problem(f"{key}.{unknown}", value[unknown], "unknown key", ", ".join(sorted(known)))
+            hint = unknown_key_hint(str(unknown), known, key_homes(cls, f"{key}."), f"in {key}")
+            misspelt.add(closest(str(unknown), known))
+            self.problem(f"{key}.{unknown}", value[unknown], f"unknown key{hint}", ", ".join(sorted(known)))
         kwargs = {}
         for f in dataclasses.fields(cls):
             yaml_key = f.metadata["key"]
@@ -167,7 +174,10 @@ class Reader:
                 if read is not _ABSENT:
                     kwargs[f.name] = read
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                self.shape_problem(sub, _ABSENT, "required", describe(hints[f.name]))
+                if yaml_key in misspelt:  # `instanceTyp`: one mistake, said once ("did you mean")
+                    self.malformed_keys.append(sub)
+                else:
+                    self.shape_problem(sub, _ABSENT, "required", describe(hints[f.name]))
         try:
             return cls(**kwargs)
         except TypeError:  # a required field was missing: already recorded
@@ -188,3 +198,48 @@ class Reader:
 
 def keys_of(cls: type) -> list[str]:
     return [f.metadata["key"] for f in dataclasses.fields(cls)]
+
+
+def unknown_key_hint(key: str, valid: Iterable[str], homes: dict[str, list[str]], where: str) -> str:
+    """What a user most likely meant by an unknown key found `where` ("in trainstack:jobs[0]"): a
+    valid key in another case, a key of a nested object one indentation level too far left, or the
+    nearest valid key; "" if nothing is near."""
+    valid = list(valid)
+    if any(v.lower() == key.lower() for v in valid):
+        return f" (did you mean {closest(key, valid)}?)"
+    if key in homes:
+        return f" {where}: this key belongs under {' or '.join(homes[key])}; check its indentation"
+    meant = closest(key, valid)
+    return f" (did you mean {meant}?)" if meant else ""
+
+
+def closest(key: str, valid: Iterable[str]) -> str | None:
+    """The valid key a misspelt one most likely meant: the same letters in another case first
+    (`batchsize`), else difflib's nearest above 0.6 similarity."""
+    valid = list(valid)
+    same_letters = [v for v in valid if v.lower() == key.lower()]
+    found = same_letters or difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def key_homes(cls: type, prefix: str) -> dict[str, list[str]]:
+    """Every key nested below `cls`'s own, with where it belongs (`nodeCount` ->
+    [`trainstack:gpuNodeGroups[i]`]): a key one level too far left in YAML lands a level up, and
+    is then named as an indentation mistake, not matched to a key it merely resembles."""
+    homes: dict[str, list[str]] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if "key" not in f.metadata:  # set by the program (the stack's name), not in the file
+            continue
+        tp, path = hints[f.name], f"{prefix}{f.metadata['key']}"
+        args = [a for a in typing.get_args(tp) if a not in (type(None), Ellipsis)]
+        if typing.get_origin(tp) in (list, tuple) and args:
+            tp, path = args[0], f"{path}[i]"
+        elif typing.get_origin(tp) in (Union, types.UnionType):
+            tp = args[0]
+        if dataclasses.is_dataclass(tp):
+            for key in keys_of(tp):
+                homes.setdefault(key, []).append(path)
+            for key, paths in key_homes(tp, f"{path}.").items():
+                homes.setdefault(key, []).extend(paths)
+    return homes

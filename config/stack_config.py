@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from config.build import ImageConfig, RegistryConfig, StorageConfig
 from config.ci import CiConfig
 from config.cluster import ClusterConfig
+from config.datasets import DatasetConfig
 from config.existing import ExistingClusterConfig
 from config.jobs import JobConfig
 from config.network import NetworkConfig
@@ -33,7 +34,10 @@ class StackConfig:
     )
     cluster: ClusterConfig = setting("cluster", "EKS control plane and system nodes.", factory=ClusterConfig)
     gpu_node_groups: tuple[GpuNodeGroupConfig, ...] = setting(
-        "gpuNodeGroups", "GPU node groups, one entry each.", factory=default_gpu_node_groups
+        "gpuNodeGroups",
+        "Node groups, one entry each: GPU groups, and CPU groups (gpu: false). May be empty: CPU jobs "
+        "then run on the system nodes.",
+        factory=default_gpu_node_groups,
     )
     image: ImageConfig = setting("image", "Training image build.", factory=ImageConfig)
     registry: RegistryConfig = setting("registry", "ECR repository.", factory=RegistryConfig)
@@ -53,6 +57,12 @@ class StackConfig:
         "tracking",
         "MLflow experiment tracking: an existing server, or one the stack runs.",
         factory=TrackingConfig,
+    )
+    datasets: tuple[DatasetConfig, ...] = setting(
+        "datasets",
+        "Text datasets tokenized once into the bucket (datasets/<name>/<spec digest>/) by a Job the stack "
+        "runs; a changed spec prepares them again beside the old files.",
+        factory=tuple,
     )
     jobs: tuple[JobConfig, ...] = setting("jobs", "Training jobs the stack launches.", factory=tuple)
     hf_token: str | None = setting(

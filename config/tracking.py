@@ -16,6 +16,8 @@ from config.schema import Reader, setting
 
 KEY = f"{PROJECT}:tracking"
 EXPERIMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/-]{0,199}")
+# `scheme://userinfo@host...`: credentials written into the URI itself.
+USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
 # RDS instance classes a tracking server's PostgreSQL runs on (one small server per stack).
 RDS_CLASSES = ("db.t4g.micro", "db.t4g.small", "db.t4g.medium", "db.m7g.large")
 
@@ -39,7 +41,12 @@ class TrackingConfig:
     mode: Literal["none", "external", "server"] = setting(
         "mode", "`none`, `external` (a server at `uri`) or `server` (one the stack runs).", "none"
     )
-    uri: str = setting("uri", "An existing MLflow server's URI (mode external), https:// or http://.", "")
+    uri: str = setting(
+        "uri",
+        "An existing MLflow server's URI (mode external): https://, or http:// without credentials; "
+        "never user:password@ (use username and trackingPassword).",
+        "",
+    )
     username: str = setting(
         "username", "Basic-auth user for the external server (with trackingPassword).", ""
     )
@@ -59,12 +66,31 @@ class TrackingConfig:
 
 
 def check_tracking(t: TrackingConfig, has_token: bool, has_password: bool, existing: bool, r: Reader) -> None:
-    if t.mode == "external" and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", t.uri):
+    # Every message shows the URI without credentials written into it.
+    shown_uri = USERINFO.sub(r"\g<scheme>(credentials)@", t.uri, count=1)
+    if shown_uri != t.uri:
+        # The URI is a plain value: in the jobs' pod env, the manifests, the state and the
+        # trackingUri output.
+        r.problem(
+            f"{KEY}.uri",
+            shown_uri,
+            "credentials in the URI would be stored and handed to every pod in clear",
+            "the URI without user:password@, and tracking.username with the secret trackingPassword",
+        )
+    elif t.mode == "external" and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", t.uri):
         r.problem(
             f"{KEY}.uri", t.uri or None, "mode external needs the server's URI", "https://mlflow.example.com"
         )
+    elif t.mode == "external" and t.uri.startswith("http://") and (has_token or has_password):
+        secret = "trackingToken" if has_token else "trackingPassword"
+        r.problem(
+            f"{KEY}.uri",
+            t.uri,
+            f"{secret} would be sent in clear over http://",
+            "an https:// URI (credentials only over TLS), or no credentials",
+        )
     if t.mode != "external":
-        for key, value in (("uri", t.uri), ("username", t.username)):
+        for key, value in (("uri", shown_uri), ("username", t.username)):
             if value:
                 r.problem(
                     f"{KEY}.{key}", value, f"only read with mode external (mode is {t.mode})", "remove it"

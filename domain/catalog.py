@@ -208,7 +208,8 @@ IMAGE_PULL_GB_PER_MINUTE = 3.5
 
 
 def image_compressed_gb(base_image: str) -> float:
-    flavor = "devel" if "devel" in base_image.rsplit(":", 1)[-1] else "runtime"
+    tag = base_image.partition("@")[0].rsplit(":", 1)[-1]  # a digest pin is not the tag
+    flavor = "devel" if "devel" in tag else "runtime"
     return BASE_IMAGE_COMPRESSED_GB[flavor] + ADDED_LAYERS_COMPRESSED_GB
 
 

@@ -1,7 +1,8 @@
 """Estimated hourly cost of a stack, from the catalog's on-demand prices: what it costs idle (no job
 admitted: the control plane, NAT gateways, system nodes and each GPU group's floor), and what each job
-adds while it runs (its nodes beyond that floor). A type the catalog has no price for (one only EC2
-described) is a line marked unknown, left out of the total."""
+adds while it runs (its nodes beyond that floor: a node the idle total already counts is not counted
+again, so a job on the system nodes or within a group's minNodes adds nothing). A type the catalog
+has no price for (one only EC2 described) is a line marked unknown, left out of the total."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 from config import StackConfig
 from config.cluster import support_status
+from config.jobs import JobConfig
+from conventions import SYSTEM_GROUP
 from domain.catalog import (
     EBS_GP3_GB_MONTH_USD,
     FSX_GB_MONTH_USD,
@@ -51,6 +54,40 @@ def idle_nodes(cfg: StackConfig, group) -> int:
     if cfg.autoscaled(group):
         return group.min_nodes
     return group.node_count
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """What a job adds to the idle stack while it runs."""
+
+    added_nodes: int  # its nodes beyond what the idle stack keeps (and pays for)
+    node_hourly_usd: float | None  # one added node; 0.0: bought ahead (a Capacity Block); None: unknown
+    owners_nodes: bool = False  # a cluster the stack did not create: its nodes are its owner's
+
+    @property
+    def hourly_usd(self) -> float | None:
+        if not self.added_nodes:
+            return 0.0
+        return None if self.node_hourly_usd is None else self.added_nodes * self.node_hourly_usd
+
+    def describe(self) -> str:
+        if self.owners_nodes:
+            return "on the cluster owner's nodes"
+        if not self.added_nodes:
+            return "adds no node (its nodes are in the idle total)"
+        price = "price unknown" if self.hourly_usd is None else f"+${self.hourly_usd:.2f}/h"
+        return f"adds {self.added_nodes} node(s), {price} while it runs"
+
+
+def job_cost(cfg: StackConfig, job: JobConfig) -> JobCost:
+    """The nodes `job` adds to the idle stack and their price: on the system nodes (a fixed group)
+    or within a group's idle floor, none."""
+    if cfg.existing_cluster.named:
+        return JobCost(0, 0.0, owners_nodes=True)
+    group = next((g for g in cfg.gpu_node_groups if g.name == job.node_group), None)
+    if job.node_group == SYSTEM_GROUP or group is None:
+        return JobCost(0, 0.0)
+    return JobCost(max(0, job.nodes - idle_nodes(cfg, group)), group.hourly_usd)
 
 
 def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:

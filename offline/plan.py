@@ -1,9 +1,10 @@
 """The offline plan: run the stack's unchanged program under Pulumi's mock engine.
 
-    python -m offline.plan [--stack dev] [--out build/plan] [--account-fact KEY=VALUE ...]
-                           [--account-facts FILE]
+    python -m offline.plan [--stack dev] [--stack-file FILE] [--out build/plan]
+                           [--account-fact KEY=VALUE ...] [--account-facts FILE]
 
-Reads `Pulumi.<stack>.yaml`, needs no credentials, network or Pulumi CLI, and writes
+Reads `Pulumi.<stack>.yaml` (or --stack-file, planned as the stack its name says: `Pulumi.<stack>.yaml`,
+or its stem), needs no credentials, network or Pulumi CLI, and writes
 `<out>/<stack>/resources.json` and `<out>/<stack>/manifests/`. The account it plans against
 passes every check; account facts change its answers (offline/simulated_account.py lists them). Exit 0 on
 success; 2 when the config is invalid, an account check fails or a job can never start (the
@@ -14,8 +15,10 @@ the first broken link); 1 when the stack file is missing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
+import re
 import shutil
 import sys
 from collections import Counter
@@ -27,10 +30,11 @@ import yaml
 
 from config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from domain.catalog import image_compressed_gb
-from domain.goodput import ASSUMED_MFU, CheckpointPath, modeled_goodput
+from domain.goodput import ASSUMED_MFU, CheckpointPath, modeled_goodput, step_seconds
 from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
-from offline.cost import hourly_cost, total, unknown_items
+from domain.run_estimate import RunEstimate
+from offline.cost import JobCost, hourly_cost, job_cost, total, unknown_items
 from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
 from offline.scheduling import Report, check
 from offline.simulated_account import FactError, parse_facts, read_facts_file
@@ -256,10 +260,6 @@ def write_plan(run: PlanRun, out_dir: Path) -> int:
     return count
 
 
-def job_price(hourly_usd: float | None) -> str:
-    return "price unknown" if hourly_usd is None else f"+${hourly_usd:.2f}/h"
-
-
 def cost_lines(cfg) -> list[str]:
     if cfg.existing_cluster.named:
         where = "the kind cluster" if cfg.image.builder == "kind" else "the cluster"
@@ -311,14 +311,19 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
     if jobs:
         lines += ["", f"Jobs ({outputs.get('gpusTotal', 0)} GPUs at the GPU node groups' maximum size):"]
         starts = job_start_minutes(run.resources, image_gb)
+        configured = {j.name: j for j in cfg.jobs}
         for name, job in jobs.items():
             start = starts.get(name)
+            # From the config, not the summary's hourlyUsd (every node of the job): a node the idle
+            # total already counts is not counted again.
+            adds = job_cost(cfg, configured[name]).describe()
             lines.append(
                 f"  {name:30s} {job['kind']:10s} {job['nodes']} node(s) of {job['nodeGroup']} "
-                f"(queue {job['queue']}), {job['gpus']} GPUs, {job_price(job['hourlyUsd'])} while it runs"
+                f"(queue {job['queue']}), {job['gpus']} GPUs, {adds}"
                 + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
             )
-            lines += [f"      {line}" for line in training_model_lines(cfg, name)]
+            model = training_model_lines(cfg, name, start.total if start else 0.0)
+            lines += [f"      {line}" for line in model]
     lost = [j.name for j in cfg.jobs if checkpoints_die_with_pods(cfg, j)]
     if lost:
         lines += ["", *checkpoint_warnings(cfg, lost)]
@@ -363,10 +368,12 @@ def checkpoint_warnings(cfg, jobs: list[str]) -> list[str]:
 SHORTEST_MODELED_STEP_S = 0.01
 
 
-def training_model_lines(cfg, job_name: str) -> list[str]:
+def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list[str]:
     """What the plan models of a job that runs the default trainer on a GPU group: its memory per
     GPU, its checkpoints per node and disk, its step time and goodput (domain/memory_fit.py,
-    domain/goodput.py). Nothing for a command, VERL, a RayCluster or a CPU job."""
+    domain/goodput.py), and the time and cost of its `steps` (domain/run_estimate.py), the job
+    admitted `start_minutes` before its first step. Nothing for a command, VERL, a RayCluster or a
+    CPU job."""
     j = next((j for j in cfg.jobs if j.name == job_name), None)
     group = next((g for g in cfg.gpu_node_groups if j is not None and g.name == j.node_group), None)
     if j is None or group is None or not j.runs_default_trainer or not group.instance.has_nvidia_gpus:
@@ -382,14 +389,34 @@ def training_model_lines(cfg, job_name: str) -> list[str]:
     if peak is None:
         return [
             memory,
-            f"modeled: no bf16 peak figure for {instance.gpu_model}; step time and goodput not modeled",
+            f"modeled: no bf16 peak figure for {instance.gpu_model}; step time, goodput and the run's "
+            "time and cost not modeled",
         ]
+    cost = job_cost(cfg, j)
+    estimate = RunEstimate(
+        steps=j.steps,
+        step_s=step_seconds(shape, run.batch_size, run.seq_len, peak),
+        tokens_per_step=run.batch_size * run.seq_len * world,
+        goodput=1.0,
+        start_minutes=start_minutes,
+        added_nodes=cost.added_nodes,
+        node_hourly_usd=group.hourly_usd,
+        release_minutes=cfg.queueing.idle_node_minutes,
+    )
     home = checkpoint_home(cfg, group.name)
     if home == "fsx":
-        return [memory, "checkpoints: on FSx for Lustre, shared by the nodes; goodput not modeled"]
+        return [
+            memory,
+            "checkpoints: on FSx for Lustre, shared by the nodes; goodput not modeled",
+            run_line(estimate, cost, modeled_goodput=False),
+        ]
     if home == "claim":
         claim = cfg.existing_cluster.checkpoint_claim
-        return [memory, f"checkpoints: on the claim {claim}, shared by the nodes; goodput not modeled"]
+        return [
+            memory,
+            f"checkpoints: on the claim {claim}, shared by the nodes; goodput not modeled",
+            run_line(estimate, cost, modeled_goodput=False),
+        ]
     disk = group.checkpoint_disk
     uploads = home == "s3"
     g = modeled_goodput(
@@ -421,7 +448,42 @@ def training_model_lines(cfg, job_name: str) -> list[str]:
         memory,
         saves,
         f"modeled: step {_duration(g.step_s)} at {ASSUMED_MFU:.0%} MFU (assumed), goodput {g.goodput:.1%}{bound}",
+        run_line(dataclasses.replace(estimate, goodput=g.goodput), cost, modeled_goodput=True),
     ]
+
+
+def run_line(e: RunEstimate, cost: JobCost, modeled_goodput: bool) -> str:
+    """The time to finish the job's steps and what the run adds to the idle stack's bill."""
+    short = e.step_s < SHORTEST_MODELED_STEP_S  # launch-bound: the time is a floor, the pace a ceiling
+    floor, ceiling = ("at least ", "at most ") if short else ("~", "~")
+    pace = f"{ceiling}{e.tokens_per_s:,.0f} tokens/s at {ASSUMED_MFU:.0%} MFU (assumed)"
+    pace += f", goodput {e.goodput:.1%}" if modeled_goodput else ", checkpoint stalls not counted"
+    time = (
+        f"run: {e.steps:,} steps in {floor}{_span(e.training_s)} ({pace}), "
+        f"{floor}{_span(e.wall_hours * 3600)} from admission"
+    )
+    if cost.owners_nodes:
+        return f"{time}; on the cluster owner's nodes, so the stack adds nothing"
+    if not e.added_nodes:
+        return f"{time}; its nodes are in the idle total, so it adds nothing to it"
+    nodes = (
+        f"{e.added_nodes} added node(s) x {e.paid_node_hours / e.added_nodes:.2f} h "
+        f"(with the {e.release_minutes} min queueing.idleNodeMinutes before they are removed)"
+    )
+    if e.cost_usd is None:
+        return f"{time}; {nodes}: price unknown"
+    return f"{time}; {floor}${e.cost_usd:,.2f} for {nodes}"
+
+
+def _span(seconds: float) -> str:
+    """A run's length in the unit a person plans with."""
+    if seconds < 90:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 72 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def _duration(seconds: float) -> str:
@@ -443,10 +505,41 @@ def named_cluster_fact(cfg, facts: dict) -> dict:
     return {**facts, key: {"version": "1.36", "zones": zones}}
 
 
+DEFAULT_STACK = "dev"
+STACK_FILE_NAME = re.compile(r"Pulumi\.(?P<stack>.+)\.ya?ml")
+
+
+def stack_name(given: str | None, stack_file: Path | None) -> tuple[str, str | None]:
+    """The stack to plan: --stack, else the one a `Pulumi.<stack>.yaml` file name says (the Pulumi
+    CLI's name for stack <stack>'s file), else the file's stem (examples/llama-c4.yaml: llama-c4),
+    so a plan never lands in another stack's output directory; without a file, dev. The note says
+    which stack was taken where the file's name does not say it plainly."""
+    if stack_file is None:
+        return given or DEFAULT_STACK, None
+    named = STACK_FILE_NAME.fullmatch(stack_file.name)
+    from_file = named.group("stack") if named else None
+    if given is not None:
+        if from_file is not None and from_file != given:
+            return given, f"planning {stack_file} as stack '{given}' (--stack)"
+        return given, None
+    if from_file is not None:
+        return from_file, None
+    stem = stack_file.name.removesuffix(".yaml").removesuffix(".yml")
+    return stem, f"planning {stack_file} as stack '{stem}', its name; pass --stack NAME to plan it as another"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", default="dev")
-    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "build" / "plan")
+    parser.add_argument(
+        "--stack",
+        help=f"the stack to plan (default: the one --stack-file's name says, else {DEFAULT_STACK})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=PROJECT_ROOT / "build" / "plan",
+        help="directory the plan writes <stack>/ under (default: build/plan)",
+    )
     parser.add_argument("--stack-file", type=Path, help="config to plan with (default: Pulumi.<stack>.yaml)")
     parser.add_argument(
         "--account-fact",
@@ -464,7 +557,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
+    args.stack, note = stack_name(args.stack, args.stack_file)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     stack_file = args.stack_file or PROJECT_ROOT / f"Pulumi.{args.stack}.yaml"
+    # Errors name the file the user gave; the default is the stack's own Pulumi.<stack>.yaml.
+    named_file = str(args.stack_file) if args.stack_file else None
     if not stack_file.is_file():
         print(
             f"error: no stack file {stack_file}; create it or pick a stack with STACK=<name>",
@@ -477,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        cfg = parse_config(args.stack, values, frozenset(secret_keys))
+        cfg = parse_config(args.stack, values, frozenset(secret_keys), stack_file=named_file)
         facts = named_cluster_fact(cfg, facts)
         run = run_program(args.stack, values, secret_keys, facts=facts)
     except pulumi.RunError as err:  # ConfigError, or a fact of the account (an AZ, say)

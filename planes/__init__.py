@@ -1,4 +1,4 @@
-"""Compose a stack from its config, plane by plane, as in the README's architecture diagram:
+"""Compose a stack from its config, plane by plane, as in the architecture diagram (docs/architecture.md):
 
     account (provider; quotas, AZs, reservations: nothing registered if one fails)
       ->  build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM, storage)
@@ -20,6 +20,7 @@ from planes.attached import attached_compute_plane
 from planes.build import build_plane, local_build_plane
 from planes.ci import ci_access, ci_outputs
 from planes.compute import compute_plane
+from planes.datasets import datasets_plane
 from planes.jobs import jobs_plane
 from planes.operators import existing_operators, operators_plane
 from planes.outputs import outputs
@@ -41,7 +42,8 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)
-    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
+    datasets = datasets_plane(cfg, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets)
     return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking) | ci_outputs(ci)
 
 
@@ -58,5 +60,6 @@ def attached_stack(cfg: StackConfig) -> StackOutputs:
     operators = operators_plane(cfg, compute, decisions)
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)
-    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking)
+    datasets = datasets_plane(cfg, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets)
     return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking)

@@ -10,6 +10,7 @@ from components.bucket import ArtifactBucket, ArtifactBucketArgs
 from components.image import ImageBuild, ImageBuildArgs
 from components.kind_image import KindImage, KindImageArgs
 from components.registry import ImageRegistry, ImageRegistryArgs
+from components.verl import VERL_IMAGE
 from config import PROJECT_ROOT, StackConfig
 from planes.account import Account
 
@@ -25,6 +26,11 @@ class BuildPlane:
     @property
     def image_uri(self) -> pulumi.Output[str] | None:
         return self.image.image_uri if self.image else None
+
+    @property
+    def verl_image_uri(self) -> pulumi.Output[str] | None:
+        """The stack's VERL image (verl and the EFA stack baked in), when a VERL job is configured."""
+        return self.image.verl_image_uri if isinstance(self.image, ImageBuild) else None
 
 
 def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
@@ -68,6 +74,7 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
             account_id=account.account_id,
             aws_profile=cfg.aws_profile,
             archive_dir=ARCHIVE_DIR / cfg.stack,
+            verl_base_image=VERL_IMAGE if any(j.verl for j in cfg.jobs) else None,
         ),
         account.opts,
     )

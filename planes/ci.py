@@ -51,7 +51,7 @@ def ci_deploy_entry(ci: GitHubCiAccess | None, account: Account, creator: str) -
 
 
 def ci_outputs(ci: GitHubCiAccess | None) -> StackOutputs:
-    """The values to put in the repository's variables (see the README's CI section)."""
+    """The values to put in the repository's variables (see docs/ci.md)."""
     if ci is None:
         return {}
     return {

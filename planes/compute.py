@@ -1,4 +1,4 @@
-"""Compute plane on the stack's own cluster: VPC, EKS, GPU node groups, pod identity (training pods
+"""Compute plane on the stack's own cluster: VPC, EKS, GPU and CPU node groups, pod identity (training pods
 and the autoscaler), and the shared storage the groups mount."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from config import EKS_ADDON_VERSIONS, StackConfig
 from config.placements import config_system_placement
 from conventions import SYSTEM_GROUP
 from domain.names import eks_cluster_name
+from domain.node_roles import group_selector
 from domain.placement import Placement, gpu_placement
 from planes.account import Account
 from planes.ci import ci_deploy_entry
@@ -125,6 +126,7 @@ def compute_plane(
                 kubernetes_version=cc.kubernetes_version,
                 subnet_id=network.private_subnet_by_zone[facts.zones.group_zones[g.name]],
                 vpc_id=network.vpc_id,
+                gpu=g.gpu,
                 lustre_client=g.name in cfg.fsx_groups,
                 auto_repair=g.auto_repair,
             ),
@@ -180,6 +182,13 @@ def placements(cfg: StackConfig, node_groups: list[GpuNodeGroup]) -> dict[str, P
     found = {SYSTEM_GROUP: config_system_placement(cfg)}
     for ng, g in zip(node_groups, cfg.gpu_node_groups, strict=True):
         found[g.name] = gpu_placement(
-            g.name, g.instance_type, ng.gpu_count, ng.efa_count, ng.vcpus, ng.memory_gib, g.hourly_usd
+            g.name,
+            g.instance_type,
+            ng.gpu_count,
+            ng.efa_count,
+            ng.vcpus,
+            ng.memory_gib,
+            g.hourly_usd,
+            selector=group_selector(g.name, g.gpu),
         )
     return found

@@ -1,13 +1,15 @@
 """Jobs plane: each configured PyTorchJob, RayJob or RayCluster, through its group's queue, as its
-own service account, with its Secrets, checkpoints, datasets and tracking."""
+own service account, with its Secrets, checkpoints, datasets and tracking; and the NetworkPolicies
+that let each job's pods, and them only, reach one another and the tracking server."""
 
 from __future__ import annotations
 
+from components.datasets import DatasetPreparation
 from components.job_pods import JobSpec, NodeCheck, TrainingJobArgs
 from components.jobs import TrainingJob
+from components.network_policy import NamespacePolicies, NamespacePoliciesArgs, job_allows, tracking_allows
 from components.operators import ClusterOperators
 from components.queueing import Queueing
-from components.verl import VERL_IMAGE
 from config import StackConfig
 from conventions import SYSTEM_GROUP
 from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
@@ -17,6 +19,45 @@ from planes.storage import checkpoints, storage_claims
 from planes.tracking import Tracking
 
 
+def network_policies(
+    cfg: StackConfig, compute: ComputePlane, tracking: Tracking | None
+) -> list[NamespacePolicies]:
+    """Default-deny ingress in the training namespace with each job's own flows allowed, and in the
+    tracking namespace (a server the stack runs) with the server open to the jobs."""
+    pods = compute.pod_identity
+    found = [
+        NamespacePolicies(
+            "training-network",
+            NamespacePoliciesArgs(
+                compute.provider,
+                pods.namespace_name,
+                pods.namespace,
+                tuple(a for j in cfg.jobs for a in job_allows(j.name, j.kind)),
+            ),
+        )
+    ]
+    server = tracking.server if tracking else None
+    if server is not None:
+        found.append(
+            NamespacePolicies(
+                "tracking-network",
+                NamespacePoliciesArgs(
+                    compute.provider,
+                    server.namespace_name,
+                    server.namespace,
+                    tracking_allows(
+                        pods.namespace_name,
+                        server.server_selector,
+                        server.port,
+                        server.database_selector,
+                        server.database_port,
+                    ),
+                ),
+            )
+        )
+    return found
+
+
 def jobs_plane(
     cfg: StackConfig,
     build: BuildPlane,
@@ -24,6 +65,7 @@ def jobs_plane(
     operators: ClusterOperators,
     queues: Queueing,
     tracking: Tracking | None,
+    datasets: dict[str, DatasetPreparation],
 ) -> list[TrainingJob]:
     pods, provider = compute.pod_identity, compute.provider
     hf_secret = None
@@ -31,11 +73,13 @@ def jobs_plane(
         hf_secret = pods.secret("hf-token", {"HF_TOKEN": cfg.hf_token})
     by_group = compute.placements
     groups = {g.name: g for g in cfg.gpu_node_groups}
+    # A job starts once its flows are allowed: the deny never cuts its rendezvous.
+    policies = [p for n in network_policies(cfg, compute, tracking) for p in n.policies]
     jobs = []
     for j in cfg.jobs:
-        env_secret = None
-        if j.env and cfg.secret_job_env:
-            env_secret = pods.secret(f"{j.name}-env", j.env)
+        env_secret, env = None, j.environment  # env and secretEnv
+        if env and cfg.secret_job_env:
+            env_secret = pods.secret(f"{j.name}-env", env)
         placement = by_group[j.node_group]
         group = groups.get(j.node_group)
         node_check = None
@@ -44,8 +88,13 @@ def jobs_plane(
         provisioned = group is not None and cfg.autoscaled(group)
         identity = pods.job_identity(j.name, fit(f"{PROJECT}-{cfg.stack}-job-{j.name}", IAM_ROLE_NAME_MAX))
         # Device plugins: a job's pods need the GPUs and EFA interfaces advertised.
-        extra = [r for r in (hf_secret, env_secret, identity.ready, *operators.device_plugins) if r]
+        extra = [
+            r for r in (hf_secret, env_secret, identity.ready, *operators.device_plugins, *policies) if r
+        ]
         extra += storage_claims(compute.storage)
+        # A job naming a dataset starts on prepared files: pulumi-kubernetes awaits the Job's Complete.
+        data = datasets[j.dataset] if j.dataset else None
+        extra += [data.job] if data else []
         jobs.append(
             TrainingJob(
                 f"job-{j.name}",
@@ -58,19 +107,20 @@ def jobs_plane(
                         j.steps,
                         j.command,
                         j.args,
-                        j.env,
+                        env,
                         j.wait,
                         j.timeout_minutes,
                         j.verl,
                     ),
                     placement=placement,
                     nodes=compute.group_nodes.get(j.node_group),
-                    image=j.image or (VERL_IMAGE if j.verl else build.image_uri),
+                    image=j.image or (build.verl_image_uri if j.verl else build.image_uri),
                     prep_image=build.image_uri,
                     checkpoints=checkpoints(cfg, build, compute.storage, j.node_group, j.name),
                     datasets_claim=compute.storage.datasets.claim_name
                     if compute.storage and compute.storage.datasets
                     else None,
+                    data=data.trainer_args() if data else [],
                     namespace=pods.namespace_name,
                     service_account=identity.service_account_name,
                     provider=provider,

@@ -73,7 +73,7 @@ def operators_plane(
             provider=compute.provider,
             system_nodes=compute.system_nodes,
             system_selector=compute.placements[SYSTEM_GROUP].node_selector,
-            any_gpu=bool(cfg.gpu_node_groups),
+            any_gpu=any(g.gpu for g in cfg.gpu_node_groups),  # no device plugin for CPU groups
             any_efa=any(g.efa for g in cfg.gpu_node_groups),
             nvidia_device_plugin=helm("nvidiaDevicePlugin", ops.nvidia_device_plugin),
             efa_device_plugin=helm("efaDevicePlugin", ops.efa_device_plugin),

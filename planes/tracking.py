@@ -1,18 +1,26 @@
 """Tracking plane: the MLflow server jobs log to, the user's (its credentials in a Secret) or one
-the stack runs, and the outputs `trainstack` reads to find it."""
+the stack runs (its image built by the stack, its admin's credentials handed to jobs as a Secret),
+and the outputs `trainstack` reads to find it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from components.image import ImageBuild, ImageBuildArgs
 from components.job_pods import JobTracking
-from components.tracking import PORT_FORWARD, TrackingServer, TrackingServerArgs
-from config import StackConfig
+from components.registry import ImageRegistry, ImageRegistryArgs
+from components.tracking import ADMIN_USER, MLFLOW_IMAGE, PORT_FORWARD, TrackingServer, TrackingServerArgs
+from config import PROJECT_ROOT, StackConfig
 from conventions import SYSTEM_GROUP
 from planes.account import Account
-from planes.build import BuildPlane
+from planes.build import ARCHIVE_DIR, BuildPlane
 from planes.compute import ComputePlane
 from stack_outputs import StackOutputs
+
+SERVER_CONTEXT = PROJECT_ROOT / "images" / "mlflow"
+SERVER_IMAGE = "mlflow-image"
+# The jobs' Secret with the server's credentials (a server the user runs, or the stack's).
+CREDENTIALS_SECRET = "mlflow-credentials"
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,7 @@ class Tracking:
 
     job: JobTracking
     server: TrackingServer | None = None
+    server_image: ImageBuild | None = None
 
 
 def tracking_plane(
@@ -39,16 +48,18 @@ def tracking_plane(
                 "MLFLOW_TRACKING_USERNAME": t.username,
                 "MLFLOW_TRACKING_PASSWORD": cfg.tracking_password,
             }
-        secret = compute.pod_identity.secret("mlflow-credentials", credentials) if credentials else None
+        secret = compute.pod_identity.secret(CREDENTIALS_SECRET, credentials) if credentials else None
         return Tracking(
             JobTracking(
                 t.uri, experiment, cfg.stack, secret.metadata.name if secret else None, tuple(credentials)
             )
         )
+    image = server_image(cfg, account, build)
     server = TrackingServer(
         "tracking",
         TrackingServerArgs(
             provider=compute.provider,
+            image=image.image_uri,
             eks=compute.eks,
             system_selector=dict(compute.placements[SYSTEM_GROUP].node_selector),
             system_nodes=compute.system_nodes,
@@ -59,7 +70,57 @@ def tracking_plane(
         ),
         account.opts,
     )
-    return Tracking(JobTracking(server.uri, experiment, cfg.stack), server)
+    credentials = {
+        "MLFLOW_TRACKING_USERNAME": ADMIN_USER,
+        "MLFLOW_TRACKING_PASSWORD": server.admin_password.result,
+    }
+    secret = compute.pod_identity.secret(CREDENTIALS_SECRET, credentials)
+    return Tracking(
+        JobTracking(server.uri, experiment, cfg.stack, secret.metadata.name, tuple(credentials)),
+        server,
+        image,
+    )
+
+
+def server_image(cfg: StackConfig, account: Account, build: BuildPlane) -> ImageBuild:
+    """images/mlflow, built as the training image is (pulumi-docker with `image.builder: docker`,
+    else CodeBuild, `none` included: the stack runs this server, so it builds its image), into a
+    repository of its own: the registry's lifecycle counts one repository's builds, and the
+    training image's would otherwise push the running server's image out. Built from the uploaded
+    context only: no webhook, no nightly rebuild, and the base is not a Docker Hub image (no
+    pull-through cache)."""
+    registry = ImageRegistry(
+        "mlflow",
+        ImageRegistryArgs(
+            untagged_expiry_days=cfg.registry.untagged_expiry_days,
+            keep_last_images=cfg.registry.keep_last_images,
+            force_delete=cfg.registry.force_delete,
+            protect=cfg.storage.protect,
+        ),
+        account.opts,
+    )
+    return ImageBuild(
+        SERVER_IMAGE,
+        ImageBuildArgs(
+            context_dir=SERVER_CONTEXT,
+            base_image=MLFLOW_IMAGE,
+            builder="docker" if cfg.image.builder == "docker" else "codebuild",
+            compute_type=cfg.image.compute_type,
+            build_timeout_minutes=cfg.image.build_timeout_minutes,
+            nightly_rebuild=False,
+            source_repository=None,
+            docker_hub_username=None,
+            docker_hub_access_token=None,
+            bucket=build.bucket,
+            registry=registry,
+            region=cfg.region,
+            account_id=account.account_id,
+            aws_profile=cfg.aws_profile,
+            # Its own directory: an image build removes the other archives in its directory.
+            archive_dir=ARCHIVE_DIR / cfg.stack / SERVER_IMAGE,
+        ),
+        account.opts,
+    )
 
 
 def tracking_outputs(tracking: Tracking | None) -> StackOutputs:

@@ -164,7 +164,7 @@ def test_config_checks_and_components_share_the_domain_not_each_other():
     assert not {d for m, deps in GRAPH.items() if top(m) == "components" for d in deps if top(d) == "planes"}
 
 
-# The layers, lowest first, as the README's "Where things live" lists them: a module imports only
+# The layers, lowest first, as docs/architecture.md's "Where things live" lists them: a module imports only
 # its own package or the layers before its own (or beside it in the same row). The image's `trainer` is a world of its own.
 LAYERS = (
     ("conventions", "stack_outputs"),

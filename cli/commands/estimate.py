@@ -41,14 +41,10 @@ def fetch(args: argparse.Namespace) -> Estimate:
     group = (outputs.get("gpuNodeGroups") or {}).get(job["nodeGroup"], {})
     hourly = job.get("hourlyUsd")
     per_node_usd = None if hourly is None else hourly / nodes if nodes else 0.0
-    rows = estimates.estimate(
-        args.tokens,
-        measured,
-        nodes,
-        per_node_usd,
-        args.max_nodes or max(8, int(group.get("nodes", nodes))),
-        args.efficiency,
-    )
+    # The group cannot grow past its maximum, so a larger row would price nodes it never gets; outputs
+    # without the group (a kubeconfig stack's) leave the table at the job's own size.
+    largest = args.max_nodes or int(group.get("nodes", nodes))
+    rows = estimates.estimate(args.tokens, measured, nodes, per_node_usd, largest, args.efficiency)
     return Estimate(measured, nodes, rows)
 
 

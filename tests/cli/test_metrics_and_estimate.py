@@ -13,7 +13,7 @@ def test_metrics_table_skips_malformed_lines_and_plots(tmp_path):
     code, out = run(healthy(), tmp_path, "metrics", "fsdp", "--json", "--plot", str(tmp_path / "curve.png"))
     data = json.loads(out)
     assert [r["step"] for r in data["records"]] == [10, 20]
-    assert data["records"][1]["val_loss"] == 3.95
+    assert data["records"][1]["valLoss"] == 3.95
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     code, text = run(healthy(), tmp_path, "metrics", "fsdp")
     assert code == 0 and "      20   3.9000   3.9500    1,300,000   44.0%" in text
@@ -36,17 +36,27 @@ def test_metrics_of_a_job_without_metrics_exit_nonzero(tmp_path):
 
 def test_estimate_table(tmp_path):
     code, out = run(
-        healthy(), tmp_path, "estimate", "fsdp", "--tokens", "1e12", "--json", "--efficiency", "0.9"
+        healthy(),
+        tmp_path,
+        "estimate",
+        "fsdp",
+        "--tokens",
+        "1e12",
+        "--json",
+        "--efficiency",
+        "0.9",
+        "--max-nodes",
+        "4",
     )
     data = json.loads(out)
     rows = {r["nodes"]: r for r in data["rows"]}
     assert data["measured"] == {"tokensPerS": 1300000.0, "nodes": 2}
-    assert rows[2]["tokens_per_s"] == pytest.approx(1.3e6)
-    assert rows[4]["tokens_per_s"] == pytest.approx(1.3e6 * 2 * 0.9)
-    assert rows[1]["tokens_per_s"] == pytest.approx(1.3e6 / 2 / 0.9)
+    assert rows[2]["tokensPerS"] == pytest.approx(1.3e6)
+    assert rows[4]["tokensPerS"] == pytest.approx(1.3e6 * 2 * 0.9)
+    assert rows[1]["tokensPerS"] == pytest.approx(1.3e6 / 2 / 0.9)
     assert rows[2]["hours"] == pytest.approx(1e12 / 1.3e6 / 3600)
-    assert rows[2]["cost_usd"] == pytest.approx(rows[2]["hours"] * 110.08)
-    assert sorted(rows) == [1, 2, 4, 8]
+    assert rows[2]["costUsd"] == pytest.approx(rows[2]["hours"] * 110.08)
+    assert sorted(rows) == [1, 2, 4]
     code, text = run(healthy(), tmp_path, "estimate", "fsdp", "--tokens", "1e12", "--tokens-per-s", "1e6")
     assert code == 0 and "measured 1,000,000 tokens/s on 2 node(s)" in text
 
@@ -59,7 +69,7 @@ def test_a_job_on_a_type_without_a_known_price_costs_unknown(tmp_path):
     assert code == 0
     assert text.splitlines()[2].split()[-1] == "unknown"
     code, out = run(healthy(), tmp_path, *argv, "--json", outputs=unpriced)
-    assert {r["cost_usd"] for r in json.loads(out)["rows"]} == {None}
+    assert {r["costUsd"] for r in json.loads(out)["rows"]} == {None}
 
 
 def test_an_unknown_job_is_a_usage_error(tmp_path, capsys):

@@ -79,12 +79,12 @@ def test_status_table_with_pods_restarts_metrics_and_node_groups(tmp_path):
         "name": "fsdp", "kind": "PyTorchJob", "phase": "Running", "failed": False, "podsReady": 2,
         "podsExpected": 2, "restarts": 2, "age": "-",
         "queue": {"state": "admitted", "detail": "queue p5", "failed": False, "fix": ""},
-        "metrics": {"step": 20, "loss": 3.9, "tokens_per_s": 1300000.0, "mfu": 0.44},
+        "metrics": {"step": 20, "loss": 3.9, "tokensPerS": 1300000.0, "mfu": 0.44},
         "mlflowRun": None,  # the stack tracks nothing
     }  # fmt: skip
     (group,) = data["nodeGroups"]
     assert group == {"name": "p5", "nodes": 2, "ready": 2, "minimum": 0, "maximum": 2, "gpus": [8, 8],
-                     "efa": [32, 32], "gpus_expected": 8, "efa_expected": 32, "failed": False}  # fmt: skip
+                     "efa": [32, 32], "gpusExpected": 8, "efaExpected": 32, "failed": False}  # fmt: skip
     assert code == 0 and data["failed"] is False
     code, text = run(c, tmp_path, "status")
     assert "fsdp" in text and "step 20 loss 3.9 1,300,000 tok/s MFU 44.0%" in text and "2/2" in text

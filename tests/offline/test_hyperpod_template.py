@@ -18,6 +18,7 @@ from conventions import (
     HYPERPOD_HEALTH_LABEL,
     HYPERPOD_MAX_RETRY_ANNOTATION,
 )
+from offline.cost import job_cost
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of, read_stack_file
 from offline.scheduling import check
@@ -134,10 +135,12 @@ def test_the_scheduling_check_fits_both_jobs_on_hyperpod_labelled_nodes(stack):
 
 
 def test_sagemakers_nodes_have_no_price_here_and_say_so(stack):
-    """No `ml.` price in the catalog: the jobs' cost is unknown, never $0."""
-    from offline.plan import job_price
-
-    run, _ = stack
+    """No `ml.` price in the catalog: the jobs' cost is unknown, never $0; and the nodes are the
+    HyperPod cluster's, so a run adds nothing the stack pays for."""
+    run, cfg = stack
     jobs = run.outputs["jobs"]
     assert {name: job["hourlyUsd"] for name, job in jobs.items()} == {"llama-1b-c4": None, "verl-grpo": None}
-    assert job_price(None) == "price unknown" and job_price(110.08) == "+$110.08/h"
+    assert {j.name: job_cost(cfg, j).describe() for j in cfg.jobs} == {
+        "llama-1b-c4": "on the cluster owner's nodes",
+        "verl-grpo": "on the cluster owner's nodes",
+    }

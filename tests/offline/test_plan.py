@@ -56,6 +56,16 @@ def test_plan_exits_zero_and_writes_files(planned):
             f"localqueue-training-{group}.yaml",
             "localqueue-training-system.yaml",
             "namespace-training.yaml",
+            "networkpolicy-training-default-deny-ingress.yaml",
+            *(
+                [
+                    "networkpolicy-training-job-llama-1b-fsdp.yaml",
+                    "networkpolicy-training-job-llama-1b-ray-dashboard.yaml",
+                    "networkpolicy-training-job-llama-1b-ray.yaml",
+                ]
+                if prod
+                else ["networkpolicy-training-job-llama-tiny.yaml"]
+            ),
             "provisioningrequestconfig-trainstack-provisioning.yaml",
             *(
                 ["pytorchjob-training-llama-1b-fsdp.yaml"]
@@ -89,7 +99,7 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert f"Offline plan of stack '{stack}'" in proc.stdout
     assert "Resources by type:" in proc.stdout
     assert "Estimated cost while idle, no job admitted" in proc.stdout
-    # The idle figure per 30 days, for each stack (the README's table quotes these).
+    # The idle figure per 30 days, for each stack (docs/queueing.md's table quotes these).
     idle = "$0.43/hour ($307 per 30 days)" if prod else "$0.34/hour ($243 per 30 days)"
     assert f"idle total: {idle}" in proc.stdout
 
@@ -131,6 +141,7 @@ def test_resources_json_shape(planned):
         *(["trainstack:jobs:RayJob"] if stack == "prod" else []),
         "trainstack:compute:TrainingPodIdentity",
         "trainstack:compute:JobIdentity",
+        "trainstack:network_policy:NamespacePolicies",
         "trainstack:compute:ClusterAutoscalerIdentity",
     }
 
@@ -187,7 +198,7 @@ def test_prod_plan_shows_efa_node_groups(tmp_path):
     assert {"gpu-p5-efa", "gpu-p5-placement"} <= {u.rsplit("::", 1)[1] for u in lt["dependencies"]}
     # Idle, prod costs its non-GPU floor; each job adds its two p5 nodes while it runs.
     assert "idle total: $0.43/hour ($307 per 30 days)" in proc.stdout
-    assert "2 node(s) of p5 (queue p5), 16 GPUs, +$110.08/h while it runs" in proc.stdout
+    assert "2 node(s) of p5 (queue p5), 16 GPUs, adds 2 node(s), +$110.08/h while it runs" in proc.stdout
 
 
 def write_stack_file(path: Path, config: dict) -> Path:

@@ -33,7 +33,7 @@ def goodput_percent(line: str) -> float:
 
 @pytest.mark.parametrize("job", ["llama-1b-fsdp", "llama-1b-ray"])
 def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
-    memory, saves, modeled = job_lines("prod", prod_plan, job)
+    memory, saves, modeled, _ = job_lines("prod", prod_plan, job)
     assert memory == "memory: the 1b model at batch 8 x 2048 tokens needs ~39.8 of 80.0 GiB per H100"
     cfg = parse_config("prod", stack_values("prod"))
     (p5,) = cfg.gpu_node_groups
@@ -46,7 +46,7 @@ def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
 
 
 def test_dev_prints_what_it_models(dev_plan):
-    memory, saves, modeled = job_lines("dev", dev_plan, "llama-tiny")
+    memory, saves, modeled, _ = job_lines("dev", dev_plan, "llama-tiny")
     assert memory == "memory: the tiny model at batch 8 x 128 tokens needs ~2.0 of 22.4 GiB per L4"
     assert saves.startswith("checkpoints: 1.6 MB per node every 50 steps")
     # FLOPs over a peak make a microsecond step of the tiny model: the line says what that means.
@@ -56,6 +56,6 @@ def test_dev_prints_what_it_models(dev_plan):
 
 def test_existing_cluster_job_is_modeled_too():
     run = plan("existing", facts=EXISTING_CLUSTER)
-    memory, _, modeled = job_lines("existing", run, "llama-1b-fsdp")
+    memory, _, modeled, _ = job_lines("existing", run, "llama-1b-fsdp")
     assert memory == "memory: the 1b model at batch 8 x 2048 tokens needs ~39.8 of 80.0 GiB per H100"
     assert goodput_percent(modeled) >= 95.0

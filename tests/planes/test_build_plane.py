@@ -16,7 +16,9 @@ from offline.engine import run_program
 
 BUCKET = "aws:s3/bucket:Bucket"
 REPO = "aws:ecr/repository:Repository"
-BASE_IMAGE = "nvidia/cuda:13.0.3-base-ubuntu24.04"  # image.baseImage's default
+BASE_IMAGE = (  # image.baseImage's default
+    "nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1"
+)
 
 
 def test_bucket_dev(dev_plan):
@@ -362,3 +364,28 @@ def test_the_smoke_test_fails_an_image_without_the_efa_stack_or_a_compiler(tmp_p
     dockerfile = (ROOT / "workload" / "Dockerfile").read_text()
     assert f"ARG BASE_IMAGE={BASE_IMAGE}" in dockerfile
     assert " gcc " in dockerfile
+
+
+@pytest.mark.parametrize(
+    ("base", "problem"),
+    [
+        ("nvidia/cuda:13.0.3-base-ubuntu24.04", "not pinned by digest: a tag can be pushed again"),
+        ("nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c74", "not an image reference"),
+    ],
+)
+def test_a_base_image_not_pinned_by_a_whole_digest_is_refused(base, problem):
+    from config import parse_config
+    from config.schema import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_config("dev", stack_values("dev", image={"baseImage": base}))
+    assert f'trainstack:image.baseImage = "{base}": {problem}' in str(err.value)
+    assert "allowed: [registry/]repository[:tag]@sha256:<64 hex>" in str(err.value)
+
+
+def test_a_digest_with_or_without_a_tag_is_accepted():
+    from config import parse_config
+
+    digest = "@sha256:" + "0" * 64
+    for base in ("ubuntu" + digest, "123456789012.dkr.ecr.us-east-1.amazonaws.com/cuda:13.0" + digest):
+        assert parse_config("dev", stack_values("dev", image={"baseImage": base})).image.base_image == base

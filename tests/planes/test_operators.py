@@ -3,6 +3,7 @@ exist in the charts, placement, and dependency edges (system nodes only, never G
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pulumi
@@ -12,6 +13,7 @@ from support.paths import shared_dir
 from support.plans import plan
 
 from components.operators import RELEASES, TRAINING_OPERATOR, on_system_nodes
+from config.schema import ConfigError
 from offline.plan import manifest_of
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -119,12 +121,13 @@ def test_versions_and_values_can_be_overridden():
     run = plan(
         "dev",
         operators={
-            "kuberay": {"version": "1.7.1", "values": {"resources": {"limits": {"memory": "1Gi"}}}},
+            # A version KUBERAY_CRD_COMMITS knows (the CRDs come from its commit), as written.
+            "kuberay": {"version": "v1.7.0", "values": {"resources": {"limits": {"memory": "1Gi"}}}},
             "trainingOperator": {"ref": ref},
         },
     )
     kuberay = releases(run)["kuberay-operator"].inputs
-    assert kuberay["version"] == "1.7.1"
+    assert kuberay["version"] == "v1.7.0"
     # Merged over trainstack's own values, not in place of them.
     assert kuberay["values"] == {
         "nodeSelector": {"trainstack.dev/role": "system"},
@@ -281,7 +284,8 @@ CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
 
 
 def test_kuberay_crds_follow_the_chart_version(dev_plan):
-    """Helm never upgrades a chart's crds/: the stack applies them, from the chart's tag."""
+    """Helm never upgrades a chart's crds/: the stack applies them, from the commit the chart's
+    tag names (ray-project/kuberay v1.7.0 is 59d663ae...), never from the tag, which can move."""
     from components.operators import KUBERAY_CRDS
 
     crds = dev_plan.one(CONFIG_GROUP, "operators-kuberay-crds")
@@ -289,19 +293,35 @@ def test_kuberay_crds_follow_the_chart_version(dev_plan):
     assert release.inputs["skipCrds"] is True
     assert crds.urn in release.dependencies
     files = crds.inputs["files"]
+    commit = "59d663aeec13760646da3db9c1cf8cfe883e30b7"
     assert files == [
-        f"https://raw.githubusercontent.com/ray-project/kuberay/v1.7.0/helm-chart/kuberay-operator/crds/ray.io_{n}.yaml"
+        f"https://raw.githubusercontent.com/ray-project/kuberay/{commit}/helm-chart/kuberay-operator/crds/ray.io_{n}.yaml"
         for n in KUBERAY_CRDS
     ]
     # The same files the pinned chart ships in crds/.
     assert sorted(f.rsplit("/", 1)[1] for f in files) == sorted(
         p.name for p in (chart_dir("kuberay-operator") / "crds").iterdir()
     )
-    newer = plan("dev", operators={"kuberay": {"version": "1.7.1"}})
-    newer_files = newer.one(CONFIG_GROUP, "operators-kuberay-crds").inputs["files"]
-    assert [f.replace("v1.7.1", "v1.7.0") for f in newer_files] == files and newer_files != files
+    # A chart version whose commit the stack does not know is refused before anything is planned.
+    with pytest.raises(ConfigError, match=r'operators\.kuberay\.version = "1\.7\.1": .* knows none'):
+        plan("dev", operators={"kuberay": {"version": "1.7.1"}})
     off = plan("dev", operators={"kuberay": {"enabled": False}}, jobs=[])
     assert "operators-kuberay-crds" not in {r.name for r in off.by_type(CONFIG_GROUP)}
+
+
+def test_every_fetched_manifest_is_named_by_commit(dev_plan):
+    """CRDs and kustomize manifests come from a full commit SHA, never a tag or branch: a tag can
+    be pushed again and would change what a second `pulumi up` applies."""
+    from config.operators import KUBERAY_CRD_COMMITS
+
+    commit = re.compile(r"[0-9a-f]{40}")
+    assert KUBERAY_CRD_COMMITS["1.7.0"] == "59d663aeec13760646da3db9c1cf8cfe883e30b7"  # tag v1.7.0
+    assert all(commit.fullmatch(c) for c in KUBERAY_CRD_COMMITS.values())
+    assert TRAINING_OPERATOR.commit == "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7"  # tag v1.9.4
+    for url in dev_plan.one(CONFIG_GROUP, "operators-kuberay-crds").inputs["files"]:
+        assert commit.fullmatch(url.split("/ray-project/kuberay/")[1].split("/")[0]), url
+    ref = dev_plan.one(DIRECTORY).inputs["directory"].rsplit("?ref=", 1)[1]
+    assert commit.fullmatch(ref)
 
 
 def test_crds_are_applied_over_helms_field_manager():

@@ -10,11 +10,13 @@ import pytest
 from support.manifests import env_of
 from support.plans import plan, policy_of, stack_values
 
-from components.tracking import ALLOWED_HOSTS, MLFLOW_IMAGE, PORT_FORWARD, SERVER_PACKAGES, TRACKING_URI
+from components.image import context_archive, sha256
+from components.tracking import ALLOWED_HOSTS, MLFLOW_IMAGE, PORT_FORWARD, TRACKING_URI
 from offline.cost import hourly_cost
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
 from offline.timeline import critical_path, until_training
+from planes.tracking import SERVER_CONTEXT
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 RDS = "aws:rds/instance:Instance"
@@ -43,23 +45,38 @@ def job_pod_env(run, name: str) -> dict:
     return env_of(manifest_of(reg)[1])
 
 
-def test_the_server_runs_the_pinned_official_image_on_system_nodes_with_its_drivers(in_cluster):
+def server_env(run) -> dict:
+    return {e["name"]: e for e in server_pod(run)["containers"][0]["env"]}
+
+
+def test_the_server_runs_the_image_the_stack_built_on_system_nodes_installing_nothing(in_cluster):
     pod = server_pod(in_cluster)
     assert pod["nodeSelector"] == {"trainstack.dev/role": "system"}
-    (init,) = pod["initContainers"]
+    assert "initContainers" not in pod
     (server,) = pod["containers"]
-    assert init["image"] == server["image"] == MLFLOW_IMAGE == "ghcr.io/mlflow/mlflow:v3.17.2"
-    assert init["args"] == list(SERVER_PACKAGES) and all("==" in p for p in SERVER_PACKAGES)
-    env = {e["name"]: e for e in server["env"]}
-    assert env["PYTHONPATH"]["value"] == "/deps"
-    assert env["DB_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-db", "key": "password"}
+    # images/mlflow as the stack's pipeline pushed it to its own repository, by digest.
+    repo = in_cluster.one("aws:ecr/repository:Repository", "mlflow").inputs["name"]
+    assert repo == "trainstack/dev/mlflow"
+    assert server["image"].startswith(f"123456789012.dkr.ecr.us-east-1.amazonaws.com/{repo}@sha256:")
+    project = in_cluster.one("aws:codebuild/project:Project", "mlflow-image-project").inputs
+    build_env = {e["name"]: e["value"] for e in project["environment"]["environmentVariables"]}
+    assert build_env["BASE_IMAGE"] == MLFLOW_IMAGE == "ghcr.io/mlflow/mlflow:v3.17.2"
+    assert build_env["CONTEXT_HASH"] == sha256(context_archive(SERVER_CONTEXT))
+    deps = in_cluster.one(DEPLOYMENT, "tracking-server").dependencies
+    assert any(d.endswith("::mlflow-image-build") for d in deps)
+    assert "PYTHONPATH" not in server_env(in_cluster)
+    assert "pip" not in json.dumps(pod)
     args = server["args"]
-    store = next(a for a in args if a.startswith("--backend-store-uri="))
-    # The password comes from the Secret at start (Kubernetes expands $(DB_PASSWORD)), never the spec.
+    assert args[0] == "--app-name=basic-auth"
+    # The password comes from the Secret at start (Kubernetes expands $(DB_PASSWORD)), never the spec,
+    # and through the environment, never the command line.
+    env = server_env(in_cluster)
+    assert env["DB_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-db", "key": "password"}
     assert (
-        store
-        == "--backend-store-uri=postgresql://mlflow:$(DB_PASSWORD)@mlflow-postgres.mlflow.svc.cluster.local:5432/mlflow"
+        env["MLFLOW_BACKEND_STORE_URI"]["value"]
+        == "postgresql://mlflow:$(DB_PASSWORD)@mlflow-postgres.mlflow.svc.cluster.local:5432/mlflow"
     )
+    assert not [a for a in [*server["command"], *args] if "postgresql" in a or "PASSWORD" in a]
     bucket = in_cluster.outputs["bucketName"]
     assert f"--artifacts-destination=s3://{bucket}/mlflow/" in args
     assert server["readinessProbe"]["httpGet"]["path"] == "/health"
@@ -152,10 +169,7 @@ def test_rds_is_private_encrypted_and_protected_in_a_protected_stack(on_rds):
     (rule,) = sg["ingress"]
     assert (rule["fromPort"], rule["toPort"], len(rule["securityGroups"])) == (5432, 5432, 1)
     assert "cidrBlocks" not in rule
-    store = next(
-        a for a in server_pod(on_rds)["containers"][0]["args"] if a.startswith("--backend-store-uri=")
-    )
-    assert ".rds.amazonaws.com:5432/mlflow" in store
+    assert ".rds.amazonaws.com:5432/mlflow" in server_env(on_rds)["MLFLOW_BACKEND_STORE_URI"]["value"]
     assert not on_rds.by_type("kubernetes:apps/v1:StatefulSet")
 
 

@@ -46,8 +46,8 @@ def test_the_image_bakes_no_efa_provider_settings():
 
 
 def test_the_image_and_the_tests_run_one_torch():
-    """The image installs torch from workload/requirements.txt on a base without a torch of its
-    own, the tests install the same file, and this process runs that torch."""
+    """The image installs torch as workload/requirements.txt pins it (through its lock) on a base
+    without a torch of its own, the tests install the same file, and this process runs that torch."""
     pinned = smoke.pinned_version("torch", WORKLOAD / "requirements.txt")
     assert pinned == "2.13.0"
     assert torch.__version__.split("+")[0] == pinned
@@ -57,7 +57,8 @@ def test_the_image_and_the_tests_run_one_torch():
     base = ImageConfig().base_image
     assert f"ARG BASE_IMAGE={base}" in DOCKERFILE
     assert base.startswith("nvidia/cuda:13.0") and "-base-" in base  # CUDA 13.0, as PyPI's torch 2.13.0
-    assert "pip install --no-cache-dir -r requirements.txt" in DOCKERFILE
+    # Installed from the hashed lock of requirements.txt (tests/workload/test_image_pins.py).
+    assert "-r requirements.lock" in DOCKERFILE and "COPY requirements.txt requirements.lock ./" in DOCKERFILE
     assert "python3-dev" in DOCKERFILE  # Triton compiles its launcher against Python.h
 
 

@@ -198,7 +198,7 @@ def test_status_and_metrics_name_the_run_and_read_it_from_mlflow(tmp_path, mlflo
     )
     data = json.loads(out)
     assert code == 0 and data["source"] == f"MLflow run {run_id}"
-    assert data["records"] == [{"step": 5, "loss": 5.5}, {"step": 10, "loss": 4.25, "tokens_per_s": 9000.0}]
+    assert data["records"] == [{"step": 5, "loss": 5.5}, {"step": 10, "loss": 4.25, "tokensPerS": 9000.0}]
     # A server that does not answer: the logs, and a note saying why.
     dead = f"http://127.0.0.1:{unused_port()}"
     code, out = run(c, tmp_path, "metrics", "fsdp", "--json", "--tracking-uri", dead, outputs=outputs)

@@ -1,0 +1,158 @@
+"""NetworkPolicies: namespaces whose pods accept only the connections the stack's flows need.
+
+Each namespace gets a default-deny ingress policy and one policy per allowed flow. The semantics are
+those of `networking.k8s.io/v1` NetworkPolicy: a pod that any policy of type Ingress selects accepts
+only what one of those policies allows (the allows add up); an empty podSelector selects every pod
+in the policy's namespace; a peer that names a namespaceSelector and a podSelector matches pods that
+satisfy both; a peer with only a podSelector means the policy's own namespace; no ports means every
+port. Egress stays open: jobs reach S3, the registry, Hugging Face and DNS.
+
+The VPC CNI's network policy agent enforces them (components/cluster.py turns it on), and always
+lets the node's own address in, so kubelet probes need no rule (aws/aws-network-policy-agent #65,
+"Ignore policy restrictions against Node IP"). EFA traffic (libfabric over SRD) bypasses the kernel's
+IP stack and these rules alike; NCCL's and gloo's TCP bootstrap does not, hence the per-job rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from conventions import (
+    JOB_LABEL,
+    PART_OF,
+    RAY_DASHBOARD_PORT,
+    RAY_HEAD_ROLE,
+    RAY_ROLE_LABEL,
+    RAY_SUBMITTER_ROLE,
+    RAY_WORKER_ROLE,
+)
+
+DEFAULT_DENY = "default-deny-ingress"
+# The API server sets this label on every namespace (Kubernetes >= 1.21): what a peer names a
+# namespace by.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# The KubeRay operator's pods, as both its Helm chart (templates/deployment.yaml, the component
+# label with componentOverride: kuberay-operator) and its kustomize manifests
+# (ray-operator/config/manager/manager.yaml) label them, in whatever namespace an existing cluster
+# runs it. It calls each head's dashboard for the job's status (ray-operator/controllers/ray/utils/
+# util.go, GetRayDashboardClientFunc, with the cluster's token); KubeRay's own policies leave that
+# rule to the platform (networkpolicy_controller.go, buildHeadIngressRules).
+KUBERAY_OPERATOR_PODS = {"app.kubernetes.io/component": "kuberay-operator"}
+RAY_KINDS = ("RayJob", "RayCluster")
+
+
+@dataclass(frozen=True)
+class Allow:
+    """One flow: into the pods `pods` selects, from `sources` (NetworkPolicy peers), on TCP `ports`
+    (none: every port)."""
+
+    name: str
+    pods: dict[str, Any]
+    sources: tuple[dict[str, Any], ...]
+    ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class NamespacePoliciesArgs:
+    provider: k8s.Provider
+    namespace: str
+    namespace_resource: pulumi.Resource  # the policies go in once it exists
+    allows: tuple[Allow, ...]
+
+
+def ray_pods(job: str, *roles: str) -> dict[str, Any]:
+    """A Ray job's pods in the given roles."""
+    return {
+        "matchLabels": {JOB_LABEL: job},
+        "matchExpressions": [{"key": RAY_ROLE_LABEL, "operator": "In", "values": list(roles)}],
+    }
+
+
+def job_allows(job: str, kind: str) -> tuple[Allow, ...]:
+    """A job's own traffic. A PyTorchJob's pods reach each other on every port: torchrun's c10d
+    rendezvous, NCCL's and gloo's bootstrap and data sockets (ports chosen at run time). A Ray
+    cluster's head and workers likewise (GCS 6379, client 10001, dashboard 8265 and its agents,
+    and the node manager, object manager and worker ports, random by default), as KubeRay's own
+    policies do (networkpolicy_controller.go, buildBaseIngressRules); its head's dashboard takes
+    the RayJob's submitter (`ray job submit`) and the KubeRay operator, nothing else."""
+    if kind not in RAY_KINDS:
+        own = {"matchLabels": {JOB_LABEL: job}}
+        return (Allow(f"job-{job}", own, ({"podSelector": own},)),)
+    cluster = ray_pods(job, RAY_HEAD_ROLE, RAY_WORKER_ROLE)
+    callers: list[dict[str, Any]] = [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": KUBERAY_OPERATOR_PODS}}
+    ]
+    if kind == "RayJob":
+        callers.insert(
+            0, {"podSelector": {"matchLabels": {JOB_LABEL: job, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}}}
+        )
+    head = {"matchLabels": {JOB_LABEL: job, RAY_ROLE_LABEL: RAY_HEAD_ROLE}}
+    return (
+        Allow(f"job-{job}", cluster, ({"podSelector": cluster},)),
+        Allow(f"job-{job}-dashboard", head, tuple(callers), (RAY_DASHBOARD_PORT,)),
+    )
+
+
+def tracking_allows(
+    training_namespace: str,
+    server: dict[str, str],
+    port: int,
+    database: dict[str, str] | None,
+    database_port: int,
+) -> tuple[Allow, ...]:
+    """The MLflow server from the training namespace's job pods only; its in-cluster database (None:
+    RDS, outside the cluster) from the server only."""
+    jobs = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: training_namespace}},
+        "podSelector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "Exists"}]},
+    }
+    allows = [Allow("mlflow-server", {"matchLabels": dict(server)}, (jobs,), (port,))]
+    if database is not None:
+        allows.append(
+            Allow(
+                "mlflow-database",
+                {"matchLabels": dict(database)},
+                ({"podSelector": {"matchLabels": dict(server)}},),
+                (database_port,),
+            )
+        )
+    return tuple(allows)
+
+
+def policy_spec(allow: Allow | None) -> dict[str, Any]:
+    """The spec of one allow, or (None) of the namespace's default deny: every pod, no rule."""
+    if allow is None:
+        return {"podSelector": {}, "policyTypes": ["Ingress"]}
+    rule: dict[str, Any] = {"from": list(allow.sources)}
+    if allow.ports:
+        rule["ports"] = [{"protocol": "TCP", "port": p} for p in allow.ports]
+    return {"podSelector": allow.pods, "policyTypes": ["Ingress"], "ingress": [rule]}
+
+
+class NamespacePolicies(pulumi.ComponentResource):
+    """A namespace's default-deny ingress and its allowed flows (token
+    trainstack:network_policy:NamespacePolicies). The allows go in first, so that turning the deny
+    on never cuts a running job off from its own pods."""
+
+    def __init__(self, name: str, args: NamespacePoliciesArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:network_policy:NamespacePolicies", name, None, opts)
+        allows = [self._policy(name, args, a.name, policy_spec(a), []) for a in args.allows]
+        deny = self._policy(name, args, DEFAULT_DENY, policy_spec(None), allows)
+        self.policies: list[pulumi.Resource] = [*allows, deny]
+        self.register_outputs({"policies": [a.name for a in args.allows]})
+
+    def _policy(
+        self, name: str, args: NamespacePoliciesArgs, policy: str, spec: dict[str, Any], after: list
+    ) -> k8s.networking.v1.NetworkPolicy:
+        return k8s.networking.v1.NetworkPolicy(
+            f"{name}-{policy}",
+            metadata={"name": policy, "namespace": args.namespace, "labels": PART_OF},
+            spec=spec,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[args.namespace_resource, *after]
+            ),
+        )

@@ -1,0 +1,41 @@
+"""A job that names a declared dataset trains on the files the stack prepares, after they are
+prepared; a wrong name, or data flags of its own beside it, is a config error naming the job."""
+
+from __future__ import annotations
+
+from support.config_rules import config_problems
+from support.jobs import PYTORCHJOB, body
+from support.plans import plan
+
+C4 = {"name": "c4-en", "source": "allenai/c4", "config": "en", "maxTokens": 2_000_000, "valTokens": 20_000}
+JOB = {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu", "dataset": "c4-en"}
+
+
+def test_a_job_naming_a_dataset_gets_its_files_and_waits_for_their_preparation():
+    run = plan("dev", datasets=[C4], jobs=[JOB])
+    prep = run.one("kubernetes:batch/v1:Job")
+    out = next(
+        a for a in prep.inputs["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("s3://")
+    )
+    (job,) = [r for r in run.by_type(PYTORCHJOB) if r.name == "job-fsdp"]
+    (container,) = body(job)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--data") + 1] == f"{out}train.bin"
+    assert args[args.index("--val-data") + 1] == f"{out}val.bin"
+    assert prep.urn in job.dependencies  # pulumi-kubernetes awaits the Job's Complete first
+
+
+def test_a_dataset_the_stack_does_not_declare_is_refused():
+    (found,) = config_problems(datasets=[C4], jobs=[{**JOB, "dataset": "c4"}])
+    assert found == 'trainstack:jobs[0].dataset = "c4": no dataset of that name; allowed: c4-en'
+
+
+def test_data_flags_beside_a_dataset_are_refused():
+    (found,) = config_problems(datasets=[C4], jobs=[{**JOB, "args": ["--data", "/datasets/x.bin"]}])
+    assert found.startswith('trainstack:jobs[0].args = "--data": dataset c4-en gives the job --data')
+
+
+def test_a_ray_jobs_own_auth_variables_are_refused():
+    ray = {"name": "ray", "kind": "RayJob", "nodeGroup": "gpu", "env": {"RAY_AUTH_MODE": "disabled"}}
+    (found,) = config_problems(jobs=[ray])
+    assert found.startswith('trainstack:jobs[0].env.RAY_AUTH_MODE = "(set)": KubeRay sets it')
