@@ -14,6 +14,13 @@ from dataclasses import asdict, dataclass
 TRAIN_FILE = "train.bin"
 VAL_FILE = "val.bin"
 DIGEST_CHARS = 10
+# prepare_data writes uint16 token ids for a vocabulary up to 65,536 (the model's is 32,000), uint32
+# beyond: 2 bytes a token for every tokenizer the default trainer takes.
+BYTES_PER_TOKEN = 2
+# Streaming the source and tokenizing it on one system node, assumed (no run measured here): the
+# Rust tokenizers encode a few million tokens a second per core, so the source's download, about
+# 4 bytes of text a token, is what bounds it; 1M tokens/s is ~4 MB/s of text.
+ASSUMED_TOKENS_PER_SECOND = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -62,3 +69,13 @@ class DatasetSpec:
             "--val-tokens",
             str(self.val_tokens),
         ]
+
+
+def prepared_size_gb(spec: DatasetSpec) -> float:
+    """The train and validation files' size in GB (1e9 bytes)."""
+    return (spec.max_tokens + spec.val_tokens) * BYTES_PER_TOKEN / 1e9
+
+
+def preparation_minutes(spec: DatasetSpec) -> float:
+    """The preparation's time at ASSUMED_TOKENS_PER_SECOND."""
+    return (spec.max_tokens + spec.val_tokens) / ASSUMED_TOKENS_PER_SECOND / 60

@@ -30,6 +30,7 @@ import yaml
 
 from config import PROJECT, PROJECT_ROOT, parse_config, template_values
 from domain.catalog import image_compressed_gb
+from domain.datasets import ASSUMED_TOKENS_PER_SECOND, preparation_minutes, prepared_size_gb
 from domain.goodput import ASSUMED_MFU, CheckpointPath, modeled_goodput, step_seconds
 from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
@@ -324,6 +325,8 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
             )
             model = training_model_lines(cfg, name, start.total if start else 0.0)
             lines += [f"      {line}" for line in model]
+    if cfg.datasets:
+        lines += ["", *dataset_lines(cfg)]
     lost = [j.name for j in cfg.jobs if checkpoints_die_with_pods(cfg, j)]
     if lost:
         lines += ["", *checkpoint_warnings(cfg, lost)]
@@ -366,6 +369,23 @@ def checkpoint_warnings(cfg, jobs: list[str]) -> list[str]:
 
 # Below this, a step's time is its kernel launches and Python, which FLOPs over a peak do not model.
 SHORTEST_MODELED_STEP_S = 0.01
+
+
+def dataset_lines(cfg) -> list[str]:
+    """Each declared dataset: what the stack prepares, how large, how long, and who reads it."""
+    lines = [
+        f"Datasets (prepared once into the bucket by a Job; time at an assumed "
+        f"{ASSUMED_TOKENS_PER_SECOND / 1e6:g}M tokens/s):"
+    ]
+    for d in cfg.datasets:
+        spec = d.spec
+        readers = ", ".join(j.name for j in cfg.jobs if j.dataset == d.name) or "no job yet"
+        lines.append(
+            f"  {d.name:30s} {spec.source}/{spec.config or '-'} {spec.split}: "
+            f"{spec.max_tokens + spec.val_tokens:,} tokens, ~{prepared_size_gb(spec):.1f} GB, "
+            f"~{preparation_minutes(spec):.0f} min; read by {readers}"
+        )
+    return lines
 
 
 def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list[str]:

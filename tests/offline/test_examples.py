@@ -77,7 +77,9 @@ def test_llama_on_c4_runs_on_four_single_gpu_nodes_with_the_token_from_a_secret(
         "name": "HF_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}},
     } in container["env"]
-    assert container["args"][container["args"].index("--data") + 1] == "/datasets/c4-en/train.bin"
+    data = container["args"][container["args"].index("--data") + 1]
+    assert data.startswith("s3://") and "/datasets/c4-en/" in data and data.endswith("/train.bin")
+    assert "c4-en" in run.stdout and "~4.0 GB" in run.stdout  # the dataset's line in the plan
     # The memory-fit rule's figure at the batch the file sets, with room to spare.
     assert "memory: the 1b model at batch 4 x 2048 tokens needs" in run.stdout
     # The token never reaches the plan's files.

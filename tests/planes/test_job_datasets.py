@@ -39,3 +39,18 @@ def test_a_ray_jobs_own_auth_variables_are_refused():
     ray = {"name": "ray", "kind": "RayJob", "nodeGroup": "gpu", "env": {"RAY_AUTH_MODE": "disabled"}}
     (found,) = config_problems(jobs=[ray])
     assert found.startswith('trainstack:jobs[0].env.RAY_AUTH_MODE = "(set)": KubeRay sets it')
+
+
+def test_the_plan_prints_each_datasets_size_and_time(tmp_path):
+    from support.plans import stack_values
+
+    from config import parse_config
+    from offline.plan import dataset_lines
+
+    big = {**C4, "maxTokens": 3_000_000_000, "valTokens": 0}
+    cfg = parse_config("dev", stack_values("dev", datasets=[big], jobs=[JOB]))
+    assert dataset_lines(cfg) == [
+        "Datasets (prepared once into the bucket by a Job; time at an assumed 1M tokens/s):",
+        # 3e9 tokens x 2 bytes (uint16 ids); 3e9 tokens at 1M/s is 50 min.
+        f"  {'c4-en':30s} allenai/c4/en train: 3,000,000,000 tokens, ~6.0 GB, ~50 min; read by fsdp",
+    ]
