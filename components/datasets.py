@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components.bucket import DATASET_PREFIX
 from components.job_pods import WORKDIR
-from components.pod_identity import EksAccess, pod_identity
+from components.pod_identity import EksAccess, bucket_key_statements, pod_identity
 from conventions import PART_OF
 from domain.datasets import TRAIN_FILE, VAL_FILE, DatasetSpec
 
@@ -50,16 +50,7 @@ def dataset_policy(bucket_arn: str, kms_key_arn: str | None, name: str) -> dict:
             "Resource": f"{bucket_arn}/{own}*",
         },
     ]
-    if kms_key_arn:
-        statements.append(
-            {
-                "Sid": "UseBucketKey",
-                "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-                "Resource": kms_key_arn,
-            }
-        )
-    return {"Version": "2012-10-17", "Statement": statements}
+    return {"Version": "2012-10-17", "Statement": [*statements, *bucket_key_statements(kms_key_arn)]}
 
 
 def job_name(spec: DatasetSpec) -> str:

@@ -182,6 +182,20 @@ class JobIdentity(pulumi.ComponentResource):
         self.register_outputs({"serviceAccount": self.service_account_name, "roleArn": self.role_arn})
 
 
+def bucket_key_statements(kms_key_arn: str | None) -> list[dict]:
+    """Reading and writing a KMS-encrypted bucket's objects needs its key (none for SSE-S3)."""
+    if not kms_key_arn:
+        return []
+    return [
+        {
+            "Sid": "UseBucketKey",
+            "Effect": "Allow",
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+            "Resource": kms_key_arn,
+        }
+    ]
+
+
 def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str) -> dict:
     """What one job's pods do in the bucket: read and write its own checkpoints/<job>/, read
     datasets/, nothing else. Another job's checkpoints are out of reach (a job could otherwise
@@ -210,16 +224,7 @@ def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str) -> dict:
             "Resource": f"{bucket_arn}/{DATASET_PREFIX}*",
         },
     ]
-    if kms_key_arn:
-        statements.append(
-            {
-                "Sid": "UseBucketKey",
-                "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-                "Resource": kms_key_arn,
-            }
-        )
-    return {"Version": "2012-10-17", "Statement": statements}
+    return {"Version": "2012-10-17", "Statement": [*statements, *bucket_key_statements(kms_key_arn)]}
 
 
 # What the autoscaler reads to discover groups and build node templates (any resource: describe

@@ -33,6 +33,16 @@ class BuildPlane:
         return self.image.verl_image_uri if isinstance(self.image, ImageBuild) else None
 
 
+def registry_args(cfg: StackConfig) -> ImageRegistryArgs:
+    """Every repository the stack pushes to keeps images by the same rules."""
+    return ImageRegistryArgs(
+        untagged_expiry_days=cfg.registry.untagged_expiry_days,
+        keep_last_images=cfg.registry.keep_last_images,
+        force_delete=cfg.registry.force_delete,
+        protect=cfg.storage.protect,
+    )
+
+
 def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
     bucket = ArtifactBucket(
         "artifacts",
@@ -44,16 +54,7 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
         ),
         account.opts,
     )
-    registry = ImageRegistry(
-        "training",
-        ImageRegistryArgs(
-            untagged_expiry_days=cfg.registry.untagged_expiry_days,
-            keep_last_images=cfg.registry.keep_last_images,
-            force_delete=cfg.registry.force_delete,
-            protect=cfg.storage.protect,
-        ),
-        account.opts,
-    )
+    registry = ImageRegistry("training", registry_args(cfg), account.opts)
     if cfg.image.builder == "none":
         return BuildPlane(bucket, registry, None)
     image = ImageBuild(

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from components.image import ImageBuild, ImageBuildArgs
 from components.job_pods import JobTracking
-from components.registry import ImageRegistry, ImageRegistryArgs
+from components.registry import ImageRegistry
 from components.tracking import ADMIN_USER, MLFLOW_IMAGE, PORT_FORWARD, TrackingServer, TrackingServerArgs
 from config import PROJECT_ROOT, StackConfig
 from conventions import SYSTEM_GROUP
 from planes.account import Account
-from planes.build import ARCHIVE_DIR, BuildPlane
+from planes.build import ARCHIVE_DIR, BuildPlane, registry_args
 from planes.compute import ComputePlane
 from stack_outputs import StackOutputs
 
@@ -89,16 +89,7 @@ def server_image(cfg: StackConfig, account: Account, build: BuildPlane) -> Image
     training image's would otherwise push the running server's image out. Built from the uploaded
     context only: no webhook, no nightly rebuild, and the base is not a Docker Hub image (no
     pull-through cache)."""
-    registry = ImageRegistry(
-        "mlflow",
-        ImageRegistryArgs(
-            untagged_expiry_days=cfg.registry.untagged_expiry_days,
-            keep_last_images=cfg.registry.keep_last_images,
-            force_delete=cfg.registry.force_delete,
-            protect=cfg.storage.protect,
-        ),
-        account.opts,
-    )
+    registry = ImageRegistry("mlflow", registry_args(cfg), account.opts)
     return ImageBuild(
         SERVER_IMAGE,
         ImageBuildArgs(
