@@ -122,7 +122,7 @@ class ClusterInventory:
         """What the stack recorded it installed, on an earlier run."""
         for m in self.of_kind("ConfigMap"):
             meta = m["metadata"]
-            if (meta.get("namespace"), meta["name"]) == (TRAINING_NAMESPACE, OWN_RECORD):
+            if meta["name"] == OWN_RECORD:  # read from the stack's namespace only (read_cluster)
                 return dict(m.get("data") or {})
         return {}
 
@@ -216,7 +216,7 @@ def api_client(address: ClusterAddress, session: Callable[[], Any], live: bool) 
     return client.ApiClient(configuration)
 
 
-def read_cluster(api: client.ApiClient) -> ClusterInventory:
+def read_cluster(api: client.ApiClient, namespace: str = TRAINING_NAMESPACE) -> ClusterInventory:
     """The objects the decisions read, as the API answers them. A Helm release Secret holds the
     whole release (manifest and values): only its metadata is kept."""
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
@@ -227,9 +227,7 @@ def read_cluster(api: client.ApiClient) -> ClusterInventory:
         ("Secret", core.list_secret_for_all_namespaces(label_selector=HELM_OWNER_LABEL).items),
         (
             "ConfigMap",
-            core.list_namespaced_config_map(
-                TRAINING_NAMESPACE, field_selector=f"metadata.name={OWN_RECORD}"
-            ).items,
+            core.list_namespaced_config_map(namespace, field_selector=f"metadata.name={OWN_RECORD}").items,
         ),
     ]
     objects = []

@@ -84,6 +84,7 @@ class TrainingPodIdentityArgs:
     bucket_arn: pulumi.Input[str] | None = None
     kms_key_arn: pulumi.Input[str] | None = None
     role_arn: str | None = None  # a role the user brings, instead of one per job for the stack's bucket
+    namespace: str = TRAINING_NAMESPACE  # existingCluster.namespace on a cluster the stack did not create
 
 
 class TrainingPodIdentity(pulumi.ComponentResource):
@@ -94,11 +95,11 @@ class TrainingPodIdentity(pulumi.ComponentResource):
         self._name, self._args = name, args
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": TRAINING_NAMESPACE, "labels": PART_OF},
+            metadata={"name": args.namespace, "labels": PART_OF},
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
         )
         self.role_arn: pulumi.Input[str] | None = args.role_arn
-        self.namespace_name = TRAINING_NAMESPACE
+        self.namespace_name = args.namespace
         self.register_outputs({"roleArn": self.role_arn})
 
     def job_identity(self, job: str, role_name: str) -> JobIdentity:

@@ -31,7 +31,7 @@ from config.schema import Reader
 from config.stack_config import StackConfig
 from config.tracking import check_tracking
 from conventions import SYSTEM_GROUP
-from domain.catalog import image_compressed_gb, image_pull_minutes
+from domain.catalog import image_compressed_gb, image_pull_minutes, is_sagemaker_type
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.quota import QueueSpec, job_demand, shortfall
 from domain.verl_fit import verl_fits
@@ -193,6 +193,7 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         group = (by_name or {}).get(j.node_group)
         if group is not None:
             check_job_hyperpod(j, group.instance_type, k, r)
+            _check_auto_resume_namespace(j, group.instance_type, c.training_namespace, r)
 
 
 def _reachable_bucket(c: StackConfig) -> str | None:
@@ -220,6 +221,21 @@ def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | Non
                 f"job '{j.name}' cannot train on node group '{group.name}': {why}",
                 fits,
             )
+
+
+def _check_auto_resume_namespace(j: JobConfig, instance_type: str, namespace: str, r: Reader) -> None:
+    """HyperPod's auto-resume watches PyTorchJobs in `kubeflow` and `hyperpod*` namespaces only (AWS,
+    "Running jobs using the SageMaker HyperPod CLI": "The job must be running under the kubeflow
+    namespace or a namespace prefixed with hyperpod"): elsewhere its annotations do nothing."""
+    if j.kind != "PyTorchJob" or not is_sagemaker_type(instance_type):
+        return
+    if namespace != "kubeflow" and not namespace.startswith("hyperpod"):
+        r.problem(
+            f"{PROJECT}:existingCluster.namespace",
+            namespace,
+            f"job '{j.name}' runs on HyperPod, whose auto-resume watches only kubeflow and hyperpod* namespaces",
+            "a namespace starting with hyperpod (hyperpod-training, say)",
+        )
 
 
 def _check_job_dataset(j: JobConfig, c: StackConfig, k: str, r: Reader) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from config.names import PROJECT
 from config.schema import Reader, setting
+from conventions import TRAINING_NAMESPACE
 
 _EKS_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]{0,99}")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}")
@@ -22,6 +23,7 @@ _LABEL_KEY = re.compile(
 )
 # A PersistentVolumeClaim's name: a DNS-1123 subdomain (Kubernetes' ValidatePersistentVolumeName).
 _CLAIM_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 # Where a node keeps local data (FHS: /var/local, /srv, /mnt), or a /data disk: a checkpoint path
 # below one of them is no system directory (/, /etc, /var/lib/kubelet, /run, /proc...).
@@ -90,6 +92,12 @@ class ExistingClusterConfig:
         "or a node path.",
         None,
     )
+    namespace: str = setting(
+        "namespace",
+        "The namespace the stack's jobs, queues, Secrets and service accounts go in. On SageMaker "
+        "HyperPod, job auto-resume watches only `kubeflow` and namespaces starting with `hyperpod`.",
+        TRAINING_NAMESPACE,
+    )
     kind_cluster_name: str | None = setting(
         "kindClusterName",
         "kubeconfig: the kind cluster the image is loaded into (image.builder: kind).",
@@ -139,6 +147,10 @@ def check_host_path(path: str, key: str, r: Reader) -> None:
 
 def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
     k = f"{PROJECT}:existingCluster"
+    if not _NAMESPACE.fullmatch(e.namespace) or e.namespace.startswith("kube-"):
+        r.problem(
+            f"{k}.namespace", e.namespace, "not a namespace the stack can own", "a DNS label, not kube-*"
+        )
     if e.eks_cluster_name is not None and e.kubeconfig is not None:
         r.problem(
             k, "eksClusterName and kubeconfig", "names two clusters", "one of eksClusterName or kubeconfig"

@@ -17,6 +17,7 @@ from config.operators import OperatorsConfig
 from config.queueing import QueueingConfig
 from config.schema import setting
 from config.tracking import TrackingConfig
+from conventions import TRAINING_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ class StackConfig:
         if not fsx.enabled:
             return ()
         return fsx.node_groups or tuple(g.name for g in self.gpu_node_groups)
+
+    @property
+    def training_namespace(self) -> str:
+        """Where jobs, their queues and Secrets go: the stack's own `training` on its cluster."""
+        return self.existing_cluster.namespace if self.existing_cluster.named else TRAINING_NAMESPACE
 
     @property
     def system_node_count(self) -> int:

@@ -311,7 +311,7 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
     jobs = outputs.get("jobs") or {}
     if jobs:
         lines += ["", f"Jobs ({outputs.get('gpusTotal', 0)} GPUs at the GPU node groups' maximum size):"]
-        starts = job_start_minutes(run.resources, image_gb)
+        starts = job_start_minutes(run.resources, image_gb, cfg.training_namespace)
         configured = {j.name: j for j in cfg.jobs}
         for name, job in jobs.items():
             start = starts.get(name)

@@ -89,13 +89,15 @@ def job_starts(resources: list[Registration], image_gb: float) -> dict[str, JobS
     return starts
 
 
-def job_start_minutes(resources: list[Registration], image_gb: float) -> dict[str, JobStart]:
-    """The same, by job name (its Kubernetes name in the training namespace)."""
+def job_start_minutes(
+    resources: list[Registration], image_gb: float, namespace: str = TRAINING_NAMESPACE
+) -> dict[str, JobStart]:
+    """The same, by job name (its Kubernetes name in the stack's training namespace)."""
     by_urn = {r.urn: r for r in resources}
     return {
         by_urn[urn].inputs["metadata"]["name"]: start
         for urn, start in job_starts(resources, image_gb).items()
-        if by_urn[urn].inputs["metadata"].get("namespace") == TRAINING_NAMESPACE
+        if by_urn[urn].inputs["metadata"].get("namespace") == namespace
     }
 
 

@@ -52,6 +52,7 @@ def attached_compute_plane(
             bucket_arn=bucket.arn if bucket else None,
             kms_key_arn=bucket.kms_key.arn if bucket and bucket.kms_key else None,
             role_arn=e.pod_role_arn,
+            namespace=cfg.training_namespace,
         ),
         account.opts if account else None,
     )

@@ -47,7 +47,7 @@ def existing_operators(cfg: StackConfig, account: Account | None) -> dict[str, O
     live = not under_mock_engine()
     api = api_client(cluster_address(cfg, account), boto3_session(cfg), live)
     with api:
-        inventory = read_cluster(api)
+        inventory = read_cluster(api, cfg.training_namespace)
     return decide_operators(cfg, inventory)
 
 

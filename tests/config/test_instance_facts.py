@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import re
 from types import SimpleNamespace
 
@@ -22,6 +23,8 @@ from offline.cost import hourly_cost, total, unknown_items
 from offline.engine import close_event_loops, run_program
 from offline.engine.aws_answers import OfflineAws, instance_type_facts
 
+# The existing template's cluster, its jobs in a namespace HyperPod's auto-resume watches.
+EXISTING_VALUES = json.loads(stack_values("existing")["trainstack:existingCluster"])
 HYPERPOD_G5 = {
     "name": "g5",
     "instanceType": "ml.g5.8xlarge",
@@ -83,7 +86,13 @@ def test_an_ml_type_is_the_ec2_hardware_at_an_unknown_price():
 
 
 def test_hyperpod_g5_group_plans_from_ec2s_answer_asked_before_anything_is_registered():
-    run, asked, _ = planned("existing", facts=EXISTING_CLUSTER, gpuNodeGroups=[HYPERPOD_G5], jobs=[LLAMA_1B])
+    run, asked, _ = planned(
+        "existing",
+        facts=EXISTING_CLUSTER,
+        gpuNodeGroups=[HYPERPOD_G5],
+        jobs=[LLAMA_1B],
+        existingCluster={**EXISTING_VALUES, "namespace": "hyperpod-training"},  # where auto-resume acts
+    )
     assert asked == [("g5.8xlarge", 0)]  # EC2 knows no `ml.` names: asked for the hardware
     assert run.outputs["gpuNodeGroups"]["g5"] == {
         "nodeSelector": {"node.kubernetes.io/instance-type": "ml.g5.8xlarge"},
@@ -99,7 +108,7 @@ def test_hyperpod_g5_group_plans_from_ec2s_answer_asked_before_anything_is_regis
 
 def test_the_memory_fit_reads_the_a10g_of_an_ml_type():
     (msg,) = problems(
-        **{"trainstack:existingCluster": {"eksClusterName": "ml-platform"}},
+        **{"trainstack:existingCluster": {"eksClusterName": "ml-platform", "namespace": "hyperpod-training"}},
         gpuNodeGroups=[HYPERPOD_G5],
         jobs=[{**LLAMA_1B, "args": []}],
     )

@@ -5,6 +5,8 @@ auto-resume, and both keep checkpoints on the FSx claim."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.cluster_objects import as_facts, hyperpod_dependencies
 from support.crds import crd_errors
@@ -144,3 +146,29 @@ def test_sagemakers_nodes_have_no_price_here_and_say_so(stack):
         "llama-1b-c4": "on the cluster owner's nodes",
         "verl-grpo": "on the cluster owner's nodes",
     }
+
+
+def test_the_jobs_run_where_hyperpods_auto_resume_watches(stack):
+    """Auto-resume acts on PyTorchJobs in `kubeflow` or `hyperpod*` namespaces only (AWS's HyperPod
+    docs): the template's jobs, their queue and their Secrets are in `hyperpod-training`."""
+    run, cfg = stack
+    assert cfg.training_namespace == "hyperpod-training"
+    assert job(run, "PyTorchJob", "llama-1b-c4")["metadata"]["namespace"] == "hyperpod-training"
+    namespaces = {r.inputs["metadata"]["namespace"] for r in run.resources if r.type.endswith(":LocalQueue")}
+    assert namespaces == {"hyperpod-training"}
+    assert run.outputs["trainingNamespace"] == "hyperpod-training"
+
+
+def test_a_hyperpod_pytorchjob_elsewhere_is_refused_with_the_namespace_key():
+    from config.schema import ConfigError
+
+    values, secret_keys = read_stack_file(ROOT / "Pulumi.hyperpod.yaml")
+    existing = json.loads(values["trainstack:existingCluster"])
+    values["trainstack:existingCluster"] = json.dumps({**existing, "namespace": "training"})
+    with pytest.raises(ConfigError) as err:
+        parse_config("hyperpod", values, frozenset(secret_keys))
+    assert [str(p) for p in err.value.problems] == [
+        "trainstack:existingCluster.namespace = \"training\": job 'llama-1b-c4' runs on HyperPod, whose "
+        "auto-resume watches only kubeflow and hyperpod* namespaces; allowed: a namespace starting with "
+        "hyperpod (hyperpod-training, say)"
+    ]
