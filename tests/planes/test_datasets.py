@@ -1,27 +1,26 @@
 """A declared dataset prepared once into the stack's bucket: the Job that runs the image's
 `trainer.prepare_data` (its flags as workload/trainer/prepare_data.py parses them), named by its
 spec's digest so a change prepares again beside the old files, as an identity that writes only
-its own datasets/<name>/, awaited by pulumi-kubernetes for its timeout; and what a job naming it
-adds to the trainer's arguments."""
+its own datasets/<name>/, awaited by pulumi-kubernetes for its timeout. What a job naming it gets:
+tests/planes/test_job_datasets.py."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from support.paths import ROOT
-from support.plans import stack_values
+from support.plans import plan
 
-from offline.engine import run_program
 from workload.trainer.prepare_data import parse_args
 
-PROGRAM = ROOT / "tests" / "planes" / "datasets_program.py"
 JOB = "kubernetes:batch/v1:Job"
 C4 = {"name": "c4-en", "source": "allenai/c4", "config": "en", "maxTokens": 2_000_000, "valTokens": 20_000}
 
 
 def prepared(*datasets: dict, **overrides):
-    return run_program("dev", stack_values("dev", datasets=list(datasets), **overrides), program=PROGRAM)
+    """The dev stack with `datasets`, and a job on the first (the whole program, as `pulumi up` runs it)."""
+    job = {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu", "dataset": datasets[0]["name"]}
+    return plan("dev", datasets=list(datasets), jobs=[job], **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +48,6 @@ def test_the_job_runs_prepare_data_into_the_datasets_directory_of_its_spec(run):
     assert spec["nodeSelector"] == {"trainstack.dev/role": "system"}
     assert spec["restartPolicy"] == "Never"
     assert spec["serviceAccountName"] == "dataset-c4-en"
-
-
-def test_jobs_naming_it_read_the_files_it_writes(run):
-    out = parse_args(container(run)["args"]).out
-    assert run.outputs["datasets"]["c4-en"]["args"] == [
-        "--data",
-        f"{out}train.bin",
-        "--val-data",
-        f"{out}val.bin",
-    ]
 
 
 def test_pulumi_waits_for_it_and_the_association_comes_first(run):
@@ -100,4 +89,5 @@ def test_each_dataset_is_prepared_by_its_own_job_and_identity():
         "prepare-c4-en",
         "prepare-wiki",
     ]
-    assert sorted(run.outputs["datasets"]) == ["c4-en", "wiki"]
+    accounts = {r.inputs["metadata"]["name"] for r in run.by_type("kubernetes:core/v1:ServiceAccount")}
+    assert {"dataset-c4-en", "dataset-wiki"} <= accounts
