@@ -19,6 +19,22 @@ def prod_plan() -> PlanRun:
     return plan("prod")
 
 
+# Credentials and a region moto takes: never a real account's.
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@pytest.fixture
+def fake_aws(monkeypatch):
+    """FAKE_AWS in the environment, for moto in this process (no endpoint left from a moto server)."""
+    for key, value in FAKE_AWS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+
 @pytest.fixture
 def moto_server(monkeypatch):
     """An S3 endpoint on loopback (moto's server) for processes the test starts, with bucket `ckpt`."""
@@ -28,12 +44,7 @@ def moto_server(monkeypatch):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", **FAKE_AWS}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     boto3.client("s3").create_bucket(Bucket="ckpt")

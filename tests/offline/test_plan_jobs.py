@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support.plans import EXISTING_CLUSTER, plan, stack_values
+from support.plans import EXISTING_CLUSTER, job_block, plan, stack_values
 
 from config import parse_config
 from offline.plan import summary
@@ -17,14 +17,7 @@ from offline.plan import summary
 def job_lines(stack: str, run, job: str) -> list[str]:
     """The indented lines the plan prints under `job`'s line."""
     cfg = parse_config(stack, stack_values(stack))
-    lines = summary(run, cfg, 0, Path("build/plan") / stack).splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {job} "))
-    below = []
-    for line in lines[start + 1 :]:
-        if not line.startswith("      "):
-            break
-        below.append(line.strip())
-    return below
+    return job_block(summary(run, cfg, 0, Path("build/plan") / stack), job)[1]
 
 
 def goodput_percent(line: str) -> float:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support.plans import EXISTING_CLUSTER, plan, stack_values
+from support.plans import EXISTING_CLUSTER, job_block, plan, stack_values
 
 from config import parse_config
 from domain.catalog import INSTANCE_TYPES
@@ -31,18 +31,6 @@ def plan_text(stack: str, **overrides) -> tuple[str, object]:
     )
     cfg = parse_config(stack, stack_values(stack, **overrides))
     return summary(run, cfg, 0, Path("build/plan") / stack), cfg
-
-
-def job_block(text: str, job: str) -> tuple[str, list[str]]:
-    """The job's line and the indented lines under it."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {job} "))
-    below = []
-    for line in lines[start + 1 :]:
-        if not line.startswith("      "):
-            break
-        below.append(line.strip())
-    return lines[start], below
 
 
 def test_a_job_within_the_groups_min_nodes_adds_nothing_to_the_idle_total():

@@ -28,3 +28,15 @@ def plan(stack: str = "dev", facts: dict | None = None, **overrides) -> PlanRun:
 
 def policy_of(run: PlanRun, name: str) -> dict:
     return json.loads(run.one("aws:iam/rolePolicy:RolePolicy", name).inputs["policy"])
+
+
+def job_block(text: str, job: str) -> tuple[str, list[str]]:
+    """The job's line and the indented lines under it."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {job} "))
+    below = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("      "):
+            break
+        below.append(line.strip())
+    return lines[start], below

@@ -17,15 +17,8 @@ S3 = "s3://ckpt/checkpoints/job/"
 
 
 @pytest.fixture
-def dumps(tmp_path, monkeypatch):
+def dumps(tmp_path, monkeypatch, fake_aws):
     """Two ranks' dumps where the stack points TORCH_FR_DUMP_TEMP_FILE, and an S3 bucket."""
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     directory = tmp_path / "checkpoints" / "flight-recorder"
     monkeypatch.setenv(debug_dumps.DUMP_PREFIX_ENV, str(directory / "nccl_trace_rank_"))
     with mock_aws():

@@ -73,15 +73,9 @@ def test_token_budgets_stop_the_run(tmp_path, corpus):
     assert progress["documents"] < 120
 
 
-def test_uploads_to_s3(tmp_path, corpus, monkeypatch):
+def test_uploads_to_s3(tmp_path, corpus, fake_aws):
     from moto import mock_aws
 
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="data")

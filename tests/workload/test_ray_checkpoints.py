@@ -54,14 +54,7 @@ def one_rank(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def s3(monkeypatch):
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+def s3(fake_aws):
     with mock_aws():
         boto3.client("s3").create_bucket(Bucket="ckpt")
         yield

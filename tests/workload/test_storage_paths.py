@@ -14,13 +14,7 @@ PREFIX = "checkpoints/job-a"
 
 
 @pytest.fixture
-def s3(monkeypatch):
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        monkeypatch.setenv(name, value)
+def s3(fake_aws):
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)

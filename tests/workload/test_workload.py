@@ -72,10 +72,7 @@ def test_ranks_read_disjoint_deterministic_shards(tmp_path):
     assert not torch.equal(r0.batch(8, 4)[0], x0)
 
 
-def test_dataset_from_s3_is_cached(tmp_path, monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+def test_dataset_from_s3_is_cached(tmp_path, fake_aws):
     local = write_synthetic_dataset(tmp_path / "src.bin", 10_000, 256)
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
