@@ -37,13 +37,18 @@ NCCL_NET_VERSIONS: dict[tuple[int, int], tuple[int, ...]] = {
 DEFAULT_NET_PLUGIN = "libnccl-net.so"  # what NCCL opens when NCCL_NET_PLUGIN is unset
 
 
-def image_problems(root: Path = Path("/"), which=shutil.which) -> list[str]:
-    """What the image lacks: EFA's libraries, and the C compiler Triton builds its launcher with."""
-    problems = [
+def efa_problems(root: Path = Path("/")) -> list[str]:
+    """EFA's libraries the image lacks (this image's and the VERL image's)."""
+    return [
         f"{what} missing: no /{pattern} (did the EFA installer run?)"
         for what, pattern in EFA_FILES.items()
         if not any(root.glob(pattern))
     ]
+
+
+def image_problems(root: Path = Path("/"), which=shutil.which) -> list[str]:
+    """What the image lacks: EFA's libraries, and the C compiler Triton builds its launcher with."""
+    problems = efa_problems(root)
     if which("gcc") is None and which("cc") is None:
         problems.append("no C compiler on PATH: torch.compile (Triton) needs gcc at run time")
     return problems
@@ -131,6 +136,16 @@ def net_plugin_check(
     return "", [f"NCCL could not load its network plugin ({'; '.join(errors)}): no EFA"]
 
 
+def nccl_problems(nccl: tuple[int, ...] | None) -> list[str]:
+    """torch's NCCL, and the OFI plugin loaded as NCCL would load it for a job (named when found)."""
+    if nccl is None:
+        return ["torch is a CPU build: no NCCL"]
+    found, problems = net_plugin_check(nccl, os.environ.get("NCCL_NET_PLUGIN"))
+    if found:
+        print(f"OFI plugin: {found}")
+    return problems
+
+
 def main() -> int:
     import boto3
     import datasets  # noqa: F401  (trainer.prepare_data)
@@ -146,13 +161,7 @@ def main() -> int:
         f"NCCL {'.'.join(map(str, nccl)) if nccl else 'n/a'}, ray {ray.__version__}, boto3 {boto3.__version__}"
     )
     problems = image_problems() + torch_problems(torch.__version__, pinned_version("torch"))
-    if nccl is None:
-        problems.append("torch is a CPU build: no NCCL")
-    else:
-        found, plugin_problems = net_plugin_check(nccl, os.environ.get("NCCL_NET_PLUGIN"))
-        problems += plugin_problems
-        if found:
-            print(f"OFI plugin: {found}")
+    problems += nccl_problems(nccl)
     if problems:
         print("smoke test failed: " + "; ".join(problems))
         return 1

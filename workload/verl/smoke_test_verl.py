@@ -8,14 +8,13 @@ and that the entrypoint VERL jobs run imports. The NCCL checks are the training 
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import torch
-from smoke_test import EFA_FILES, net_plugin_check
+from smoke_test import efa_problems, nccl_problems
 
 LOCK = Path(__file__).with_name("verl-requirements.lock")  # workload/verl/requirements.lock in the image
 
@@ -27,22 +26,12 @@ def locked_version(package: str, lock: Path = LOCK) -> str | None:
 
 
 def main() -> int:
-    problems = [
-        f"{what} missing: no /{pattern} (did the EFA installer run?)"
-        for what, pattern in EFA_FILES.items()
-        if not any(Path("/").glob(pattern))
-    ]
+    problems = efa_problems()
     pinned, installed = locked_version("verl"), version("verl")
     if installed != pinned:
         problems.append(f"verl {installed} in the image, but {LOCK.name} pins verl=={pinned}")
     nccl = torch.cuda.nccl.version() if torch.backends.cuda.is_built() else None
-    if nccl is None:
-        problems.append("torch is a CPU build: no NCCL")
-    else:
-        found, plugin_problems = net_plugin_check(nccl, os.environ.get("NCCL_NET_PLUGIN"))
-        problems += plugin_problems
-        if found:
-            print(f"OFI plugin: {found}")
+    problems += nccl_problems(nccl)
     import verl.trainer.main_ppo  # noqa: F401  (what every VERL RayJob runs)
 
     print(f"verl {installed}, torch {torch.__version__}, NCCL {'.'.join(map(str, nccl or ())) or 'n/a'}")
