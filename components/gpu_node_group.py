@@ -43,6 +43,7 @@ from conventions import (
     autoscaler_discovery_tags,
 )
 from domain import names
+from domain.catalog import InstanceType
 from domain.disks import CHECKPOINT_GP3_IOPS, CHECKPOINT_GP3_THROUGHPUT_MIBPS
 from domain.node_roles import group_selector
 
@@ -51,6 +52,9 @@ from domain.node_roles import group_selector
 class GpuNodeGroupArgs:
     group_name: str
     instance_type: str
+    # The type's hardware as EC2 described it (config/instance_facts.py asked DescribeInstanceTypes
+    # before anything was registered): GPUs, vCPUs, memory, EFA interfaces, instance store.
+    instance: InstanceType
     node_count: int  # the most nodes
     min_nodes: int  # the autoscaler never goes below
     autoscaled: bool  # the cluster autoscaler sizes it (else it keeps node_count, or EKS sizes it)
@@ -96,12 +100,6 @@ def mime_user_data(parts: list[tuple[str, str]]) -> str:
     template, and so the nodes, unchanged from one `pulumi up` to the next."""
     body = "".join(f"--//\nContent-Type: {kind}\n\n{text}\n" for kind, text in parts)
     return f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="//"\n\n{body}--//--\n'
-
-
-def instance_store_disks(facts: aws.ec2.GetInstanceTypeResult) -> int:
-    """EC2's count of instance store SSDs. The data source does not say NVMe, but on the Nitro
-    types trainstack runs on an SSD instance store is NVMe, the only kind the AMI's script uses."""
-    return sum(d.count for d in facts.instance_disks or [] if d.type == "ssd")
 
 
 def root_volume(args: GpuNodeGroupArgs, local_nvme: bool) -> dict:
@@ -213,16 +211,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:compute:GpuNodeGroup", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        # EC2's own facts, not a table: a live run asks DescribeInstanceTypes.
-        facts = aws.ec2.get_instance_type(
-            instance_type=args.instance_type, opts=pulumi.InvokeOptions(parent=self)
-        )
+        facts = args.instance
         # A CPU group's job never asks for GPUs, were its type to have any (the config refuses one).
-        self.gpu_count = sum(g.count for g in facts.gpuses or []) if args.gpu else 0
-        self.vcpus = facts.default_vcpus
-        self.memory_gib = facts.memory_size // 1024
-        self.efa_count = facts.efa_maximum_interfaces if args.efa else 0
-        self.local_nvme_disks = instance_store_disks(facts)
+        self.gpu_count = facts.gpus if args.gpu else 0
+        self.vcpus = facts.vcpus
+        self.memory_gib = facts.memory_gib
+        self.efa_count = facts.max_efa_interfaces if args.efa else 0
+        self.local_nvme_disks = facts.instance_store_disks
         node_group_name = names.node_group_name(args.cluster.cluster_name, args.group_name)
 
         template: dict = {
@@ -291,7 +286,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             template["user_data"] = base64.b64encode(mime_user_data(user_data).encode()).decode()
         self.launch_template = aws.ec2.LaunchTemplate(f"{name}-lt", **template, opts=child)
 
-        labels = gpu_labels(args, facts.gpuses[0].name) if args.gpu else cpu_labels(args)
+        labels = gpu_labels(args, facts.gpu_model) if args.gpu else cpu_labels(args)
         self.node_group = eks.ManagedNodeGroup(
             name,
             cluster=args.cluster.eks,

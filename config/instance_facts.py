@@ -66,7 +66,9 @@ def from_invoke(hardware: str, r: Any) -> InstanceType:
     """An `aws.ec2.get_instance_type` result (its fields as the provider sets them from
     DescribeInstanceTypes) as an `InstanceType`; the price is the catalog's, added by `priced`."""
     gpus = list(r.gpuses or [])
-    disks = list(r.instance_disks or [])
+    # Instance store SSDs: the data source does not say NVMe, but on the Nitro types trainstack runs
+    # on an SSD instance store is NVMe, the only kind the AMI's local-storage script uses.
+    disks = [d for d in r.instance_disks or [] if d.type == "ssd"]
     return InstanceType(
         name=hardware,
         hourly_usd=None,

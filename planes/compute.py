@@ -112,6 +112,7 @@ def compute_plane(
             GpuNodeGroupArgs(
                 group_name=g.name,
                 instance_type=g.instance_type,
+                instance=g.instance,
                 node_count=g.node_count,
                 min_nodes=g.min_nodes,
                 autoscaled=cfg.autoscaled(g),
