@@ -3,7 +3,7 @@
 import pulumi
 
 from config import load_config
-from planes import build_stack
+from stacks import build_stack
 
 config = load_config()
 for name, value in build_stack(config).items():

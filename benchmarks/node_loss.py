@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "workload")]
 
 from support.node_drill import TwoNodeJob  # noqa: E402
 
-from components.job_pods import NODE_LOSS_TOLERATIONS  # noqa: E402
+from components.jobs.pods import NODE_LOSS_TOLERATIONS  # noqa: E402
 from domain.catalog import ADDED_LAYERS_COMPRESSED_GB, BASE_IMAGE_COMPRESSED_GB, image_pull_minutes  # noqa: E402
 from offline.timeline import GPU_NODE_JOIN_MINUTES, NODE_CHECK_MINUTES, POD_START_MINUTES  # noqa: E402
 

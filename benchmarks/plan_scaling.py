@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from offline.engine import run_program  # noqa: E402
-from offline.plan import read_stack_file  # noqa: E402
+from offline.stack_file import read_stack_file  # noqa: E402
 
 
 def plan_seconds(jobs: int) -> tuple[float, int]:

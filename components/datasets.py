@@ -19,7 +19,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.bucket import DATASET_PREFIX
-from components.job_pods import WORKDIR
+from components.jobs.pods import WORKDIR
 from components.pod_identity import EksAccess, bucket_key_statements, pod_identity
 from conventions import PART_OF
 from domain.datasets import TRAIN_FILE, VAL_FILE, DatasetSpec

@@ -10,7 +10,8 @@ port. Egress stays open: jobs reach S3, the registry, Hugging Face and DNS.
 The VPC CNI's network policy agent enforces them (components/cluster.py turns it on), and always
 lets the node's own address in, so kubelet probes need no rule (aws/aws-network-policy-agent #65,
 "Ignore policy restrictions against Node IP"). EFA traffic (libfabric over SRD) bypasses the kernel's
-IP stack and these rules alike; NCCL's and gloo's TCP bootstrap does not, hence the per-job rule.
+IP stack and these rules alike; NCCL's and gloo's TCP bootstrap does not, hence the per-job rule
+(each job kind's own flows: components/jobs/, `JobKind.allows`).
 """
 
 from __future__ import annotations
@@ -21,28 +22,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import (
-    JOB_LABEL,
-    PART_OF,
-    RAY_DASHBOARD_PORT,
-    RAY_HEAD_ROLE,
-    RAY_ROLE_LABEL,
-    RAY_SUBMITTER_ROLE,
-    RAY_WORKER_ROLE,
-)
+from conventions import JOB_LABEL, PART_OF
 
 DEFAULT_DENY = "default-deny-ingress"
 # The API server sets this label on every namespace (Kubernetes >= 1.21): what a peer names a
 # namespace by.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-# The KubeRay operator's pods, as both its Helm chart (templates/deployment.yaml, the component
-# label with componentOverride: kuberay-operator) and its kustomize manifests
-# (ray-operator/config/manager/manager.yaml) label them, in whatever namespace an existing cluster
-# runs it. It calls each head's dashboard for the job's status (ray-operator/controllers/ray/utils/
-# util.go, GetRayDashboardClientFunc, with the cluster's token); KubeRay's own policies leave that
-# rule to the platform (networkpolicy_controller.go, buildHeadIngressRules).
-KUBERAY_OPERATOR_PODS = {"app.kubernetes.io/component": "kuberay-operator"}
-RAY_KINDS = ("RayJob", "RayCluster")
 
 
 @dataclass(frozen=True)
@@ -62,39 +47,6 @@ class NamespacePoliciesArgs:
     namespace: str
     namespace_resource: pulumi.Resource  # the policies go in once it exists
     allows: tuple[Allow, ...]
-
-
-def ray_pods(job: str, *roles: str) -> dict[str, Any]:
-    """A Ray job's pods in the given roles."""
-    return {
-        "matchLabels": {JOB_LABEL: job},
-        "matchExpressions": [{"key": RAY_ROLE_LABEL, "operator": "In", "values": list(roles)}],
-    }
-
-
-def job_allows(job: str, kind: str) -> tuple[Allow, ...]:
-    """A job's own traffic. A PyTorchJob's pods reach each other on every port: torchrun's c10d
-    rendezvous, NCCL's and gloo's bootstrap and data sockets (ports chosen at run time). A Ray
-    cluster's head and workers likewise (GCS 6379, client 10001, dashboard 8265 and its agents,
-    and the node manager, object manager and worker ports, random by default), as KubeRay's own
-    policies do (networkpolicy_controller.go, buildBaseIngressRules); its head's dashboard takes
-    the RayJob's submitter (`ray job submit`) and the KubeRay operator, nothing else."""
-    if kind not in RAY_KINDS:
-        own = {"matchLabels": {JOB_LABEL: job}}
-        return (Allow(f"job-{job}", own, ({"podSelector": own},)),)
-    cluster = ray_pods(job, RAY_HEAD_ROLE, RAY_WORKER_ROLE)
-    callers: list[dict[str, Any]] = [
-        {"namespaceSelector": {}, "podSelector": {"matchLabels": KUBERAY_OPERATOR_PODS}}
-    ]
-    if kind == "RayJob":
-        callers.insert(
-            0, {"podSelector": {"matchLabels": {JOB_LABEL: job, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}}}
-        )
-    head = {"matchLabels": {JOB_LABEL: job, RAY_ROLE_LABEL: RAY_HEAD_ROLE}}
-    return (
-        Allow(f"job-{job}", cluster, ({"podSelector": cluster},)),
-        Allow(f"job-{job}-dashboard", head, tuple(callers), (RAY_DASHBOARD_PORT,)),
-    )
 
 
 def tracking_allows(

@@ -24,7 +24,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.job_pods import RENDEZVOUS_JOIN_TIMEOUT_SECONDS
+from components.jobs.pods import RENDEZVOUS_JOIN_TIMEOUT_SECONDS
 from components.operators import RELEASES, HelmChart, HelmOperator, helm_release
 from conventions import (
     GPU_RESOURCE,

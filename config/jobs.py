@@ -256,7 +256,7 @@ def secret_env_command(k: str, name: str) -> str:
 def check_job_secret_env(j: JobConfig, jobs_secret: bool, k: str, r: Reader) -> None:
     """Secrets only in a secret `jobs` key: Pulumi encrypts a key whole or not at all, and one
     `--secret --path` value makes the whole key a secret (the offline plan reads it so too,
-    offline/plan.py read_stack_file); its env values then all go to the job's Secret. In a plain
+    offline/stack_file.py read_stack_file); its env values then all go to the job's Secret. In a plain
     `jobs` key, secretEnv and a secret-looking env name would be written in clear into the
     manifests and the state."""
     if jobs_secret:

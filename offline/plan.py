@@ -15,7 +15,6 @@ the first broken link); 1 when the stack file is missing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import re
@@ -28,175 +27,21 @@ from typing import Any, cast
 import pulumi
 import yaml
 
-from config import PROJECT, PROJECT_ROOT, parse_config, template_values
+from config import PROJECT_ROOT, parse_config, template_values
 from domain.catalog import image_compressed_gb
-from domain.datasets import ASSUMED_TOKENS_PER_SECOND, preparation_minutes, prepared_size_gb
-from domain.goodput import ASSUMED_MFU, CheckpointPath, modeled_goodput, step_seconds
-from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
-from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
-from domain.run_estimate import RunEstimate
-from offline.cost import JobCost, hourly_cost, job_cost, total, unknown_items
-from offline.engine import SECRET_MASK, PlanRun, Registration, close_event_loops, run_program
+from offline.cost import hourly_cost, job_cost, total, unknown_items
+from offline.engine import PlanRun, Registration, close_event_loops, run_program
 from offline.scheduling import Report, check
 from offline.simulated_account import FactError, parse_facts, read_facts_file
+from offline.stack_file import StackFileError, read_stack_file
 from offline.timeline import critical_path, describe, job_start_minutes, until_training
-from planes.storage import checkpoint_home, checkpoints_die_with_pods
+from offline.training_lines import dataset_lines, training_model_lines
+from planes.storage import checkpoints_die_with_pods
 from stack_outputs import StackOutputs
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_DIRECTORY = "kubernetes:kustomize/v2:Directory"
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
-
-
-class StackFileError(Exception):
-    """A stack file that cannot be read as Pulumi config; the message is one line."""
-
-
-MAX_DEPTH = 64  # nested lists/maps in one value
-MAX_NODES = 100_000  # values after aliases are expanded (an alias bomb stays small on disk)
-MAX_INT_DIGITS = 100
-
-
-MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class _StackFileLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, as the Pulumi CLI does: the last one would win.
-
-    Merge keys (`<<: *anchor`) are read as the Pulumi CLI's YAML reader reads them: the anchor's
-    keys come in, and the mapping's own keys override them; only its own keys count as duplicates."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == MERGE_TAG:
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:  # an unhashable key (a list or map): reported by the caller
-                continue
-            if duplicate:
-                mark = key_node.start_mark
-                raise StackFileError(
-                    f"line {mark.line + 1}, column {mark.column + 1}: duplicate key {key!r} "
-                    f"(first at line {seen[key].line + 1}); keep one"
-                )
-            seen[key] = key_node.start_mark
-        try:
-            self.flatten_mapping(node)  # resolves `<<`
-        except yaml.constructor.ConstructorError as err:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"the merge key `<<` {err.problem}", err.problem_mark
-            ) from None
-        return super().construct_mapping(node, deep=deep)
-
-
-def _load(path: Path) -> Any:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise StackFileError(
-            f"not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r})"
-        ) from None
-    try:
-        documents = list(yaml.load_all(text, Loader=_StackFileLoader))
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise StackFileError(f"{where}{err.problem or err.context}") from None
-    except yaml.YAMLError as err:
-        raise StackFileError(str(err).replace("\n", " ")) from None
-    except RecursionError:
-        raise StackFileError(f"nested more than YAML can read here; at most {MAX_DEPTH} levels") from None
-    except ValueError as err:  # Python refuses to read an integer of more than 4300 digits
-        raise StackFileError(
-            f"an integer of more than {MAX_INT_DIGITS} digits ({str(err).split(':')[0]})"
-        ) from None
-    if len(documents) > 1:
-        raise StackFileError(f"{len(documents)} YAML documents; a stack file is one (remove the extra '---')")
-    return documents[0] if documents else None
-
-
-def _check_value(value: Any, key: str) -> None:
-    """Refuse what Pulumi config cannot hold: cycles (self-referencing anchors), alias bombs,
-    very deep nesting, integers too long to be a number anyone meant."""
-    nodes = 0
-    stack: list[tuple[Any, int, frozenset[int]]] = [(value, 0, frozenset())]
-    while stack:
-        item, depth, parents = stack.pop()
-        nodes += 1
-        if nodes > MAX_NODES:
-            raise StackFileError(f"{key}: expands to more than {MAX_NODES} values (YAML aliases?)")
-        if depth > MAX_DEPTH:
-            raise StackFileError(f"{key}: nested more than {MAX_DEPTH} levels deep")
-        if isinstance(item, (dict, list)):
-            if id(item) in parents:
-                raise StackFileError(f"{key}: a YAML anchor refers to itself")
-            inner = parents | {id(item)}
-            children = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
-            for child_key, child in children:
-                if isinstance(item, dict) and not isinstance(child_key, str):
-                    raise StackFileError(f"{key}: key {child_key!r} is not a string; quote it")
-                stack.append((child, depth + 1, inner))
-        elif (
-            isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > MAX_INT_DIGITS * 3.33
-        ):
-            raise StackFileError(f"{key}: an integer of more than {MAX_INT_DIGITS} digits")
-        elif item is not None and not isinstance(item, (str, int, float, bool)):
-            raise StackFileError(
-                f"{key}: a {type(item).__name__} value ({item!r}); quote it to make it a string"
-            )
-
-
-def read_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
-    """Flatten a Pulumi.<stack>.yaml `config:` block the way the Pulumi CLI hands it to a program.
-    Raises StackFileError, with the file and (where YAML gives them) line and column."""
-    try:
-        data = _load(path)
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise StackFileError(f"the file is a {type(data).__name__}; expected a map with a `config:` key")
-        config = data.get("config") or {}
-        if not isinstance(config, dict):
-            raise StackFileError(f"`config:` is a {type(config).__name__}; expected a map of keys to values")
-        values: dict[str, str] = {}
-        secret_keys: list[str] = []
-        for key, value in config.items():
-            if not isinstance(key, str):
-                raise StackFileError(
-                    f"config key {key!r} is not a string; write keys such as trainstack:jobs"
-                )
-            full_key = key if ":" in key else f"{PROJECT}:{key}"
-            _check_value(value, full_key)
-            if _has_secure(value):
-                secret_keys.append(full_key)
-                value = _mask_secure(value)
-            if isinstance(value, (dict, list)):
-                values[full_key] = json.dumps(value)
-            elif isinstance(value, bool):
-                values[full_key] = "true" if value else "false"
-            else:
-                values[full_key] = str(value)
-        return values, secret_keys
-    except StackFileError as err:
-        raise StackFileError(f"{path}: {err}") from None
-
-
-def _has_secure(value: Any) -> bool:
-    if isinstance(value, dict):
-        return set(value) == {"secure"} or any(_has_secure(v) for v in value.values())
-    return isinstance(value, list) and any(_has_secure(v) for v in value)
-
-
-def _mask_secure(value: Any) -> Any:
-    # Ciphertext needs the stack's secrets provider; the plan only needs a stand-in.
-    if isinstance(value, dict):
-        return SECRET_MASK if set(value) == {"secure"} else {k: _mask_secure(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask_secure(v) for v in value]
-    return value
 
 
 def manifest_of(reg: Registration) -> tuple[str, dict[str, Any]] | None:
@@ -365,153 +210,6 @@ def checkpoint_warnings(cfg, jobs: list[str]) -> list[str]:
             f"(only the default trainer uploads them), and are lost with its pods; keep them on {keep}"
         )
     return lines
-
-
-# Below this, a step's time is its kernel launches and Python, which FLOPs over a peak do not model.
-SHORTEST_MODELED_STEP_S = 0.01
-
-
-def dataset_lines(cfg) -> list[str]:
-    """Each declared dataset: what the stack prepares, how large, how long, and who reads it."""
-    lines = [
-        f"Datasets (prepared once into the bucket by a Job; time at an assumed "
-        f"{ASSUMED_TOKENS_PER_SECOND / 1e6:g}M tokens/s):"
-    ]
-    for d in cfg.datasets:
-        spec = d.spec
-        readers = ", ".join(j.name for j in cfg.jobs if j.dataset == d.name) or "no job yet"
-        lines.append(
-            f"  {d.name:30s} {spec.source}/{spec.config or '-'} {spec.split}: "
-            f"{spec.max_tokens + spec.val_tokens:,} tokens, ~{prepared_size_gb(spec):.1f} GB, "
-            f"~{preparation_minutes(spec):.0f} min; read by {readers}"
-        )
-    return lines
-
-
-def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list[str]:
-    """What the plan models of a job that runs the default trainer on a GPU group: its memory per
-    GPU, its checkpoints per node and disk, its step time and goodput (domain/memory_fit.py,
-    domain/goodput.py), and the time and cost of its `steps` (domain/run_estimate.py), the job
-    admitted `start_minutes` before its first step. Nothing for a command, VERL, a RayCluster or a
-    CPU job."""
-    j = next((j for j in cfg.jobs if j.name == job_name), None)
-    group = next((g for g in cfg.gpu_node_groups if j is not None and g.name == j.node_group), None)
-    if j is None or group is None or not j.runs_default_trainer or not group.instance.has_nvidia_gpus:
-        return []
-    instance, run, shape = group.instance, j.trainer_settings(), MODEL_SHAPES[j.model]
-    world = max(1, j.nodes) * instance.gpus
-    need = gpu_memory_need(shape, run.batch_size, run.seq_len, world)
-    memory = (
-        f"memory: the {j.model} model at batch {run.batch_size} x {run.seq_len} tokens needs "
-        f"~{need.total / GIB:.1f} of {gpu_memory_bytes(instance) / GIB:.1f} GiB per {instance.gpu_model}"
-    )
-    peak = peak_bf16_flops(instance.gpu_model or "")
-    if peak is None:
-        return [
-            memory,
-            f"modeled: no bf16 peak figure for {instance.gpu_model}; step time, goodput and the run's "
-            "time and cost not modeled",
-        ]
-    cost = job_cost(cfg, j)
-    estimate = RunEstimate(
-        steps=j.steps,
-        step_s=step_seconds(shape, run.batch_size, run.seq_len, peak),
-        tokens_per_step=run.batch_size * run.seq_len * world,
-        goodput=1.0,
-        start_minutes=start_minutes,
-        added_nodes=cost.added_nodes,
-        node_hourly_usd=group.hourly_usd,
-        release_minutes=cfg.queueing.idle_node_minutes,
-    )
-    home = checkpoint_home(cfg, group.name)
-    if home == "fsx":
-        return [
-            memory,
-            "checkpoints: on FSx for Lustre, shared by the nodes; goodput not modeled",
-            run_line(estimate, cost, modeled_goodput=False),
-        ]
-    if home == "claim":
-        claim = cfg.existing_cluster.checkpoint_claim
-        return [
-            memory,
-            f"checkpoints: on the claim {claim}, shared by the nodes; goodput not modeled",
-            run_line(estimate, cost, modeled_goodput=False),
-        ]
-    disk = group.checkpoint_disk
-    uploads = home == "s3"
-    g = modeled_goodput(
-        shape,
-        batch_size=run.batch_size,
-        seq_len=run.seq_len,
-        world_size=world,
-        ranks_per_node=instance.gpus,
-        peak_flops=peak,
-        checkpoint_every=run.checkpoint_every,
-        checkpoint_minutes=run.checkpoint_minutes,
-        path=CheckpointPath(disk.write_gb_per_s, instance.network_gbps, uploads),
-    )
-    cadence = [f"{run.checkpoint_every} steps"] if run.checkpoint_every > 0 else []
-    if run.checkpoint_minutes > 0:
-        cadence.append(f"{run.checkpoint_minutes:g} min")
-    saves = "checkpoints: none by steps or time"
-    if cadence:
-        saves = (
-            f"checkpoints: {_size(g.checkpoint_gb_per_node)} per node every {' or '.join(cadence)} "
-            f"({_duration(g.interval_s)} of training) to {disk.description}: write {_duration(g.write_s)}"
-            + (f", S3 upload {_duration(g.upload_s)}" if uploads else "")
-            + f", staging stall {_duration(g.stage_s)}"
-        )
-    bound = f" (bound by the checkpoint {g.bottleneck})" if cadence and g.bottleneck != "training" else ""
-    if g.step_s < SHORTEST_MODELED_STEP_S:
-        bound += "; a step this short is bound by kernel launches, not FLOPs, so both are floors"
-    return [
-        memory,
-        saves,
-        f"modeled: step {_duration(g.step_s)} at {ASSUMED_MFU:.0%} MFU (assumed), goodput {g.goodput:.1%}{bound}",
-        run_line(dataclasses.replace(estimate, goodput=g.goodput), cost, modeled_goodput=True),
-    ]
-
-
-def run_line(e: RunEstimate, cost: JobCost, modeled_goodput: bool) -> str:
-    """The time to finish the job's steps and what the run adds to the idle stack's bill."""
-    short = e.step_s < SHORTEST_MODELED_STEP_S  # launch-bound: the time is a floor, the pace a ceiling
-    floor, ceiling = ("at least ", "at most ") if short else ("~", "~")
-    pace = f"{ceiling}{e.tokens_per_s:,.0f} tokens/s at {ASSUMED_MFU:.0%} MFU (assumed)"
-    pace += f", goodput {e.goodput:.1%}" if modeled_goodput else ", checkpoint stalls not counted"
-    time = (
-        f"run: {e.steps:,} steps in {floor}{_span(e.training_s)} ({pace}), "
-        f"{floor}{_span(e.wall_hours * 3600)} from admission"
-    )
-    if cost.owners_nodes:
-        return f"{time}; on the cluster owner's nodes, so the stack adds nothing"
-    if not e.added_nodes:
-        return f"{time}; its nodes are in the idle total, so it adds nothing to it"
-    nodes = (
-        f"{e.added_nodes} added node(s) x {e.paid_node_hours / e.added_nodes:.2f} h "
-        f"(with the {e.release_minutes} min queueing.idleNodeMinutes before they are removed)"
-    )
-    if e.cost_usd is None:
-        return f"{time}; {nodes}: price unknown"
-    return f"{time}; {floor}${e.cost_usd:,.2f} for {nodes}"
-
-
-def _span(seconds: float) -> str:
-    """A run's length in the unit a person plans with."""
-    if seconds < 90:
-        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 72 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds >= 0.1 else f"{seconds * 1000:.2g} ms"
-
-
-def _size(gb: float) -> str:
-    return f"{gb:.2f} GB" if gb >= 0.1 else f"{gb * 1000:.2g} MB"
 
 
 def named_cluster_fact(cfg, facts: dict) -> dict:

@@ -8,9 +8,9 @@ import pulumi
 
 from components.bucket import ArtifactBucket, ArtifactBucketArgs
 from components.image import ImageBuild, ImageBuildArgs
+from components.jobs.verl import VERL_IMAGE
 from components.kind_image import KindImage, KindImageArgs
 from components.registry import ImageRegistry, ImageRegistryArgs
-from components.verl import VERL_IMAGE
 from config import PROJECT_ROOT, StackConfig
 from planes.account import Account
 

@@ -5,9 +5,10 @@ that let each job's pods, and them only, reach one another and the tracking serv
 from __future__ import annotations
 
 from components.datasets import DatasetPreparation
-from components.job_pods import JobSpec, NodeCheck, TrainingJobArgs
-from components.jobs import TrainingJob
-from components.network_policy import NamespacePolicies, NamespacePoliciesArgs, job_allows, tracking_allows
+from components.jobs.kinds import KINDS
+from components.jobs.pods import JobSpec, NodeCheck, TrainingJobArgs
+from components.jobs.training_job import TrainingJob
+from components.network_policy import NamespacePolicies, NamespacePoliciesArgs, tracking_allows
 from components.operators import ClusterOperators
 from components.queueing import Queueing
 from config import StackConfig
@@ -32,7 +33,7 @@ def network_policies(
                 compute.provider,
                 pods.namespace_name,
                 pods.namespace,
-                tuple(a for j in cfg.jobs for a in job_allows(j.name, j.kind)),
+                tuple(a for j in cfg.jobs for a in KINDS[j.kind].allows(j.name)),
             ),
         )
     ]
@@ -124,7 +125,7 @@ def jobs_plane(
                     namespace=pods.namespace_name,
                     service_account=identity.service_account_name,
                     provider=provider,
-                    operator=operators.training_operator if j.kind == "PyTorchJob" else operators.kuberay,
+                    operator=KINDS[j.kind].operator(operators),
                     queue=j.node_group,
                     provision_minutes=cfg.queueing.max_node_provision_minutes if provisioned else 0,
                     waits_for=[queues.local_queues[j.node_group], *extra],

@@ -43,7 +43,7 @@ def cluster_address(cfg: StackConfig, account: Account | None) -> ClusterAddress
 def existing_operators(cfg: StackConfig, account: Account | None) -> dict[str, OperatorDecision]:
     """What the cluster runs, read with the stack's credentials, and each operator's decision;
     stops (ClusterOperatorsError) on a collision or an operator the jobs cannot use. Called before
-    anything is registered (planes.attached_stack)."""
+    anything is registered (stacks.attached)."""
     live = not under_mock_engine()
     api = api_client(cluster_address(cfg, account), boto3_session(cfg), live)
     with api:

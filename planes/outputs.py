@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from components.jobs import TrainingJob
+from components.jobs.training_job import TrainingJob
 from components.operators import ClusterOperators
 from components.queueing import Queueing
 from config import StackConfig

@@ -11,7 +11,7 @@ import pulumi
 from account_checks import AccountFacts
 from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket
 from components.cluster import Cluster
-from components.job_pods import Checkpoints
+from components.jobs.pods import Checkpoints
 from components.network import Network
 from components.pod_identity import TrainingPodIdentity
 from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.image import ImageBuild, ImageBuildArgs
-from components.job_pods import JobTracking
+from components.jobs.pods import JobTracking
 from components.registry import ImageRegistry
 from components.tracking import ADMIN_USER, MLFLOW_IMAGE, PORT_FORWARD, TrackingServer, TrackingServerArgs
 from config import PROJECT_ROOT, StackConfig

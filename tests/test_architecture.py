@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # Import roots: the program's packages at the top, the training image's `trainer` under workload/.
 SOURCE_ROOTS = {ROOT: ("__main__", "account_checks", "cli", "components", "config", "conventions",
-                       "domain", "offline", "planes", "stack_outputs"),
+                       "domain", "offline", "planes", "stack_outputs", "stacks"),
                 ROOT / "workload": ("trainer",)}  # fmt: skip
 # What the domain layer may import besides the standard library: facts, never resources or clients.
 DOMAIN_ALLOWED = ("conventions", "domain")
@@ -107,7 +107,9 @@ def top(module: str) -> str:
 def test_the_project_is_read_whole():
     """The walk finds every layer (a renamed package would otherwise drop out of every rule)."""
     assert {top(m) for m in MODULES} == {t for tops in SOURCE_ROOTS.values() for t in tops}
-    assert {"planes", "domain.placement", "config.checks", "trainer.train", "cli.main"} <= set(MODULES)
+    assert {"planes", "stacks", "components.jobs.kind", "config.checks", "trainer.train", "cli.main"} <= set(
+        MODULES
+    )
 
 
 def test_no_import_cycle_among_the_projects_modules():
@@ -152,9 +154,24 @@ def test_the_command_needs_only_what_is_packaged_with_it(module):
     assert {top(m) for m in GRAPH[module]} <= set(CLI_ALLOWED)
 
 
-def test_only_the_program_and_the_offline_plan_compose_the_planes():
-    users = {m for m, deps in GRAPH.items() if any(top(d) == "planes" for d in deps) and top(m) != "planes"}
-    assert users <= {"__main__"} | {m for m in MODULES if top(m) == "offline"}
+def users_of(package: str) -> set[str]:
+    return {m for m, deps in GRAPH.items() if any(top(d) == package for d in deps) and top(m) != package}
+
+
+def test_only_the_stacks_compose_the_planes_and_only_the_program_and_the_plan_build_a_stack():
+    assert users_of("planes") <= {m for m in MODULES if top(m) in ("stacks", "offline")}
+    assert users_of("stacks") <= {"__main__"} | {m for m in MODULES if top(m) == "offline"}
+
+
+# A kind of job is one module of the jobs wing, reached through the wing's list of kinds only: adding
+# one touches the wing and the config's list of kinds.
+KIND_MODULES = {"components.jobs.pytorchjob", "components.jobs.rayjob", "components.jobs.raycluster"}
+
+
+def test_a_job_kind_is_reached_only_through_the_wings_list_of_kinds():
+    assert set(MODULES) >= KIND_MODULES
+    reaching = {m for m, deps in GRAPH.items() if deps & KIND_MODULES and m not in KIND_MODULES}
+    assert reaching == {"components.jobs.kinds"}
 
 
 def test_config_checks_and_components_share_the_domain_not_each_other():
@@ -172,7 +189,8 @@ LAYERS = (
     ("config",),
     ("components",),
     ("account_checks",),
-    ("planes", "__main__"),
+    ("planes",),
+    ("stacks", "__main__"),
     ("offline",),
     ("cli",),
     ("trainer",),

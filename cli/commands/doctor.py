@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from cli.analysis import findings, phases
-from cli.analysis.findings import ClusterView, Finding
+from cli.analysis.view import ClusterView, Finding
 from cli.errors import EXIT_FAILED
 from cli.output import Output
 from cli.stack import connect, job_kinds, load_outputs

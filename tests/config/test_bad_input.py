@@ -322,7 +322,7 @@ def test_yaml_merge_keys_are_read_as_pulumi_reads_them(tmp_path):
             "      steps: 50\n"
         }
     )
-    from offline.plan import read_stack_file
+    from offline.stack_file import read_stack_file
 
     path = tmp_path / "Pulumi.t.yaml"
     path.write_text(text)

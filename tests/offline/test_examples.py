@@ -19,7 +19,8 @@ from support.paths import ROOT
 
 from components.image import TRAINING_TARGET
 from config.build import ImageConfig
-from offline.plan import main, read_stack_file
+from offline.plan import main
+from offline.stack_file import read_stack_file
 
 EXAMPLES = ROOT / "examples"
 STACK_FILES = sorted(p.stem for p in EXAMPLES.glob("*.yaml"))

@@ -22,8 +22,9 @@ from conventions import (
 )
 from offline.cost import job_cost
 from offline.engine import SECRET_MASK, run_program
-from offline.plan import manifest_of, read_stack_file
+from offline.plan import manifest_of
 from offline.scheduling import check
+from offline.stack_file import read_stack_file
 
 # What the account answers about the EKS cluster that orchestrates the HyperPod cluster.
 HYPERPOD_CLUSTER = {

@@ -13,7 +13,8 @@ from support.paths import ROOT
 from support.plans import stack_values
 
 from offline.engine import run_program
-from offline.plan import read_stack_file, write_plan
+from offline.plan import write_plan
+from offline.stack_file import read_stack_file
 
 
 def run_plan(tmp_path: Path, stack: str, *extra: str) -> subprocess.CompletedProcess:

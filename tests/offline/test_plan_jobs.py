@@ -1,5 +1,5 @@
 """The plan's job lines: per default-trainer job, its modeled memory per GPU, checkpoint size per
-node and disk, step time and goodput (offline/plan.py `training_model_lines`). The prod template
+node and disk, step time and goodput (offline/training_lines.py `training_model_lines`). The prod template
 is sized to model at least 95% goodput (issue #35)."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from support.manifests import worker_container, worker_pod
 from support.plans import EXISTING_CLUSTER as CLUSTER
 from support.plans import plan, stack_values
 
-from components.job_pods import hyperpod_affinity
+from components.jobs.hyperpod import affinity as hyperpod_affinity
 from config.jobs import HyperPodJobConfig
 from conventions import HYPERPOD_AUTO_RESUME_ANNOTATION, HYPERPOD_DEEP_HEALTH_LABEL, HYPERPOD_HEALTH_LABEL
 from offline.plan import manifest_of

@@ -45,7 +45,7 @@ def test_the_plan_prints_each_datasets_size_and_time(tmp_path):
     from support.plans import stack_values
 
     from config import parse_config
-    from offline.plan import dataset_lines
+    from offline.training_lines import dataset_lines
 
     big = {**C4, "maxTokens": 3_000_000_000, "valTokens": 0}
     cfg = parse_config("dev", stack_values("dev", datasets=[big], jobs=[JOB]))

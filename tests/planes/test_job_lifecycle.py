@@ -11,8 +11,9 @@ from support.jobs import PYTORCHJOB, RAYJOB, body, groups, job
 from support.manifests import worker_container
 from support.plans import plan
 
-from components.job_pods import TERMINATION_GRACE_SECONDS
-from components.jobs import WAIT_FOR, wait_annotations
+from components.jobs.kinds import KINDS
+from components.jobs.pods import TERMINATION_GRACE_SECONDS
+from components.jobs.training_job import wait_annotations
 
 # --- waiting ---------------------------------------------------------------------------------
 
@@ -91,7 +92,7 @@ def test_wait_admitted_is_kueue_resuming_the_job(kind):
 def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):
     assert body(job(kinds_plan, "ray-box"))["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
     assert body(job(kinds_plan, "a100"))["metadata"]["annotations"] == {
-        "pulumi.com/waitFor": WAIT_FOR[("PyTorchJob", "succeeded")]
+        "pulumi.com/waitFor": KINDS["PyTorchJob"].wait_for["succeeded"]
     }
     # p5 is autoscaled: `pulumi up` waits the autoscaler's node provisioning limit (30) on top.
     assert job(kinds_plan, "fsdp").options["customTimeouts"] == {

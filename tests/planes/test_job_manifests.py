@@ -13,7 +13,7 @@ from support.jobs import HF_TOKEN, SECRET_ENV, body, job
 from support.manifests import env_of, worker_container, worker_pod
 from support.plans import plan
 
-from components.job_pods import EFA_ENV, GPU_ENV, LAUNCHER_SHUTDOWN_SECONDS, TERMINATION_GRACE_SECONDS
+from components.jobs.pods import EFA_ENV, GPU_ENV, LAUNCHER_SHUTDOWN_SECONDS, TERMINATION_GRACE_SECONDS
 from offline.engine import SECRET_MASK
 from offline.plan import manifest_of
 

@@ -8,7 +8,7 @@ import yaml
 from support.charts import render
 from support.plans import plan, stack_values
 
-from components.job_pods import RENDEZVOUS_JOIN_TIMEOUT_SECONDS
+from components.jobs.pods import RENDEZVOUS_JOIN_TIMEOUT_SECONDS
 from components.queueing import PROVISIONING_ANNOTATION
 from config import parse_config
 from domain.catalog import image_compressed_gb, image_pull_minutes

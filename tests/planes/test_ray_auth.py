@@ -12,8 +12,7 @@ import pytest
 from support.crds import crd_errors
 from support.plans import plan
 
-from components.job_pods import RAY_VERSION
-from components.jobs import RAY_AUTH
+from components.jobs.ray import RAY_AUTH, RAY_VERSION
 from conventions import JOB_LABEL, RAY_ROLE_LABEL, RAY_SUBMITTER_ROLE
 from offline.plan import manifest_of
 

@@ -13,7 +13,7 @@ import pytest
 from support.paths import ROOT
 
 from components.image import context_archive, docker_build, image_tag
-from components.verl import VERL_IMAGE
+from components.jobs.verl import VERL_IMAGE
 from config.build import DEFAULT_BASE_IMAGE
 from offline.engine import run_program
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from offline.engine import PlanRun, run_program
-from offline.plan import read_stack_file
+from offline.stack_file import read_stack_file
 from support.paths import ROOT
 
 # What the account answers about the EKS cluster the `existing` template names (ml-platform).

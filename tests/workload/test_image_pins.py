@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from support.paths import WORKLOAD
 
-from components.verl import VERL_IMAGE, VERL_VERSION
+from components.jobs.verl import VERL_IMAGE, VERL_VERSION
 from config.build import ImageConfig
 
 DOCKERFILE = (WORKLOAD / "Dockerfile").read_text()
@@ -157,17 +157,12 @@ def test_the_verl_image_bakes_the_pinned_verl():
 
 def test_the_verl_smoke_test_reads_the_locked_version(tmp_path):
     import importlib.util
-    import sys
 
-    sys.path.insert(0, str(WORKLOAD))  # it imports the training smoke test's NCCL checks, as in the image
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "smoke_test_verl", WORKLOAD / "verl" / "smoke_test_verl.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(WORKLOAD))
+    # It imports the training smoke test's NCCL checks, as in the image: workload/ is on pytest's
+    # pythonpath (pyproject.toml), as /opt/trainstack is on the image's.
+    spec = importlib.util.spec_from_file_location("smoke_test_verl", WORKLOAD / "verl" / "smoke_test_verl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     assert module.locked_version("verl", VERL_LOCK) == VERL_VERSION
     assert module.locked_version("vllm", VERL_LOCK) is None
 

@@ -1,6 +1,7 @@
-"""What every pod of a training job is given: the job's spec and where it runs, its container
-environment (NCCL/libfabric per group, the HF token, tracking, Secrets), its volumes (checkpoints,
-datasets, a memory-backed /dev/shm) and the pod template each kind's manifest builds on."""
+"""The shared pod spec: what every pod of a training job is given, whatever its kind: the job's spec
+and where it runs, its container environment (NCCL/libfabric per group, the HF token, tracking,
+Secrets), its volumes (checkpoints, datasets, a memory-backed /dev/shm), the HyperPod overlay on
+HyperPod nodes, and the pod template each kind's manifest builds on."""
 
 from __future__ import annotations
 
@@ -10,17 +11,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import verl as verl_job
+from components.jobs import hyperpod
+from components.jobs import verl as verl_job
 from config.jobs import HyperPodJobConfig, VerlConfig
-from conventions import (
-    HYPERPOD_DEEP_HEALTH_LABEL,
-    HYPERPOD_DEEP_HEALTH_PASSED,
-    HYPERPOD_HEALTH_LABEL,
-    HYPERPOD_SCHEDULABLE,
-    JOB_LABEL,
-    PART_OF,
-)
-from domain.catalog import is_sagemaker_type
+from conventions import JOB_LABEL, PART_OF
 from domain.placement import Placement
 
 WORKDIR = "/opt/trainstack"
@@ -53,7 +47,6 @@ NODE_LOSS_TOLERATIONS = [
 # is 600 s): eviction, a new node from node repair or the autoscaler (~5 min), its image pull and
 # start, with margin. Past it the job fails rather than holding its GPUs idle.
 RENDEZVOUS_JOIN_TIMEOUT_SECONDS = 1800
-RAY_VERSION = "2.60.0"  # workload/requirements.txt
 
 # Every GPU job: PyTorch's NCCL watchdog reports and dumps instead of hanging. On an error or a
 # timeout it ends the process without ncclCommAbort (3, SkipCleanUp; 1, TearDown, aborts the
@@ -69,8 +62,6 @@ GPU_ENV = {
     "TORCH_FR_DUMP_TEMP_FILE": f"{CHECKPOINT_DIR}/flight-recorder/nccl_trace_rank_",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
 }
-# torchrun's environment in a PyTorchJob's pods (see LAUNCHER_SHUTDOWN_SECONDS).
-LAUNCHER_ENV = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHER_SHUTDOWN_SECONDS)}
 # EFA groups only: libfabric's EFA provider under aws-ofi-nccl (libfabric >= 1.18 needs no
 # FI_EFA_USE_DEVICE_RDMA; NCCL_PROTO=simple was for aws-ofi-nccl <= 1.5). NCCL's INFO log for the
 # init and network subsystems says which network it uses (`trainstack doctor` reads it).
@@ -229,10 +220,11 @@ def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     ]
 
 
-def container_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+def container_env(args: TrainingJobArgs, kind_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The placement's fixed environment, the kind's own (`kind_env`), the user's S3 credentials,
+    the HF token, tracking, and the job's env (by Secret when it is secret)."""
     env: list[dict[str, Any]] = [*placement_env(args.placement)]
-    if args.spec.kind == "PyTorchJob":
-        env += [{"name": k, "value": v} for k, v in LAUNCHER_ENV.items()]
+    env += [{"name": k, "value": v} for k, v in (kind_env or {}).items()]
     secret = args.checkpoints.credentials_secret
     if secret:  # outside EKS: the user's S3 credentials, by name, never in the stack
         env += [
@@ -268,37 +260,17 @@ def volumes(
     return vols, mounts
 
 
-def hyperpod_affinity(settings: HyperPodJobConfig) -> dict[str, Any]:
-    """HyperPod's own job placement (sagemaker-hyperpod-cli's NODE_AFFINITY_DICT and
-    DEEP_HEALTH_CHECK_PASSED_ONLY_NODE_AFFINITY_DICT, command_constants.py): nodes its health agents
-    call Schedulable, and those that passed the deep health checks preferred (weight 100) or required."""
-
-    def match(key: str, value: str) -> dict[str, Any]:
-        return {"key": key, "operator": "In", "values": [value]}
-
-    required = [match(HYPERPOD_HEALTH_LABEL, HYPERPOD_SCHEDULABLE)]
-    deep = match(HYPERPOD_DEEP_HEALTH_LABEL, HYPERPOD_DEEP_HEALTH_PASSED)
-    affinity: dict[str, Any] = {}
-    if settings.deep_health_check == "required":
-        required.append(deep)
-    else:
-        affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": 100, "preference": {"matchExpressions": [deep]}}
-        ]
-    affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
-        "nodeSelectorTerms": [{"matchExpressions": required}]
-    }
-    return {"nodeAffinity": affinity}
-
-
 def pod_template(
-    args: TrainingJobArgs, container: dict[str, Any], labels: dict[str, str] | None = None
+    args: TrainingJobArgs,
+    container: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    kind_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
     placement = args.placement.pod_placement()
-    if is_sagemaker_type(args.placement.instance_type):
-        placement["affinity"] = hyperpod_affinity(args.spec.hyperpod)
+    if hyperpod.on_hyperpod(args.placement):
+        placement["affinity"] = hyperpod.affinity(args.spec.hyperpod)
     prep = verl_data_prep(args)
     if prep:
         vols, mounts = [*vols, prep["volume"]], [*mounts, prep["mount"]]
@@ -314,7 +286,7 @@ def pod_template(
                 {
                     "image": args.image,
                     "workingDir": WORKDIR,
-                    "env": container_env(args),
+                    "env": container_env(args, kind_env),
                     "resources": args.placement.resources(),
                     "volumeMounts": mounts,
                     **container,

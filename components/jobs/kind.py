@@ -1,0 +1,54 @@
+"""The job-kind interface: what the jobs wing asks of each kind it launches. A kind is one module
+of this package (pytorchjob.py, rayjob.py, raycluster.py) and one entry in kinds.py's KINDS; the
+config's `JobKind` lists the names. What every kind's pods share is in pods.py, HyperPod's overlay
+in hyperpod.py; a VERL program runs on the Ray kinds (verl.py)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pulumi
+
+from components.jobs.pods import TrainingJobArgs
+from components.network_policy import Allow
+
+if TYPE_CHECKING:
+    from components.operators import ClusterOperators
+
+
+class JobKind(ABC):
+    """One kind of training job: its manifest, its pods' network flows, the operator that runs it
+    and how a person watches it. (What Kueue counts for it is domain.quota's.)"""
+
+    name: str  # the manifest's kind, as `jobs[].kind` names it
+    api_version: str
+    # Per `jobs[].wait` mode (not `none`): what `pulumi up` waits for (pulumi.com/waitFor).
+    wait_for: Mapping[str, str]
+
+    @abstractmethod
+    def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
+        """The manifest's spec, its pods built on pods.pod_template."""
+
+    def annotations(self, args: TrainingJobArgs) -> dict[str, str]:
+        """The manifest's own annotations, besides what `pulumi up` waits for."""
+        return {}
+
+    @abstractmethod
+    def allows(self, job: str) -> tuple[Allow, ...]:
+        """The job's own traffic between its pods (and from whoever calls them)."""
+
+    @abstractmethod
+    def operator(self, operators: ClusterOperators) -> pulumi.Resource | None:
+        """The operator that runs the kind (None: installed outside the stack)."""
+
+    @abstractmethod
+    def logs_command(self, name: str, namespace: str) -> str:
+        """The kubectl command that follows the job's logs."""
+
+    def watch_commands(self, name: str, namespace: str) -> dict[str, str]:
+        return {
+            "watch": f"kubectl -n {namespace} get {self.name.lower()} {name} -w",
+            "logs": self.logs_command(name, namespace),
+        }

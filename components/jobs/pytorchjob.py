@@ -1,0 +1,109 @@
+"""PyTorchJob (Kubeflow training operator): torchrun on every node, a c10d rendezvous that admits a
+replacement node, and on HyperPod nodes HyperPod's auto-resume."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import pulumi
+
+from components.jobs import hyperpod
+from components.jobs.kind import JobKind
+from components.jobs.pods import (
+    LAUNCHER_SHUTDOWN_SECONDS,
+    RENDEZVOUS_JOIN_TIMEOUT_SECONDS,
+    TrainingJobArgs,
+    pod_template,
+    trainer_args,
+)
+from components.network_policy import Allow
+from conventions import JOB_LABEL
+
+if TYPE_CHECKING:
+    from components.operators import ClusterOperators
+
+# torchrun's environment in a PyTorchJob's pods (see LAUNCHER_SHUTDOWN_SECONDS).
+LAUNCHER_ENV = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHER_SHUTDOWN_SECONDS)}
+
+
+def worker_restarts(args: TrainingJobArgs) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the Worker's restart fields, the job's runPolicy). Exit codes 1-127 fail the job (a failed
+    node check, a bug); 128+ (a signal: node drained, spot reclaimed) restart the pod, which resumes
+    from its checkpoint. HyperPod's auto-resume needs restartPolicy OnFailure instead (AWS's "Running
+    jobs using the SageMaker HyperPod CLI", and the CLI's validate_hyperpod_related_fields): the
+    training operator's runPolicy.backoffLimit then bounds the in-place restarts a bug would loop
+    through (it sums the containers' restarts under OnFailure only: kubeflow/training-operator,
+    pkg/controller.v1/common/job.go, pastBackoffLimit)."""
+    if hyperpod.on_hyperpod(args.placement):
+        return {"restartPolicy": "OnFailure"}, {"runPolicy": {"backoffLimit": args.spec.hyperpod.max_retries}}
+    return {"restartPolicy": "ExitCode"}, {}
+
+
+class PyTorchJob(JobKind):
+    name = "PyTorchJob"
+    api_version = "kubeflow.org/v1"
+    # Its Running condition flips to False when it finishes, so "running" also accepts Succeeded.
+    wait_for = MappingProxyType(
+        {
+            "admitted": "jsonpath={.spec.runPolicy.suspend}=false",
+            "running": (
+                "jsonpath={.status.conditions[?@.status=='True' && (@.type=='Running' || @.type=='Succeeded')].type}"
+            ),
+            "succeeded": "condition=Succeeded",
+        }
+    )
+
+    def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
+        spec, p = args.spec, args.placement
+        # torchrun through trainer.launch: a replacement node is admitted to the rendezvous, and losing
+        # worker-0 (which hosts it) exits retryable, so the operator recreates the pods.
+        command = list(spec.command) or ["python", "-m", "trainer.launch", "-m", "trainer.train"]
+        container_args = list(spec.args) if spec.command else trainer_args(args)
+        restart, run_policy = worker_restarts(args)
+        return {
+            **run_policy,
+            # One process per GPU (one on a CPU node); the operator passes it to torchrun as PET_NPROC_PER_NODE.
+            "nprocPerNode": str(p.gpus or 1),
+            # c10d rendezvous, and torchrun restarts the workers after a failure (the declarative
+            # auto-retry). No `metrics`: the operator would add an HPA that fights Pulumi over replicas.
+            "elasticPolicy": {
+                "rdzvBackend": "c10d",
+                "minReplicas": spec.nodes,
+                "maxReplicas": spec.nodes,
+                "maxRestarts": 10,
+                "rdzvConf": [{"key": "join_timeout", "value": str(RENDEZVOUS_JOIN_TIMEOUT_SECONDS)}],
+            },
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": spec.nodes,
+                    **restart,
+                    "template": pod_template(
+                        args,
+                        {"name": "pytorch", "command": command, "args": container_args},
+                        kind_env=LAUNCHER_ENV,
+                    ),
+                }
+            },
+        }
+
+    def annotations(self, args: TrainingJobArgs) -> dict[str, str]:
+        """HyperPod's auto-resume on its nodes (its controller watches PyTorchJobs only)."""
+        if not hyperpod.on_hyperpod(args.placement):
+            return {}
+        return hyperpod.auto_resume_annotations(args.spec.hyperpod)
+
+    def allows(self, job: str) -> tuple[Allow, ...]:
+        """Its pods reach each other on every port: torchrun's c10d rendezvous, NCCL's and gloo's
+        bootstrap and data sockets (ports chosen at run time)."""
+        own = {"matchLabels": {JOB_LABEL: job}}
+        return (Allow(f"job-{job}", own, ({"podSelector": own},)),)
+
+    def operator(self, operators: ClusterOperators) -> pulumi.Resource | None:
+        return operators.training_operator
+
+    def logs_command(self, name: str, namespace: str) -> str:
+        return f"kubectl -n {namespace} logs -f --prefix -l training.kubeflow.org/job-name={name}"
+
+
+PYTORCHJOB = PyTorchJob()

@@ -1,0 +1,105 @@
+"""RayJob (KubeRay): a Ray cluster for one run, its entrypoint submitted by a submitter pod, the
+cluster gone when the run ends; the default trainer's Ray Train loop, a command, or VERL."""
+
+from __future__ import annotations
+
+import shlex
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import pulumi
+
+from components.jobs import verl as verl_job
+from components.jobs.kind import JobKind
+from components.jobs.pods import CHECKPOINT_DIR, TrainingJobArgs, trainer_args
+from components.jobs.ray import ray_allows, ray_cluster_spec
+from components.network_policy import Allow
+from conventions import JOB_LABEL, PART_OF, RAY_ROLE_LABEL, RAY_SUBMITTER_ROLE
+from domain.placement import RAY_SUBMITTER
+
+if TYPE_CHECKING:
+    from components.operators import ClusterOperators
+
+
+def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
+    spec, p = args.spec, args.placement
+    if spec.verl is not None:
+        experiment = args.tracking.experiment if args.tracking else None
+        directory = f"{CHECKPOINT_DIR}/{spec.name}"
+        return verl_job.entrypoint(spec.verl, spec.name, spec.nodes, p.gpus, directory, experiment)
+    if spec.command:
+        parts: list[pulumi.Input[str]] = [*spec.command, *spec.args]
+    else:
+        workers = spec.nodes * (p.gpus or 1)
+        gpu = ["--use-gpu"] if p.gpus else []
+        parts = [
+            "python",
+            "-m",
+            "trainer.ray_train",
+            "--num-workers",
+            str(workers),
+            *gpu,
+            *trainer_args(args),
+        ]
+    return pulumi.Output.all(*parts).apply(lambda xs: shlex.join(xs))
+
+
+def submitter_template(args: TrainingJobArgs) -> dict[str, Any]:
+    """The pod that runs `ray job submit` (KubeRay fills in its command), beside the head on the
+    system nodes, with the requests the queue's quota counts for it (domain.quota.SUBMITTER)."""
+    return {
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.spec.name, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}},
+        "spec": {
+            "nodeSelector": dict(args.head_selector),
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "ray-job-submitter",
+                    "image": args.image,
+                    "resources": {
+                        "requests": dict(RAY_SUBMITTER),
+                        "limits": {"memory": RAY_SUBMITTER["memory"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+class RayJob(JobKind):
+    name = "RayJob"
+    api_version = "ray.io/v1"
+    # No conditions, only status.jobStatus.
+    wait_for = MappingProxyType(
+        {
+            "admitted": "jsonpath={.spec.suspend}=false",
+            "running": "jsonpath={.status[?@=='RUNNING' || @=='SUCCEEDED']}",
+            "succeeded": "jsonpath={.status.jobStatus}=SUCCEEDED",
+        }
+    )
+
+    def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
+        return {
+            "entrypoint": ray_entrypoint(args),
+            **({"runtimeEnvYAML": verl_job.runtime_env(args.spec.verl)} if args.spec.verl else {}),
+            "submissionMode": "K8sJobMode",
+            "submitterPodTemplate": submitter_template(args),
+            # The cluster goes when the job ends; the RayJob object stays, so the stack does not drift.
+            "shutdownAfterJobFinishes": True,
+            "backoffLimit": 2,
+            "rayClusterSpec": ray_cluster_spec(args),
+        }
+
+    def allows(self, job: str) -> tuple[Allow, ...]:
+        """The Ray cluster's flows, and its head's dashboard from the submitter (`ray job submit`)."""
+        submitter = {"podSelector": {"matchLabels": {JOB_LABEL: job, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}}}
+        return ray_allows(job, submitter)
+
+    def operator(self, operators: ClusterOperators) -> pulumi.Resource | None:
+        return operators.kuberay
+
+    def logs_command(self, name: str, namespace: str) -> str:
+        return f"kubectl -n {namespace} logs -f job/{name}"
+
+
+RAYJOB = RayJob()

@@ -1,0 +1,78 @@
+"""A training job as a stack resource, of any kind the wing has (kinds.py), queued through Kueue.
+
+A job's config says what to train and where; everything else is derived from the node group it
+runs on: GPUs and EFA interfaces per node (requests = limits), the NCCL/libfabric environment on
+EFA groups only, CPU and memory requests that leave room for the node's daemons, a memory-backed
+/dev/shm, the node selector and the GPU toleration, and checkpoints mirrored to the stack's bucket
+so a relaunch resumes. Each job's Kubernetes name is fixed and a spec change replaces it (delete
+first), so a config change plus `pulumi up` relaunches it; unchanged config leaves it running.
+
+Every job carries its node group's queue label: Kueue suspends it at creation and resumes it once
+the whole job is admitted (and, on an autoscaled group, its nodes exist). The suspend fields and
+what Kueue injects at admission are Kueue's; the program never sets them, and its pods already
+carry their flavor's node labels and toleration. On a group whose nodes are checked, the default
+trainer checks its own nodes (GPUs, EFA devices, NCCL over EFA, bus bandwidth) before step 0.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.jobs.kinds import KINDS
+from components.jobs.pods import DELETE_TIMEOUT, TrainingJobArgs
+from conventions import NODE_GROUP_LABEL, PART_OF, QUEUE_LABEL
+from stack_outputs import JobSummary
+
+
+def wait_annotations(kind: str, wait: str) -> dict[str, str]:
+    """What `pulumi up` waits for (pulumi-kubernetes `pulumi.com/waitFor`), per the kind's modes.
+    "admitted": Kueue resumed the job (its suspend field turns false once the whole job is admitted
+    and its nodes exist)."""
+    if wait == "none":
+        return {"pulumi.com/skipAwait": "true"}
+    return {"pulumi.com/waitFor": KINDS[kind].wait_for[wait]}
+
+
+class TrainingJob(pulumi.ComponentResource):
+    """One job of any kind (token trainstack:jobs:<kind>)."""
+
+    def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
+        spec = args.spec
+        kind = KINDS[spec.kind]
+        super().__init__(f"trainstack:jobs:{spec.kind}", name, None, opts)
+        deps = [d for d in (args.operator, args.nodes, *args.waits_for) if d is not None]
+        timeout = f"{spec.timeout_minutes + args.provision_minutes}m"
+        self.resource = k8s.apiextensions.CustomResource(
+            name,
+            api_version=kind.api_version,
+            kind=spec.kind,
+            metadata={
+                "name": spec.name,
+                "namespace": args.namespace,
+                "labels": {**PART_OF, NODE_GROUP_LABEL: args.placement.group, QUEUE_LABEL: args.queue},
+                "annotations": {**wait_annotations(spec.kind, spec.wait), **kind.annotations(args)},
+            },
+            spec=kind.spec(args),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=args.provider,
+                depends_on=deps,
+                # A changed spec relaunches the job under the same name; checkpoints live in S3.
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout, delete=DELETE_TIMEOUT),
+            ),
+        )
+        p = args.placement
+        self.spec_name = spec.name
+        self.summary: JobSummary = {
+            "kind": spec.kind,
+            "nodeGroup": p.group,
+            "nodes": spec.nodes,
+            "gpus": spec.nodes * p.gpus,
+            "hourlyUsd": None if p.hourly_usd is None else round(spec.nodes * p.hourly_usd, 4),
+            "queue": args.queue,
+            **kind.watch_commands(spec.name, args.namespace),
+        }
+        self.register_outputs({"summary": self.summary})

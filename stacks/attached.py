@@ -1,0 +1,34 @@
+"""A stack on a cluster trainstack did not create (`existingCluster`): the same planes, but the
+compute plane only attaches (the provider comes from the named cluster and the node groups are
+described, not created); nothing of the cluster is created or changed. An EKS cluster is checked
+first; a kubeconfig stack (kind) uses no AWS account at all."""
+
+from __future__ import annotations
+
+from config import StackConfig
+from planes.account import aws_account, existing_cluster_checks
+from planes.attached import attached_compute_plane
+from planes.build import build_plane, local_build_plane
+from planes.datasets import datasets_plane
+from planes.jobs import jobs_plane
+from planes.operators import existing_operators, operators_plane
+from planes.outputs import outputs
+from planes.queueing import queueing_plane
+from planes.tracking import tracking_outputs, tracking_plane
+from stack_outputs import StackOutputs
+
+
+def attached_stack(cfg: StackConfig) -> StackOutputs:
+    account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None
+    if account is not None:
+        existing_cluster_checks(cfg, account)
+    # What the cluster already runs decides each operator; a stop leaves nothing registered.
+    decisions = existing_operators(cfg, account)
+    build = build_plane(cfg, account) if account is not None else local_build_plane(cfg)
+    compute = attached_compute_plane(cfg, account, build.bucket)
+    operators = operators_plane(cfg, compute, decisions)
+    queues = queueing_plane(cfg, compute, operators)
+    tracking = tracking_plane(cfg, account, build, compute)
+    datasets = datasets_plane(cfg, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets)
+    return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking)

@@ -1,0 +1,41 @@
+"""A stack on a cluster it creates, plane by plane, as in the architecture diagram:
+
+    account (provider; quotas, AZs, reservations: nothing registered if one fails)
+      ->  build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM, storage)
+      ->  operators plane (device plugins, training operator, KubeRay)
+      ->  queueing plane (Kueue queues per node group, cluster autoscaler)
+      ->  tracking plane (MLflow)  ->  jobs plane (each job of its kind, queued)
+
+Each plane gets only what it needs from the one before; each returns the stack outputs it owns.
+"""
+
+from __future__ import annotations
+
+from config import StackConfig
+from planes.account import account_checks, aws_account
+from planes.build import build_plane
+from planes.ci import ci_access, ci_outputs
+from planes.compute import compute_plane
+from planes.datasets import datasets_plane
+from planes.jobs import jobs_plane
+from planes.operators import operators_plane
+from planes.outputs import outputs
+from planes.queueing import queueing_plane
+from planes.tracking import tracking_outputs, tracking_plane
+from stack_outputs import StackOutputs
+
+
+def created_stack(cfg: StackConfig) -> StackOutputs:
+    account = aws_account(cfg)
+    facts = account_checks(cfg, account)
+    ci = ci_access(cfg, account)
+    # Every role from here on carries the CI fence's boundary (CI may create no role without it).
+    account = account.with_boundary(ci.boundary if ci else None)
+    build = build_plane(cfg, account)
+    compute = compute_plane(cfg, account, facts, build.bucket, ci)
+    operators = operators_plane(cfg, compute)
+    queues = queueing_plane(cfg, compute, operators)
+    tracking = tracking_plane(cfg, account, build, compute)
+    datasets = datasets_plane(cfg, build, compute)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets)
+    return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking) | ci_outputs(ci)
