@@ -3,12 +3,15 @@
     python benchmarks/node_loss.py                      # intervals 5, 10, 20 steps, tiny model, CPU
     python benchmarks/node_loss.py --intervals 10 50 --model small
 
-Each run is the node-loss drill of tests/node_drill.py: two nodes under c10d rendezvous, as a
-PyTorchJob's pods run `trainer.launch`. The node that does not host the rendezvous is SIGKILLed
-(launcher and workers) one step before a checkpoint would be written, the worst place in the
-interval, and a replacement starts at once. Printed per interval:
+Each run is the node-loss drill of tests/support/node_drill.py: two nodes under c10d rendezvous, as
+a PyTorchJob's pods run `trainer.launch`, on production's layout: each pod its own checkpoint
+directory, S3 (moto's server, started here) the only medium they share. The node that does not
+host the rendezvous is SIGKILLed (launcher and workers) one step before a checkpoint would be
+written, the worst place in the interval, and a replacement with an empty directory starts at once;
+it fetches from S3 what it reads. Printed per interval:
 
-- steps lost: the step reached at the loss minus the step the job resumed from;
+- steps lost: the step reached at the loss minus the step the job resumed from (S3's newest
+  complete checkpoint: a save is complete in S3 only once every rank's upload is, at an agreement);
 - resume: seconds from the loss to the first step after it (failure detection, the new rendezvous,
   worker start, checkpoint load);
 - recover: seconds until the job is back at the step it had reached.
@@ -21,9 +24,13 @@ lost steps are trained again at the given step time. The figures are printed, ne
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
+
+import boto3
+from moto.server import ThreadedMotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "workload")]
@@ -37,10 +44,10 @@ from offline.timeline import GPU_NODE_JOIN_MINUTES, NODE_CHECK_MINUTES, POD_STAR
 EVICTION_MINUTES = NODE_LOSS_TOLERATIONS[0]["tolerationSeconds"] / 60
 
 
-def drill(interval: int, model: str, tmp: Path) -> dict[str, float]:
+def drill(interval: int, model: str, tmp: Path, s3_uri: str) -> dict[str, float]:
     lose_at = 2 * interval + interval - 1
     args = ["--model", model, "--steps", str(4 * interval), "--checkpoint-every", str(interval)]
-    job = TwoNodeJob(tmp, [*args, "--log-every", "1", "--collective-timeout", "30"])
+    job = TwoNodeJob(tmp, [*args, "--log-every", "1", "--collective-timeout", "30"], s3_uri)
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")
@@ -75,10 +82,21 @@ def main() -> int:
     a = p.parse_args()
 
     print(f"node loss one step before a checkpoint, {a.model} model, 2 nodes x 1 CPU process (gloo)")
+    print("each pod its own checkpoint directory, S3 (moto's server on loopback) shared")
     print(f"{'interval':>8} {'reached':>7} {'resumed':>7} {'lost':>5} {'resume s':>9} {'recover s':>9}")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    boto3.client("s3").create_bucket(Bucket="drill")
     for interval in a.intervals:
         with tempfile.TemporaryDirectory() as tmp:
-            r = drill(interval, a.model, Path(tmp))
+            r = drill(interval, a.model, Path(tmp), f"s3://drill/interval-{interval}")
         print(
             f"{r['interval']:>8} {r['reached']:>7} {r['resumed_from']:>7} {r['steps_lost']:>5} "
             f"{r['resume_s']:>9.1f} {r['recover_s']:>9.1f}"
@@ -95,6 +113,7 @@ def main() -> int:
         worst = replace + interval * a.gpu_step_seconds / 60
         mean = replace + interval / 2 * a.gpu_step_seconds / 60
         print(f"  every {interval:>4} steps: {mean:.1f} min on average, {worst:.1f} min at worst")
+    server.stop()
     return 0
 
 

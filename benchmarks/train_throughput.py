@@ -10,7 +10,10 @@ and host sync, logging's all-reduce, and checkpoints at the job's cadence (DCP's
 `--checkpoint-dir`, the last one synchronous; with `--s3-checkpoints` mirrored to S3 as well).
 From rank 0's metrics records after the warm-up windows (compilation, first allocations) it reports
 step time, tokens/s, MFU (PaLM/torchtitan convention, printed), goodput (time training / wall time:
-checkpoint stalls count against it), data-loader waits and peak GPU memory.
+checkpoint stalls count against it), data-loader waits and peak GPU memory, allocated (tensors) and
+reserved (what the caching allocator holds: what the GPU must have). Every second the loop spends on
+checkpoints is in a window's stall: the saves, marking a written one complete and settling its
+upload, and the last save, which comes before the last record.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def summarize(records: list[dict], warmup_windows: int) -> dict:
         "mfu": sum(m * n for m, n in mfu) / sum(n for _, n in mfu) if mfu else None,
         "goodput": training / wall,
         "checkpoint_stall_s": sum(r["checkpoint_stall_s"] for r, _ in windows),
+        # The warm-up windows' too: every second of checkpoint work in the run.
+        "checkpoint_run_s": sum(r["checkpoint_stall_s"] for r in logged),
         "data_wait_s": sum(r["data_wait_s"] for r, _ in windows),
     }
 
@@ -74,14 +79,17 @@ def main(argv: list[str] | None = None) -> int:
         records: list[dict] = []
         with contextlib.redirect_stdout(io.StringIO()):  # the trainer's own lines; the summary follows
             train(cfg, ctx, report=records.append)
-    peak_memory = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
+    memory = None
+    if ctx.device.type == "cuda":
+        memory = (torch.cuda.max_memory_allocated(ctx.device), torch.cuda.max_memory_reserved(ctx.device))
     if ctx.rank == 0:
-        print(report(cfg, ctx, summarize(records, bench.warmup_windows), peak_memory))
+        print(report(cfg, ctx, summarize(records, bench.warmup_windows), memory))
     dist.destroy_process_group()
     return 0
 
 
-def report(cfg, ctx, s: dict, peak_memory: int | None) -> str:
+def report(cfg, ctx, s: dict, memory: tuple[int, int] | None) -> str:
+    """The summary; `memory` is rank 0's peak (allocated, reserved) bytes on a GPU."""
     size = MODEL_SIZES[cfg.model]
     device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "CPU"
     cadence = f"every {cfg.checkpoint_every} steps" if cfg.checkpoint_every else "at the end only"
@@ -98,11 +106,15 @@ def report(cfg, ctx, s: dict, peak_memory: int | None) -> str:
         f"  MFU          {s['mfu']:.1%}"
         if s["mfu"] is not None
         else "  MFU          n/a (no peak figure for this device)",
-        f"  goodput      {s['goodput']:.1%} (checkpoint stalls {s['checkpoint_stall_s']:.2f} s)",
+        f"  goodput      {s['goodput']:.1%} (checkpoint stalls {s['checkpoint_stall_s']:.3f} s; "
+        f"{s['checkpoint_run_s']:.3f} s in the whole run, the last save included)",
         f"  data wait    {s['data_wait_s']:.3f} s",
     ]
-    if peak_memory is not None:
-        lines.append(f"  peak memory  {peak_memory / 2**30:.1f} GiB on rank 0's GPU")
+    if memory is not None:
+        allocated, reserved = memory
+        lines.append(
+            f"  peak memory  {allocated / 2**30:.1f} GiB allocated, {reserved / 2**30:.1f} GiB reserved on rank 0's GPU"
+        )
     lines.append(f"convention   {FLOPS_CONVENTION}")
     return "\n".join(lines)
 

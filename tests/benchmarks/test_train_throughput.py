@@ -6,12 +6,14 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
+import torch
 from support.paths import ROOT
 from support.ports import unused_port
 
-from benchmarks.train_throughput import summarize
+from benchmarks.train_throughput import report, summarize
 
 
 def window(step: int, step_time: float, goodput: float, **more) -> dict:
@@ -43,6 +45,26 @@ def test_the_summary_weighs_each_window_by_its_steps_and_leaves_out_the_warm_up(
     assert s["mfu"] == pytest.approx((0.4 * 5 + 0.2 * 2) / 7)
     assert s["tokens_per_s"] == pytest.approx((100 * 0.5 + 50 * 0.4) / 0.9)
     assert (s["checkpoint_stall_s"], s["data_wait_s"]) == (pytest.approx(0.4), pytest.approx(0.1))
+    assert s["checkpoint_run_s"] == pytest.approx(0.4)  # no stall in the warm-up window
+
+
+def test_the_report_shows_reserved_memory_beside_allocated():
+    """The caching allocator holds more than the tensors use, and it is what must fit the GPU."""
+    cfg = types.SimpleNamespace(
+        model="tiny",
+        batch_size=8,
+        sequence_length=128,
+        checkpoint_every=4,
+        checkpoint_minutes=0,
+        compile=False,
+        float8=False,
+    )
+    ctx = types.SimpleNamespace(world_size=1, device=torch.device("cpu"))
+    s = summarize([window(4, 0.1, 1.0), window(8, 0.1, 0.5, stall=0.1)], warmup_windows=0)
+    out = report(cfg, ctx, s, memory=(3 * 2**30, 5 * 2**30))
+    assert "peak memory  3.0 GiB allocated, 5.0 GiB reserved on rank 0's GPU" in out
+    assert "checkpoint stalls 0.100 s; 0.100 s in the whole run, the last save included" in out
+    assert "peak memory" not in report(cfg, ctx, s, memory=None)
 
 
 def test_a_run_too_short_for_a_measured_window_says_so():
@@ -69,4 +91,7 @@ def test_the_benchmark_trains_the_production_loop_with_checkpoints(tmp_path):
     assert "measured over 8 steps (2 log windows after the warm-up)" in out
     goodput = float(re.search(r"goodput +([0-9.]+)%", out).group(1))
     assert 0 < goodput <= 100
+    # Saves at 4 (warm-up), 8 and 12, the last before the last record: all counted.
+    run_stall = float(re.search(r"([0-9.]+) s in the whole run, the last save included", out).group(1))
+    assert run_stall > 0
     assert "MFU          n/a" in out  # no peak figure for a CPU

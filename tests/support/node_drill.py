@@ -4,9 +4,12 @@ Each "node" is `trainer.launch` (the pod's command) with the env the training op
 worker pod: PET_NNODES, PET_RDZV_BACKEND c10d, PET_RDZV_ENDPOINT at worker-0, PET_MAX_RESTARTS. A
 node loss is a SIGKILL of its launcher and every worker under it, with no chance to clean up; a
 drain is the kubelet's SIGTERM, to the launcher (the pod's PID 1) only; a replacement is a new
-launcher with the same env, as the operator's recreated pod would be. The nodes share one
-checkpoint directory, as pods on FSx do. `operator_action` is what the operator makes of a pod's
-exit code.
+launcher with the same env, as the operator's recreated pod would be. The layout is production's
+without FSx: each pod has its own checkpoint directory (its emptyDir, under volumes/<pod>; a
+replacement starts with an empty one) and S3 (moto's server, whose endpoint the caller puts in the
+environment) is the only medium the pods share. A worker killed in place (`kill_workers`) keeps
+its pod's directory, as a container restart keeps an emptyDir. `operator_action` is what the
+operator makes of a pod's exit code.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class TwoNodeJob:
 
     tmp: Path
     trainer_args: list[str]
+    s3_uri: str  # the job's checkpoints in S3 (on moto's server)
     # Over the operator's env: a test's shorter waits (QUICK_DETECTION); the benchmark keeps torch's.
     env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=unused_port)
@@ -99,7 +103,8 @@ class TwoNodeJob:
             **self.env,
         }
         cmd = [sys.executable, "-m", "trainer.launch", "-m", "trainer.train"]
-        cmd += ["--data-cache", str(self.tmp / "data"), "--checkpoint-dir", str(self.tmp / "ckpt")]
+        cmd += ["--data-cache", str(self.tmp / "data"), "--checkpoint-dir", str(self.volume(name))]
+        cmd += ["--s3-checkpoints", self.s3_uri]
         self.tmp.mkdir(parents=True, exist_ok=True)
         log = (self.tmp / f"{name}.log").open("w")
         proc = subprocess.Popen(
@@ -114,6 +119,10 @@ class TwoNodeJob:
         if hosts_store:  # worker-0 hosts the c10d store; the others start once it listens
             self._wait(lambda: _listening(self.port), f"{name} to host the rendezvous store")
         return proc
+
+    def volume(self, name: str) -> Path:
+        """The pod's own checkpoint directory (its emptyDir)."""
+        return self.tmp / "volumes" / name
 
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()
@@ -137,8 +146,14 @@ class TwoNodeJob:
         self._wait(found, what)
         return found()[0]
 
-    def wait_for_checkpoint(self, step: int) -> None:
-        self._wait(lambda: (checkpoint.latest_complete(self.tmp / "ckpt") or 0) >= step, f"checkpoint {step}")
+    def s3_steps(self) -> list[int]:
+        """The job's complete checkpoints in S3."""
+        return checkpoint.s3_complete_steps(self.s3_uri)
+
+    def wait_for_checkpoint(self, step: int) -> int:
+        """Until S3 holds a complete checkpoint of `step` or later; returns S3's newest."""
+        self._wait(lambda: max(self.s3_steps(), default=0) >= step, f"checkpoint {step} in S3")
+        return self.s3_steps()[-1]
 
     def lose(self, name: str) -> float:
         """SIGKILL the node's launcher and workers; returns when it happened (monotonic). No step
@@ -147,6 +162,16 @@ class TwoNodeJob:
         lost = time.monotonic()
         self.records()
         return lost
+
+    def kill_workers(self, name: str) -> None:
+        """SIGKILL the pod's training workers only: its launcher (torchrun) sees a failed worker
+        and restarts them in place, with the pod's directory as it was."""
+        launcher = self.nodes[name].pid
+        workers = [pid for pid in descendants(launcher) if "trainer.train" in _command_line(pid)]
+        assert workers, f"no training worker under {name}'s launcher"
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def drain(self, name: str) -> None:
         """The kubelet's SIGTERM, to the node's launcher (PID 1) only, as a drain delivers it."""
@@ -171,6 +196,13 @@ class TwoNodeJob:
                 assert proc.poll() is None, f"{name} exited {proc.returncode}:\n{self.log(name)[-3000:]}"
             assert time.monotonic() < deadline, f"no {what} in {timeout} s"
             time.sleep(0.1)
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def _listening(port: int) -> bool:

@@ -57,6 +57,24 @@ def torchrun(tmp: Path, *args: str, env: dict | None = None, **popen) -> subproc
     )
 
 
+def static_node(
+    tmp: Path, node_rank: int, port: int, ckpt: Path, *args: str, env: dict | None = None
+) -> subprocess.Popen:
+    """One 'node' of a two-node job on this machine (static rendezvous at 127.0.0.1:port): its own
+    torchrun agent, one worker, and its own checkpoint directory."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+        "--node-rank", str(node_rank), "--rdzv-backend", "static", "--master-addr", "127.0.0.1",
+        "--master-port", str(port), "-m", "trainer.train",
+        "--data-cache", str(tmp / f"data-{node_rank}"), "--checkpoint-dir", str(ckpt), "--log-every", "5",
+        *args,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=WORKLOAD, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, start_new_session=True,
+    )  # fmt: skip
+
+
 def end_session(session: int) -> None:
     """SIGKILL every process left in a session (a subprocess started with start_new_session=True
     has its pid as the session id): Ray's actors have been seen to outlive the driver that

@@ -1,7 +1,8 @@
 """A drain as the kubelet delivers it: SIGTERM to one pod's PID 1 (trainer.launch, torchrun), not
 to the trainer. Every rank saves the same step; no pod completes before the last step (the operator
 would mark the elastic job Succeeded); the drained pod exits retryable and is recreated; the job
-resumes from the drain's checkpoint and ends at its last step."""
+resumes from the drain's checkpoint and ends at its last step. Each pod has its own checkpoint
+directory (the replacement's is empty) and S3 on moto's server is all the pods share."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from trainer.resilience import DRAINED_EXIT_CODE
 
 
 @pytest.mark.slow(seconds=30)
-def test_a_drained_node_is_recreated_and_the_job_resumes_from_the_drains_checkpoint(tmp_path):
+def test_a_drained_node_is_recreated_and_the_job_resumes_from_the_drains_checkpoint(tmp_path, moto_server):
     # Steps long enough to drain mid-run; checkpoints only at the end (and on the drain).
     args = ["--steps", "60", "--checkpoint-every", "0", "--log-every", "5", "--collective-timeout", "30"]
-    job = TwoNodeJob(tmp_path / "job", args, env=QUICK_DETECTION)
-    ckpt = tmp_path / "job" / "ckpt"
+    job = TwoNodeJob(tmp_path / "job", args, "s3://ckpt/job", env=QUICK_DETECTION)
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")
@@ -31,7 +31,8 @@ def test_a_drained_node_is_recreated_and_the_job_resumes_from_the_drains_checkpo
         # exited (0 would end the job as Succeeded), and every rank saved the agreed step.
         assert job.nodes["worker-0"].poll() is None, job.log("worker-0")[-3000:]
         (stopped,) = [r for _, r in job.records() if r.get("event") == "stopped"]
-        assert checkpoint.complete_steps(ckpt) == [stopped["step"]]
+        assert job.s3_steps() == [stopped["step"]]  # uploaded whole before the pods exited
+        assert checkpoint.complete_steps(job.volume("worker-1")) == [stopped["step"]]
         job.start("worker-1-replacement")
         finished = job.finish()
     finally:
@@ -49,5 +50,15 @@ def test_a_drained_node_is_recreated_and_the_job_resumes_from_the_drains_checkpo
     ]
     starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
     assert starts == [0, stopped["step"]]  # resumed from the drain's checkpoint
-    assert max(losses(records)) == 60 and checkpoint.latest_complete(ckpt) == 60
+    assert max(losses(records)) == 60 and job.s3_steps()[-1] == 60
+    # The replacement's empty directory took the drain's step from S3: its own shard, and the
+    # metadata and rank 0's file, which hold what every rank reads.
+    assert sorted(
+        p.name for p in checkpoint.step_dir(job.volume("worker-1-replacement"), stopped["step"]).iterdir()
+    ) == [
+        ".metadata",
+        "COMPLETE",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
     assert "mismatch" not in job.log("worker-0") + job.log("worker-1")

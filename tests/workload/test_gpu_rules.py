@@ -44,7 +44,9 @@ def test_the_trainers_collectives_follow_each_groups_device(monkeypatch, tmp_pat
     window.add(torch.ones((), device=TRAINING_DEVICE))
     with emulated_nccl(monkeypatch) as spy:
         # (Meta tensors read as 1: every flag comes back set.)
-        decision = Agreement(ctx, checkpoint_seconds=0).decide(stop=True, writing=False, uploading=True)
+        decision = Agreement(ctx, checkpoint_seconds=0, every=5).decide(
+            stop=True, writing=False, uploading=True
+        )
         assert decision == Decision(stop=True, checkpoint_due=True, any_writing=True, any_uploading=True)
         window.metrics(10, ctx, tokens_per_step=64, batch_size=2, fpt=1.0, peak=None)
         validation_loss(model, data, ctx, batches=2, batch_size=2)
@@ -107,7 +109,7 @@ def test_the_agreement_reads_its_flags_back_once_a_step(monkeypatch):
     """Every step's decision is one all-reduce and one read back to the host: on a GPU each read
     waits for the stream, so four flags read one by one were four syncs a step."""
     with emulated_nccl(monkeypatch) as spy:
-        decision = Agreement(gpu_context(), checkpoint_seconds=0).decide(stop=False)
+        decision = Agreement(gpu_context(), checkpoint_seconds=0, every=5).decide(stop=False)
     assert decision == Decision(stop=True, checkpoint_due=True, any_writing=True, any_uploading=True)
     assert spy.host_reads == 1
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -107,7 +108,7 @@ class FakeNccl:
         self.network = network
         self.env_at_init: dict[str, str] = {}
 
-    def init_process_group(self, backend: str, device_id=None, timeout=None) -> None:
+    def init_process_group(self, backend: str, device_id=None, timeout=None, **how) -> None:
         self.env_at_init = dict(os.environ)
         if os.environ.get("NCCL_DEBUG") != "INFO":
             return
@@ -123,6 +124,7 @@ def nccl(monkeypatch, tmp_path) -> FakeNccl:
     """A process on a GPU node about to join its process group, with NCCL faked and the
     environment torchrun gives it restored afterwards."""
     names = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    names += ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)  # Ray Train sets it before its process group
     for name in (*names, "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)  # now restored (unset) after the test, whoever sets it
@@ -158,6 +160,40 @@ def test_nccl_is_told_where_to_log_before_the_process_group_exists(nccl, monkeyp
     assert (seen.get("NCCL_DEBUG"), seen.get("NCCL_DEBUG_SUBSYS")) == ("INFO", "INIT,NET")
     assert seen.get("NCCL_DEBUG_FILE") == str(preflight_module.nccl_log_file())
     assert Path(seen["NCCL_DEBUG_FILE"]).parent.is_dir()  # NCCL opens the file, it makes no directory
+
+
+def test_on_the_ray_path_nccl_is_told_where_to_log_before_the_process_group_exists(nccl, monkeypatch):
+    """Ray Train creates a worker's process group before the training function runs, so the log is
+    set up by the job's worker process setup hook: what `trainer.ray_train` gives `ray.init`, as
+    Ray turns it into the job's environment, run as Ray's worker process runs it at its start, then
+    Ray Train's own process group set-up for that worker, with NCCL faked."""
+    import ray
+    from ray._private import ray_constants
+    from ray._private.runtime_env.setup_hook import (
+        load_and_execute_setup_hook,
+        upload_worker_process_setup_hook_if_needed,
+    )
+    from ray.train.torch.config import _setup_torch_process_group
+    from trainer import ray_train
+
+    inits = []
+    monkeypatch.setattr(ray, "init", lambda **kwargs: inits.append(kwargs))
+    monkeypatch.setattr(
+        ray_train.TorchTrainer, "fit", lambda self: SimpleNamespace(error=None, checkpoint=None)
+    )
+    assert ray_train.main(["--num-workers", "2", "--use-gpu", "--preflight-efa-per-node", "32"]) == 0
+    env_vars = upload_worker_process_setup_hook_if_needed(dict(inits[0]["runtime_env"]), worker=None)[
+        "env_vars"
+    ]
+    assert "NCCL_DEBUG_FILE" not in os.environ  # the driver's own environment is left alone
+    assert load_and_execute_setup_hook(env_vars[ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR]) is None
+    _setup_torch_process_group("nccl", world_rank=0, world_size=2, init_method="env://", timeout_s=300)
+    seen = nccl.env_at_init
+    assert (seen.get("NCCL_DEBUG"), seen.get("NCCL_DEBUG_SUBSYS")) == ("INFO", "INIT,NET")
+    assert seen.get("NCCL_DEBUG_FILE") == str(preflight_module.nccl_log_file())
+    assert Path(seen["NCCL_DEBUG_FILE"]).parent.is_dir()
+    # A job that checks no nodes leaves NCCL's log as the job's env sets it.
+    assert ray_train.main(["--num-workers", "2"]) == 0 and inits[1]["runtime_env"] == {}
 
 
 def test_the_check_finds_the_network_nccl_logged_at_init(nccl, monkeypatch, tmp_path, capsys):

@@ -104,16 +104,17 @@ def test_latest_complete_skips_torn_checkpoints(tmp_path):
 @pytest.mark.slow(seconds=50)
 @SHARES_THE_UNINTERRUPTED_RUN
 def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_checkpoint(
-    tmp_path, uninterrupted_run
+    tmp_path, uninterrupted_run, moto_server
 ):
-    """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them (tests/support/node_drill.py).
+    """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them, each with its own
+    checkpoint directory and S3 as the only medium they share (tests/support/node_drill.py).
     First a node that does not host the rendezvous is lost, launcher and workers, with no chance to
-    clean up: the survivor's torchrun restarts its workers and admits the replacement. Then worker-0
-    is lost with the store: the survivor exits 138 (retryable), and the recreated pods meet in a
-    new rendezvous. Each time the job resumes from the newest complete checkpoint (never from the
-    torn save the lost node left), and it ends at the right step with the losses of an
-    uninterrupted run of the same schedule, which is checked first: two torchrun processes whose
-    loss goes down."""
+    clean up: the survivor's torchrun restarts its workers and admits the replacement, whose
+    directory is empty. Then worker-0 is lost with the store: the survivor exits 138 (retryable),
+    and the recreated pods, both with empty directories, meet in a new rendezvous. Each time the job
+    resumes from S3's newest complete checkpoint (never from a torn save), and it ends at the right
+    step with the losses of an uninterrupted run of the same schedule, which is checked first: two
+    torchrun processes whose loss goes down."""
     args = ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--collective-timeout", "30"]
     assert UNINTERRUPTED_ARGS[:6] == tuple(args[:6])  # the reference trains the same schedule
     uninterrupted = uninterrupted_run.records
@@ -135,18 +136,21 @@ def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_chec
         "__1_0.distcp",
     ]
 
-    job = TwoNodeJob(tmp_path / "job", args, env=QUICK_DETECTION)
+    job = TwoNodeJob(tmp_path / "job", args, "s3://ckpt/job", env=QUICK_DETECTION)
+    newest = []  # S3's newest complete step at each loss: no step, so no marker, completes after one
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")
-        job.wait_for_checkpoint(20)
+        job.wait_for_checkpoint(10)
         job.lose("worker-1")
-        torn = checkpoint.step_dir(tmp_path / "job" / "ckpt", 25)  # a save the lost node never finished
+        newest.append(job.s3_steps()[-1])
+        torn = checkpoint.step_dir(job.volume("worker-0"), newest[0] + 5)  # a save never finished
         torn.mkdir()
-        (torn / "__1_0.distcp").write_bytes(b"half a shard")
+        (torn / "__0_0.distcp").write_bytes(b"half a shard")
         job.start("worker-1-replacement")
-        job.wait_for_checkpoint(30)
+        job.wait_for_checkpoint(newest[0] + 10)
         job.lose("worker-0")
+        newest.append(job.s3_steps()[-1])
         assert job.exit_code("worker-1-replacement") == RETRYABLE_EXIT_CODE
         assert "the rendezvous store (127.0.0.1:" in job.log("worker-1-replacement")
         job.start("worker-0-replacement", hosts_store=True)
@@ -161,9 +165,12 @@ def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_chec
         for r in metrics_of(job.log(name))
     ]
     starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
-    assert starts == [0, 20, 30]  # each loss resumed from the newest complete checkpoint, not 25
+    assert (
+        starts == [0, *newest] and newest[0] < newest[1] < 40
+    )  # each loss: the newest complete, not the torn one
     trained = losses(records)
-    assert max(trained) == 40 and checkpoint.latest_complete(tmp_path / "job" / "ckpt") == 40
+    assert max(trained) == 40 and job.s3_steps()[-1] == 40
+    assert checkpoint.complete_steps(job.volume("worker-1-recreated"))[-1] == 40
     for step, value in trained.items():
         if step % 10:  # a window that straddles a resume is partial; the others match
             assert value == pytest.approx(reference[step], abs=2e-3), (step, value, reference[step])

@@ -7,11 +7,16 @@ rank 0 the metadata, and the marker goes up last, so S3 obeys the same rule (and
 an S3 step only once its marker is there: trainer.ray_train).
 
 `--checkpoint-dir` may be node-local (each node keeps its own ranks' files) or shared by all
-nodes; the store finds out which at start. Resuming, the ranks agree on a step every rank can
-load: the newest complete one in S3 when S3 is set (fetched by one process per node, or by one
-process in all on a shared volume), else the newest complete step every rank sees. Every node
-prunes its own copies. Transfers wait on the long-timeout control group, never on the training
-collectives' timeout.
+nodes; the store finds out which at start. A rank reads more than its own file: DCP plans values
+that are not sharded (the optimizer's `step`, `param_groups`) on every rank and keeps one copy
+(torch/distributed/checkpoint/_dedup_save_plans.py), which the store has written by the lowest
+rank (`dedup_save_to_lowest_rank`), so rank 0's file is read by all. Resuming, the ranks agree on
+the newest complete step (S3's, any volume's) that every rank can load: a rank can when every file
+its load plan reads (DCP's own planner over the step's `.metadata`) is on its volume, or the step
+is complete in S3, from which each volume fetches what its ranks lack (one process per volume).
+A complete step that no rank set can load ends the run with a sentence naming the step and the
+missing file: never a silent start from step 0. Every node prunes its own copies. Transfers wait
+on the long-timeout control group, never on the training collectives' timeout.
 
 A background save copies the state into one host staging buffer that the store keeps for the run
 (pinned when CUDA is there), and the next save reuses it only once the previous write is done. A
@@ -26,6 +31,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -36,10 +42,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from trainer import storage
+from trainer.resilience import CheckpointUnavailable
 
 MARKER = "COMPLETE"
 METADATA = ".metadata"
@@ -127,11 +135,28 @@ def _install(path: Path, fill: Callable[[Path], None]) -> None:
         shutil.rmtree(staging, ignore_errors=True)  # only what a failure left: a rename moved it
 
 
-def fetch_from_s3(root: Path, s3_uri: str, step: int) -> None:
-    """Download one complete S3 checkpoint into root (replacing a partial local copy)."""
+def files_read(path: Path, state: dict) -> set[str]:
+    """Every file this rank's load of `state` from `path` opens: DCP's own load plan over the
+    step's metadata, each read item's file as FileSystemReader.read_data finds it
+    (torch/distributed/checkpoint/filesystem.py), and the metadata itself."""
+    metadata = dcp.FileSystemReader(str(path)).read_metadata()
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(state, metadata, is_coordinator=False)
+    storage_data = metadata.storage_data
+    return {METADATA} | {
+        storage_data[item.storage_index].relative_path for item in planner.create_local_plan().items
+    }
+
+
+def fetch_files(root: Path, s3_uri: str, step: int, names: list[str]) -> None:
+    """Download `names` of S3's complete `step` into root's step directory, then its marker. Each
+    file lands whole (storage.download_file renames it into place); the marker comes last, so a
+    fetch cut short leaves the step incomplete on this volume, to be completed next time."""
     path = step_dir(root, step)
     bucket, prefix = storage.split_s3_uri(s3_uri)
-    _install(path, lambda staging: storage.download_prefix(bucket, f"{prefix}/{path.name}", staging))
+    for name in [*names, MARKER]:
+        if not (path / name).is_file():
+            storage.download_file(bucket, f"{prefix}/{path.name}/{name}", path / name)
 
 
 def install_copy(root: Path, source: Path) -> int:
@@ -172,9 +197,11 @@ class CheckpointStore:
         self.s3_uri = s3_uri
         self.rank = dist.get_rank()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.shared = self._volume_is_shared()
+        # Each rank's volume, named by the lowest rank that sees it: one per node, or one in all.
+        self.volumes = self._volumes()
+        self.shared = len(set(self.volumes)) == 1
         # One process writes what a volume holds once: per node, or once in all on a shared volume.
-        self.volume_writer = self.rank == 0 if self.shared else self.local_rank == 0
+        self.volume_writer = self.volumes[self.rank] == self.rank
         self._upload: tuple[Path, threading.Thread] | None = None
         self._upload_error: Exception | None = None
         # torch/distributed/checkpoint/_state_dict_stager.py (StateDictStager): staged storages are
@@ -191,56 +218,91 @@ class CheckpointStore:
     def _barrier(self) -> None:
         dist.barrier(group=self.control)
 
-    def _volume_is_shared(self) -> bool:
-        """Whether every rank sees the same checkpoint directory (rank 0 leaves a probe file)."""
+    def _volumes(self) -> list[int]:
+        """For each rank, the lowest rank whose probe file it sees in the checkpoint directory: ranks
+        on one node share theirs (its local rank 0 writes one), and a shared volume shows all."""
         self.root.mkdir(parents=True, exist_ok=True)
-        token = [f".probe-{uuid.uuid4().hex}" if self.rank == 0 else None]
+        token = [uuid.uuid4().hex if self.rank == 0 else None]
         dist.broadcast_object_list(token, src=0, group=self.control)
-        probe = self.root / token[0]
-        if self.rank == 0:
+        probe = self.root / f".probe-{token[0]}-{self.rank}"
+        if self.local_rank == 0:
             probe.touch()
         self._barrier()
-        seen = self._gather(probe.exists())
+        seen = min(int(p.name.rsplit("-", 1)[1]) for p in self.root.glob(f".probe-{token[0]}-*"))
+        volumes = self._gather(seen)
         self._barrier()
-        if self.rank == 0:
-            probe.unlink(missing_ok=True)
-        return all(seen)
+        probe.unlink(missing_ok=True)
+        return volumes
 
-    def loadable_steps(self) -> set[int]:
-        """Complete steps this rank can load from its own volume: marker, metadata, own shards."""
-        return {
-            step
-            for step in complete_steps(self.root)
-            if (step_dir(self.root, step) / METADATA).is_file()
-            and any(step_dir(self.root, step).glob(f"__{self.rank}_*.distcp"))
-        }
+    def resume_step(self, state: dict) -> int | None:
+        """The newest complete step every rank can load, fetching from S3 what a volume lacks; None
+        when no volume and no S3 prefix holds a complete step. Candidates, newest first: S3's
+        complete steps and every volume's; a step only some volumes hold, which S3 does not, is
+        passed over for an older one, and when none is left the run ends (CheckpointUnavailable)."""
+        listed = [s3_complete_steps(self.s3_uri) if self.rank == 0 and self.s3_uri else []]
+        dist.broadcast_object_list(listed, src=0, group=self.control)
+        in_s3 = set(listed[0])
+        candidates = sorted(in_s3.union(*self._gather(complete_steps(self.root))), reverse=True)
+        refused: list[tuple[int, int, str]] = []
+        for step in candidates:
+            lacking = self._gather(self._lacking(step, state, step in in_s3))
+            if step in in_s3:
+                self._fetch(step, lacking)
+                return step
+            absent = [(rank, names[0]) for rank, names in enumerate(lacking) if names]
+            if not absent:
+                return step
+            refused.append((step, *absent[0]))
+            if self.rank == 0:
+                sys.stderr.write(f"checkpoint: step {step} passed over: {self._missing(*refused[-1])}\n")
+        if refused:
+            unavailable = CheckpointUnavailable(
+                f"{self._missing(*refused[0])}; not starting from step 0 while a complete checkpoint "
+                "exists: give every node the checkpoint's files (--s3-checkpoints, or one shared "
+                "--checkpoint-dir) and restart"
+            )
+            sys.stderr.write(f"checkpoint: {unavailable}\n")  # every rank's log says why it exits
+            sys.stderr.flush()
+            raise unavailable
+        return None
 
-    def resume_step(self) -> int | None:
-        """The newest step every rank can load. Candidates: rank 0's complete local steps and S3's
-        newest complete one, which each volume that cannot load it fetches first."""
-        known = [(set(), None)]
-        if self.rank == 0:
-            remote = s3_complete_steps(self.s3_uri) if self.s3_uri else []
-            known = [(set(complete_steps(self.root)), remote[-1] if remote else None)]
-        dist.broadcast_object_list(known, src=0, group=self.control)
-        candidates, s3_newest = known[0]
-        if s3_newest is not None:
-            candidates.add(s3_newest)
-            if self.volume_writer and not (step_dir(self.root, s3_newest) / METADATA).is_file():
-                # This volume holds only its own ranks' files (or none): take the whole step.
-                fetch_from_s3(self.root, self.s3_uri, s3_newest)
+    def _missing(self, step: int, rank: int, name: str) -> str:
+        where = (
+            f"S3 ({self.s3_uri}) does not hold it complete" if self.s3_uri else "no --s3-checkpoints is set"
+        )
+        return f"step {step} is complete but rank {rank} cannot load it: its volume lacks {name} and {where}"
+
+    def _lacking(self, step: int, state: dict, in_s3: bool) -> list[str]:
+        """The files of `step` this rank would read that its volume does not hold."""
+        path = step_dir(self.root, step)
+        if in_s3:  # the load plan needs the metadata: each volume fetches it first
+            if self.volume_writer and not (path / METADATA).is_file():
+                bucket, prefix = storage.split_s3_uri(self.s3_uri)
+                storage.download_file(bucket, f"{prefix}/{path.name}/{METADATA}", path / METADATA)
             self._barrier()
-        for steps in self._gather(self.loadable_steps()):
-            candidates &= steps
-        return max(candidates) if candidates else None
+        if not (path / METADATA).is_file():
+            return [METADATA]
+        return sorted(name for name in files_read(path, state) if not (path / name).is_file())
+
+    def _fetch(self, step: int, lacking: list[list[str]]) -> None:
+        """Each volume's writer fetches, from S3, the files any rank on its volume lacks."""
+        if self.volume_writer:
+            mine = {
+                name
+                for rank, names in enumerate(lacking)
+                if self.volumes[rank] == self.rank
+                for name in names
+            }
+            fetch_files(self.root, self.s3_uri, step, sorted(mine))
+        self._barrier()
 
     def load_latest(self, model, optimizer) -> int:
         """Load the agreed checkpoint; return its step (0 when there is none)."""
-        step = self.resume_step()
-        if step is None:
-            return 0
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
+        step = self.resume_step(state)
+        if step is None:
+            return 0
         dcp.load(state, checkpoint_id=str(step_dir(self.root, step)), process_group=self.control)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         return step
@@ -301,14 +363,20 @@ class CheckpointStore:
         if self._writing is not None:  # the staging buffer is that write's source until it is on disk
             self._writing.result()
             self._writing = None
+        # Values every rank holds alike go to rank 0's file, whose copy every node can fetch.
+        planner = DefaultSavePlanner(dedup_save_to_lowest_rank=True)
         if background:
             # Staged into the buffer now, written by a thread; its collectives use the control group.
             future = dcp.async_save(
-                state, checkpoint_id=str(path), process_group=self.control, async_stager=self.stager
+                state,
+                checkpoint_id=str(path),
+                process_group=self.control,
+                async_stager=self.stager,
+                planner=planner,
             )
             self._writing = future
         else:
-            dcp.save(state, checkpoint_id=str(path), process_group=self.control)
+            dcp.save(state, checkpoint_id=str(path), process_group=self.control, planner=planner)
             future = None
         return PendingSave(self, step, path, keep, future)
 

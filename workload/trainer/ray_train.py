@@ -51,6 +51,12 @@ from trainer.train import train
 # Where a worker links its files for Ray's background upload (on the checkpoint volume: a hard
 # link, never a copy); Ray deletes each directory once uploaded, a restart what a failure left.
 UPLOADS = ".ray-uploads"
+# The node check reads the network from NCCL's log, whose settings NCCL reads once, at its first
+# line (trainer.preflight.log_nccl_network). Ray Train creates each worker's process group before
+# the training function runs (ray/train/torch/config.py, _TorchBackend.on_start), so the settings
+# come from a worker process setup hook: Ray runs it in each of the job's worker processes as the
+# process starts, before any task or actor (ray/_private/workers/default_worker.py).
+NCCL_LOG_HOOK = "trainer.preflight.log_nccl_network"
 
 
 class RayCheckpoints:
@@ -278,10 +284,20 @@ def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
     )
 
 
+def runtime_env(cfg: TrainConfig) -> dict:
+    """The job's runtime environment: NCCL's log set up in every worker process when the job
+    checks its own nodes, as trainer.train's main does before its process group."""
+    return {"worker_process_setup_hook": NCCL_LOG_HOOK} if cfg.checks_own_nodes else {}
+
+
 def main(argv: list[str] | None = None) -> int:
+    trainer = build_trainer(argv)
+    cfg = TrainConfig.from_dict(trainer.train_loop_config)
     # On a RayCluster/RayJob pod RAY_ADDRESS points at the head; locally Ray starts one.
-    ray.init(address=os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
-    result = build_trainer(argv).fit()
+    ray.init(
+        address=os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True, runtime_env=runtime_env(cfg)
+    )
+    result = trainer.fit()
     print(f"ray train finished: error={result.error!r}, checkpoint={result.checkpoint}", flush=True)
     return 0 if result.error is None else FAILED_EXIT_CODE
 

@@ -30,6 +30,9 @@ from trainer.distributed import DistContext
 FAILED_EXIT_CODE = 1
 # The job's own nodes failed the check before step 0 (PreflightFailed): permanent.
 PREFLIGHT_EXIT_CODE = 3
+# A complete checkpoint exists that the ranks cannot load (CheckpointUnavailable): permanent, since a
+# retry would meet the same missing file, and starting from step 0 would silently lose every step.
+CHECKPOINT_UNAVAILABLE_EXIT_CODE = 4
 # A rank that stopped making progress (a hung collective, a dead peer, a stuck loader) exits with
 # this, after dumping every thread's stack: torchrun restarts the workers, which resume from the
 # newest complete checkpoint.
@@ -67,15 +70,23 @@ class StopRequested:
 
 
 class Agreement:
-    """Per-step decisions every rank must share: stop (SIGTERM on any node), checkpoint now
-    (time-based, by rank 0's clock), and whether any rank is still writing or uploading a
-    checkpoint (so a finished one is marked complete at once, not at the next save). One tiny MAX
-    all-reduce per step."""
+    """Decisions every rank must share: stop (SIGTERM on any node), checkpoint now (time-based, by
+    rank 0's clock), and whether any rank is still writing or uploading a checkpoint (so a finished
+    one is marked complete). Agreed every `every` steps (the log interval) and at the last step, in
+    one tiny MAX all-reduce read back to the host once, as the step's loss is: between them the
+    host never waits for the GPU and queues the next step while this one runs (torchtitan syncs
+    only at log steps too). So k = `every`: a rank that wants to stop is heard within k steps, and
+    every rank stops at the same step."""
 
-    def __init__(self, ctx: DistContext, checkpoint_seconds: float):
+    def __init__(self, ctx: DistContext, checkpoint_seconds: float, every: int):
         self.ctx = ctx
         self.checkpoint_seconds = checkpoint_seconds
+        self.every = every
         self.last_checkpoint = time.monotonic()
+
+    def due(self, step: int, last_step: int) -> bool:
+        """Whether the ranks agree after `step`: every rank computes the same answer from the step."""
+        return step % self.every == 0 or step == last_step
 
     def decide(self, stop: bool, writing: bool = False, uploading: bool = False) -> Decision:
         due = (
@@ -152,3 +163,18 @@ class Drained(SystemExit):
     DRAINED_EXIT_CODE (retryable), never 0, which would end an elastic PyTorchJob as Succeeded."""
 
     code = DRAINED_EXIT_CODE
+
+
+class CheckpointUnavailable(SystemExit):
+    """A complete checkpoint exists (in S3 or on a volume) that the ranks cannot load: exit
+    CHECKPOINT_UNAVAILABLE_EXIT_CODE (permanent) with one line naming the step and the missing
+    file, instead of training from step 0."""
+
+    code = CHECKPOINT_UNAVAILABLE_EXIT_CODE
+
+    def __init__(self, message: str):
+        super().__init__(CHECKPOINT_UNAVAILABLE_EXIT_CODE)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

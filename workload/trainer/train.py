@@ -151,7 +151,7 @@ class Loop:
         )
 
         self.stop = StopRequested()
-        self.agree = Agreement(ctx, cfg.checkpoint_minutes * 60)
+        self.agree = Agreement(ctx, cfg.checkpoint_minutes * 60, every=cfg.log_every)
         self.tokens_per_step = cfg.batch_size * cfg.sequence_length * ctx.world_size
         self.fpt = flops_per_token(MODEL_SIZES[cfg.model], cfg.sequence_length)
         self.peak = peak_flops(ctx.device)
@@ -185,22 +185,27 @@ class Loop:
         return self.last_record
 
     def one_step(self) -> bool:
-        """Train a step, then do what every rank agreed on; False when the run stops here."""
+        """Train a step, then, at an agreement step (every log interval), do what every rank agreed
+        on; False when the run stops here. Between agreements nothing waits for the device."""
         cfg = self.cfg
         self.hang_if_drilled()
         self.train_one_batch()
         self.watchdog.beat()
+        every = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+        if not self.agree.due(self.step, cfg.steps):
+            if every:  # every rank knows the step: nothing to agree on
+                self.save(last=False)
+            return True
         decision = self.agree.decide(
             self.stop.requested,
             self.pending is not None and not self.pending.written(),
             self.store.uploading(),
         )
         self.settle_checkpoints(decision)
-        if self.step % cfg.log_every == 0 or self.step == cfg.steps:
-            self.log_window()
-        every = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
-        if every or decision.checkpoint_due or decision.stop or self.step == cfg.steps:
-            self.save(last=decision.stop or self.step == cfg.steps)
+        last = decision.stop or self.step == cfg.steps
+        if every or decision.checkpoint_due or last:
+            self.save(last=last)  # before the window's record, which counts its stall
+        self.log_window()
         if decision.stop:
             log(self.ctx, {"event": "stopped", "step": self.step, "reason": "SIGTERM"})
             return False
@@ -224,7 +229,8 @@ class Loop:
     def settle_checkpoints(self, decision: Decision) -> None:
         """Every rank's files are written: mark the checkpoint complete now (a fault before the
         next save resumes from it); its upload goes on in the background, and its S3 marker
-        follows as soon as every rank's upload is done."""
+        follows as soon as every rank's upload is done. The time counts as checkpoint stall."""
+        started = time.perf_counter()
         if self.pending is not None and not decision.any_writing and not decision.any_uploading:
             with self.watchdog.pause():
                 self.finish(self.pending)
@@ -233,6 +239,9 @@ class Loop:
         elif self.pending is None and self.store.has_upload() and not decision.any_uploading:
             with self.watchdog.pause():
                 self.store.settle_uploads()
+        else:
+            return
+        self.window.checkpoint_stall += time.perf_counter() - started
 
     def log_window(self) -> None:
         """The window's record (with validation loss when due) to the log, MLflow and `report`."""

@@ -1,0 +1,87 @@
+"""Restarts on production's layout: each pod its own checkpoint directory, S3 the only medium they
+share. A rank reads more than its own shard (DCP keeps one copy of the values every rank holds, the
+optimizer's `step` and `param_groups`, in one rank's file), so a pod resumes only once its
+directory holds every file its load plan reads, fetched from S3 where it lacks them; and a complete
+checkpoint that cannot be loaded ends the job with a sentence, never a start from step 0."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from support.node_drill import QUICK_DETECTION, TwoNodeJob
+from support.ports import unused_port
+from support.training import losses, metrics_of, static_node
+from trainer import checkpoint
+from trainer.resilience import CHECKPOINT_UNAVAILABLE_EXIT_CODE
+
+
+@pytest.mark.slow(seconds=35)
+def test_a_worker_killed_in_place_resumes_from_the_newest_checkpoint_with_its_pods_directory(
+    tmp_path, moto_server
+):
+    """The trainer in worker-1's pod is SIGKILLed (an OOM kill, a watchdog exit): its torchrun
+    restarts it in place and worker-0's torchrun restarts its own, directories as they were. Both
+    resume from S3's newest complete step; rank 0's pod, which holds only its own shard, fetches
+    nothing but what its load plan reads."""
+    args = ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--collective-timeout", "30"]
+    args += ["--keep-checkpoints", "4"]  # the resumed step stays on the volumes to be looked at
+    job = TwoNodeJob(tmp_path / "job", args, "s3://ckpt/job", env=QUICK_DETECTION)
+    try:
+        job.start("worker-0", hosts_store=True)
+        job.start("worker-1")
+        job.wait_for_checkpoint(10)
+        job.kill_workers("worker-1")
+        newest = job.s3_steps()[-1]  # no step, so no S3 marker, completes with a rank gone
+        assert job.finish() == {"worker-0": 0, "worker-1": 0}
+    finally:
+        job.stop()
+
+    logs = {name: job.log(name) for name in ("worker-0", "worker-1")}
+    starts = [r["resumed_from"] for r in metrics_of(logs["worker-0"]) if r.get("event") == "start"]
+    assert starts == [0, newest]
+    assert "exitcode  : -9" in logs["worker-1"] or "exitcode: -9" in logs["worker-1"], logs["worker-1"][
+        -3000:
+    ]
+    assert "FileNotFoundError" not in logs["worker-0"] + logs["worker-1"]
+    assert max(losses(metrics_of(logs["worker-0"]))) == 40 and job.s3_steps()[-1] == 40
+    # The resumed step on each pod: worker-1 fetched the metadata and rank 0's file it reads; both
+    # marked it complete.
+    resumed = {
+        name: sorted(p.name for p in checkpoint.step_dir(job.volume(name), newest).iterdir()) for name in logs
+    }
+    assert resumed["worker-1"] == [".metadata", "COMPLETE", "__0_0.distcp", "__1_0.distcp"]
+    assert "COMPLETE" in resumed["worker-0"] and "__0_0.distcp" in resumed["worker-0"]
+
+
+@pytest.mark.slow(seconds=20)
+def test_a_complete_checkpoint_no_rank_set_can_load_ends_the_job_with_a_sentence(tmp_path):
+    """Node-local directories without S3: worker-1's pod is replaced by one with an empty
+    directory. Worker-0's directory holds complete steps 10 and 20, which rank 1 cannot read
+    (the metadata and rank 0's file are on worker-0's node): both exit, naming the newest step and
+    the missing file, instead of training from step 0."""
+    volumes = (tmp_path / "worker-0", tmp_path / "worker-1")
+    args = ("--checkpoint-every", "10", "--log-every", "5")
+    port = unused_port()
+    first = [static_node(tmp_path, rank, port, volumes[rank], "--steps", "20", *args) for rank in (0, 1)]
+    for proc in first:
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode == 0, out[-3000:]
+    assert checkpoint.complete_steps(volumes[0]) == [10, 20]
+    shutil.rmtree(volumes[1])  # the replacement pod's emptyDir
+
+    port = unused_port()
+    second = [static_node(tmp_path, rank, port, volumes[rank], "--steps", "30", *args) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=300)[0] for proc in second]
+    for proc, out in zip(second, outs, strict=True):
+        assert proc.returncode != 0, out[-3000:]
+        assert (
+            "checkpoint: step 20 is complete but rank 1 cannot load it: its volume lacks .metadata and "
+            "no --s3-checkpoints is set; not starting from step 0"
+        ) in out, out[-3000:]
+        assert (
+            f"exitcode  : {CHECKPOINT_UNAVAILABLE_EXIT_CODE}" in out
+            or f"exitcode: {CHECKPOINT_UNAVAILABLE_EXIT_CODE}" in out
+        )
+    assert not [r for out in outs for r in metrics_of(out) if "loss" in r]  # no step trained
+    assert "checkpoint: step 20 passed over" in outs[0] and "step 10 passed over" in outs[0]
