@@ -24,6 +24,7 @@ lost steps are trained again at the given step time. The figures are printed, ne
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -84,7 +85,8 @@ def main() -> int:
     print(f"node loss one step before a checkpoint, {a.model} model, 2 nodes x 1 CPU process (gloo)")
     print("each pod its own checkpoint directory, S3 (moto's server on loopback) shared")
     print(f"{'interval':>8} {'reached':>7} {'resumed':>7} {'lost':>5} {'resume s':>9} {'recover s':>9}")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the S3 server's line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     os.environ.update(
