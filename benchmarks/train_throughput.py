@@ -5,8 +5,8 @@
     python benchmarks/train_throughput.py --model 1b ... --no-compile --checkpoint-every 0
 
 Runs `trainer.train.train` with the job's own flags (any trainer flag is passed through): the data
-loader over a token file (generated, as the trainer does without `--data`), every step's agreement
-and host sync, logging's all-reduce, and checkpoints at the job's cadence (DCP's async save to
+loader over a token file (generated, as the trainer does without `--data`), the agreement
+and its host sync at each log step, logging's all-reduce, and checkpoints at the job's cadence (DCP's async save to
 `--checkpoint-dir`, the last one synchronous; with `--s3-checkpoints` mirrored to S3 as well).
 From rank 0's metrics records after the warm-up windows (compilation, first allocations) it reports
 step time, tokens/s, MFU (PaLM/torchtitan convention, printed), goodput (time training / wall time:

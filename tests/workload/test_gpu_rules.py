@@ -105,9 +105,9 @@ def test_a_jobs_own_node_check_runs_before_step_0_and_fails_the_job_for_good(mon
     assert (tmp_path / "termination-log").read_text().startswith(problems[0][:40])
 
 
-def test_the_agreement_reads_its_flags_back_once_a_step(monkeypatch):
-    """Every step's decision is one all-reduce and one read back to the host: on a GPU each read
-    waits for the stream, so four flags read one by one were four syncs a step."""
+def test_the_agreement_reads_its_flags_back_once(monkeypatch):
+    """Each agreement (every log step: test_agreement.py) is one all-reduce and one read back to
+    the host: on a GPU each read waits for the stream, so four flags read one by one were four."""
     with emulated_nccl(monkeypatch) as spy:
         decision = Agreement(gpu_context(), checkpoint_seconds=0, every=5).decide(stop=False)
     assert decision == Decision(stop=True, checkpoint_due=True, any_writing=True, any_uploading=True)

@@ -196,7 +196,6 @@ class CheckpointStore:
         self.control = control
         self.s3_uri = s3_uri
         self.rank = dist.get_rank()
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         # Each rank's volume, named by the lowest rank that sees it: one per node, or one in all.
         self.volumes = self._volumes()
         self.shared = len(set(self.volumes)) == 1
@@ -219,14 +218,13 @@ class CheckpointStore:
         dist.barrier(group=self.control)
 
     def _volumes(self) -> list[int]:
-        """For each rank, the lowest rank whose probe file it sees in the checkpoint directory: ranks
-        on one node share theirs (its local rank 0 writes one), and a shared volume shows all."""
+        """For each rank, the lowest rank whose probe file it sees in the checkpoint directory (every
+        rank leaves one): the ranks of one node see each other's, and a shared volume shows all."""
         self.root.mkdir(parents=True, exist_ok=True)
         token = [uuid.uuid4().hex if self.rank == 0 else None]
         dist.broadcast_object_list(token, src=0, group=self.control)
         probe = self.root / f".probe-{token[0]}-{self.rank}"
-        if self.local_rank == 0:
-            probe.touch()
+        probe.touch()
         self._barrier()
         seen = min(int(p.name.rsplit("-", 1)[1]) for p in self.root.glob(f".probe-{token[0]}-*"))
         volumes = self._gather(seen)

@@ -136,8 +136,6 @@ def train_loop_per_worker(config: dict) -> None:
     cfg = TrainConfig.from_dict(config)
     context = ray.train.get_context()
     device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
-    # checkpoint.py elects one writer per node by LOCAL_RANK, as under torchrun.
-    os.environ["LOCAL_RANK"] = str(context.get_local_rank())
     control = control_group(cfg.transfer_timeout)
     rank = context.get_world_rank()
     ctx = DistContext(rank, context.get_world_size(), context.get_local_rank(), device, control)
