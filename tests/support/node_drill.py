@@ -81,7 +81,9 @@ class TwoNodeJob:
 
     tmp: Path
     trainer_args: list[str]
-    s3_uri: str  # the job's checkpoints in S3 (on moto's server)
+    # The job's checkpoints in S3 (on moto's server), a prefix of the test's own: moto keeps one
+    # state per process, which every server it starts there shares.
+    s3_uri: str
     # Over the operator's env: a test's shorter waits (QUICK_DETECTION); the benchmark keeps torch's.
     env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=unused_port)

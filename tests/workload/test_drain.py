@@ -17,7 +17,7 @@ from trainer.resilience import DRAINED_EXIT_CODE
 def test_a_drained_node_is_recreated_and_the_job_resumes_from_the_drains_checkpoint(tmp_path, moto_server):
     # Steps long enough to drain mid-run; checkpoints only at the end (and on the drain).
     args = ["--steps", "60", "--checkpoint-every", "0", "--log-every", "5", "--collective-timeout", "30"]
-    job = TwoNodeJob(tmp_path / "job", args, "s3://ckpt/job", env=QUICK_DETECTION)
+    job = TwoNodeJob(tmp_path / "job", args, f"s3://ckpt/{tmp_path.name}", env=QUICK_DETECTION)
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")

@@ -26,7 +26,7 @@ def test_a_worker_killed_in_place_resumes_from_the_newest_checkpoint_with_its_po
     nothing but what its load plan reads."""
     args = ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--collective-timeout", "30"]
     args += ["--keep-checkpoints", "4"]  # the resumed step stays on the volumes to be looked at
-    job = TwoNodeJob(tmp_path / "job", args, "s3://ckpt/job", env=QUICK_DETECTION)
+    job = TwoNodeJob(tmp_path / "job", args, f"s3://ckpt/{tmp_path.name}", env=QUICK_DETECTION)
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")

@@ -1,6 +1,7 @@
 """A checkpoint downloaded from S3 lands inside its directory, whatever the keys under its prefix
 say: a key that resolves elsewhere (`..`, an absolute path) is refused before anything is written,
-so whoever can write a job's prefix cannot write the node's files through a resume."""
+so whoever can write a job's prefix cannot write the node's files through a resume; nor through a
+file name in the step's metadata, which names what the trainer fetches."""
 
 from __future__ import annotations
 
@@ -57,8 +58,10 @@ def test_keys_inside_the_directory_are_downloaded_and_directory_markers_skipped(
     ]
 
 
-def test_a_refused_checkpoint_leaves_no_partial_copy(s3, tmp_path):
-    """Through the trainer's own fetch: the staging directory goes, nothing is installed."""
+def test_a_file_the_metadata_names_outside_the_step_is_refused_before_anything_is_written(s3, tmp_path):
+    """Through the trainer's own fetch, whose names come from the step's `.metadata` (written by
+    whoever can write the prefix): nothing is written, not even the good shard or the marker, so
+    the step stays incomplete on the volume."""
     step = f"{PREFIX}/step_00000100"
     s3.put_object(Bucket=BUCKET, Key=f"{step}/__0_0.distcp", Body=b"shard")
     s3.put_object(Bucket=BUCKET, Key=f"{step}/{checkpoint.MARKER}", Body=b'{"step": 100}')
@@ -66,6 +69,8 @@ def test_a_refused_checkpoint_leaves_no_partial_copy(s3, tmp_path):
     root = tmp_path / "checkpoints"
     root.mkdir()
     with pytest.raises(ValueError, match="refusing"):
-        checkpoint.fetch_from_s3(root, f"s3://{BUCKET}/{PREFIX}", 100)
-    assert list(root.iterdir()) == []
-    assert not (tmp_path / "escape.py").exists()
+        checkpoint.fetch_files(
+            root, f"s3://{BUCKET}/{PREFIX}", 100, ["__0_0.distcp", "../../../../escape.py"]
+        )
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert checkpoint.complete_steps(root) == []

@@ -136,7 +136,7 @@ def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_chec
         "__1_0.distcp",
     ]
 
-    job = TwoNodeJob(tmp_path / "job", args, "s3://ckpt/job", env=QUICK_DETECTION)
+    job = TwoNodeJob(tmp_path / "job", args, f"s3://ckpt/{tmp_path.name}", env=QUICK_DETECTION)
     newest = []  # S3's newest complete step at each loss: no step, so no marker, completes after one
     try:
         job.start("worker-0", hosts_store=True)

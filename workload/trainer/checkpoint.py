@@ -149,14 +149,18 @@ def files_read(path: Path, state: dict) -> set[str]:
 
 
 def fetch_files(root: Path, s3_uri: str, step: int, names: list[str]) -> None:
-    """Download `names` of S3's complete `step` into root's step directory, then its marker. Each
-    file lands whole (storage.download_file renames it into place); the marker comes last, so a
-    fetch cut short leaves the step incomplete on this volume, to be completed next time."""
+    """Download `names` of S3's complete `step` into root's step directory, then its marker. The
+    names come from the step's metadata, which whoever can write the prefix wrote: each must land
+    inside the directory (storage.local_path), all checked before anything is written. Each file
+    lands whole (storage.download_file renames it into place); the marker comes last, so a fetch
+    cut short leaves the step incomplete on this volume, to be completed next time."""
     path = step_dir(root, step)
     bucket, prefix = storage.split_s3_uri(s3_uri)
-    for name in [*names, MARKER]:
-        if not (path / name).is_file():
-            storage.download_file(bucket, f"{prefix}/{path.name}/{name}", path / name)
+    step_prefix = f"{prefix}/{path.name}"
+    targets = {name: storage.local_path(path, bucket, step_prefix, f"{step_prefix}/{name}") for name in names}
+    for name, target in [*targets.items(), (MARKER, path / MARKER)]:
+        if not target.is_file():
+            storage.download_file(bucket, f"{step_prefix}/{name}", target)
 
 
 def install_copy(root: Path, source: Path) -> int:
