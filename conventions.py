@@ -13,6 +13,10 @@ TRACKING_NAMESPACE = "mlflow"  # the MLflow server the stack runs (tracking.mode
 
 # Every object the stack creates in the cluster.
 PART_OF = {"app.kubernetes.io/part-of": "trainstack"}
+# On a cluster the stack did not create, what a stack installed there (the Secret of each of its Helm
+# releases, the training operator's Deployment) carries this label with the stack's name: a later run
+# of that stack knows its own, whatever its namespace setting has become.
+STACK_LABEL = "trainstack.dev/stack"
 
 # Node labels. Every GPU node carries its group's name; job pods select their group by it.
 NODE_GROUP_LABEL = "trainstack.dev/node-group"

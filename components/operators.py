@@ -1,10 +1,12 @@
 """Cluster operators: NVIDIA and EFA device plugins, the Kubeflow training operator, KubeRay.
 
 On a cluster the stack did not create, the operators plane decides per operator whether the stack
-installs it or reuses the cluster's (account_checks/cluster_inventory.py): a reused one is not
+installs it or reuses the cluster's (account_checks/operator_decisions.py): a reused one is not
 installed here (`HelmOperator.enabled` false), and the device plugins it installs select the nodes
-the config describes (`gpu_groups`), not labels only the stack's own groups carry. What it installed
-it records in a ConfigMap (`own_record`), so a later run knows its own operators from others'.
+the config describes (`gpu_groups`), not labels only the stack's own groups carry. What it installs
+there carries the stack's name (`STACK_LABEL`: on each Helm release's Secret, on the training
+operator's Deployment), so a later run knows its own operators from others', and the CRDs it applies
+stay when it is destroyed (`retain_crds`): deleting a CRD deletes every object of its kind.
 
 Every upstream piece is installed from its official source at a pinned version (`RELEASES`,
 `TRAINING_OPERATOR`): Helm charts as real Helm releases (`helm list` shows them; atomic, so a
@@ -23,21 +25,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from config.operators import KUBERAY_CRD_COMMITS
-from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION
+from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, STACK_LABEL
+from domain.operators import INSTANCE_TYPE_NODE_LABEL, RELEASES, TRAINING_OPERATOR_DEPLOYMENT, HelmChart
 
 HELM_TIMEOUT_SECONDS = 600
-# The kubelet's well-known label (k8s.io/api/core/v1 LabelInstanceTypeStable): on EKS the EC2 type, on
-# HyperPod the `ml.` type.
-INSTANCE_TYPE_NODE_LABEL = "node.kubernetes.io/instance-type"
-
-
-@dataclass(frozen=True)
-class HelmChart:
-    release: str
-    chart: str
-    repository: str
-    version: str
-    namespace: str
+CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
 
 @dataclass(frozen=True)
@@ -53,39 +45,6 @@ class KustomizeSource:
         return f"{self.repository}//{self.path}?ref={commit or self.commit}"
 
 
-# Versions and sources of everything the stack installs, in one place.
-RELEASES = {
-    "nvidiaDevicePlugin": HelmChart(
-        "nvidia-device-plugin",
-        "nvidia-device-plugin",
-        "https://nvidia.github.io/k8s-device-plugin",
-        "0.20.0",
-        "kube-system",
-    ),
-    "efaDevicePlugin": HelmChart(
-        "aws-efa-k8s-device-plugin",
-        "aws-efa-k8s-device-plugin",
-        "https://aws.github.io/eks-charts",
-        "v0.5.30",
-        "kube-system",
-    ),
-    "kuberay": HelmChart(
-        "kuberay-operator",
-        "kuberay-operator",
-        "https://ray-project.github.io/kuberay-helm/",
-        "1.7.0",
-        "kuberay-system",
-    ),
-    # The queueing plane's (components/queueing.py).
-    "kueue": HelmChart("kueue", "kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", "kueue-system"),
-    "clusterAutoscaler": HelmChart(
-        "cluster-autoscaler",
-        "cluster-autoscaler",
-        "https://kubernetes.github.io/autoscaler",
-        "9.59.0",
-        "kube-system",
-    ),
-}
 # KubeRay's CRDs, as its chart's crds/ holds them (1.7.x): Helm installs crds/ once and never
 # upgrades them, so the stack applies them itself, from the commit the chart's tag names
 # (KUBERAY_CRD_COMMITS): a tag can be moved, a commit cannot. At v1.7.0's commit the four files are
@@ -104,7 +63,7 @@ def force_crd_apply(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransf
     """Resource transform: a cluster whose CRDs Helm installed (the stack before it applied them)
     holds their fields under Helm's manager; server-side apply takes them over instead of
     failing on the conflict."""
-    if args.type_ != "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition":
+    if args.type_ != CRD_TYPE:
         return None
     props = copy.deepcopy(args.props)
     meta = props.setdefault("metadata", {})
@@ -118,10 +77,16 @@ TRAINING_OPERATOR = KustomizeSource(
     "v1.9.4",
     "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",  # the commit tag v1.9.4 names
 )
-TRAINING_OPERATOR_DEPLOYMENT = ("kubeflow", "training-operator")
-# On a cluster the stack did not create: the operators it installed there, read by a later run
-# (account_checks/cluster_inventory.py) so it keeps them rather than reusing them as someone else's.
-OWN_RECORD = "trainstack-operators"
+
+
+def retain_crds(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """Resource transform, on a cluster the stack did not create: a CRD the stack applied stays when
+    the stack stops installing its operator or is destroyed. Deleting a CRD deletes every object of
+    its kind in the cluster (the owner's, other stacks' and other tools' included)."""
+    if args.type_ != CRD_TYPE:
+        return None
+    retained = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True))
+    return pulumi.ResourceTransformResult(props=args.props, opts=retained)
 
 
 @dataclass(frozen=True)
@@ -129,6 +94,7 @@ class HelmOperator:
     enabled: bool
     version: str | None
     values: dict[str, Any]
+    owner: str | None = None  # on a cluster the stack did not create: the stack's name, labelled on it
 
 
 @dataclass(frozen=True)
@@ -145,11 +111,10 @@ class ClusterOperatorsArgs:
     training_operator_ref: str | None
     kueue: HelmOperator | None = None  # installed by the queueing plane; here as decided
     # A cluster the stack did not create: each GPU group's node labels as the config describes them
-    # (EFA groups apart), and what the stack installs there, recorded in `record_namespace`.
+    # (EFA groups apart), and the stack's name, labelled on what it installs there.
     gpu_groups: dict[str, dict[str, str]] | None = None
     efa_groups: dict[str, dict[str, str]] | None = None
-    own_record: dict[str, str] | None = None
-    record_namespace: k8s.core.v1.Namespace | None = None
+    owner: str | None = None
 
 
 def nvidia_device_plugin_values() -> dict[str, Any]:
@@ -219,8 +184,9 @@ def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
     return merged
 
 
-def on_system_nodes(system_selector: dict[str, str]):
-    """A resource transform that runs the training operator's Deployment on the system nodes."""
+def on_system_nodes(system_selector: dict[str, str], owner: str | None = None):
+    """A resource transform that runs the training operator's Deployment on the system nodes and,
+    on a cluster the stack did not create, labels it with the stack's name (`owner`)."""
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         if args.type_ != "kubernetes:apps/v1:Deployment":
@@ -232,6 +198,9 @@ def on_system_nodes(system_selector: dict[str, str]):
         patched = copy.deepcopy(props)
         pod_spec = patched.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
         pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **system_selector}
+        if owner is not None:
+            labels = patched.setdefault("metadata", {}).setdefault("labels", {})
+            labels[STACK_LABEL] = owner
         return pulumi.ResourceTransformResult(props=patched, opts=args.opts)
 
     return transform
@@ -252,12 +221,14 @@ class ClusterOperators(pulumi.ComponentResource):
             efa = described_efa_values(args.efa_groups) if args.efa_groups else efa_device_plugin_values()
             self._helm("efaDevicePlugin", args.efa_device_plugin, efa)
         self.kuberay_crds = None
+        # On a cluster the stack did not create, the CRDs it applies outlive it.
+        crd_transforms = [retain_crds] if args.owner is not None else []
         if args.kuberay.enabled:
             self.kuberay_crds = k8s.yaml.v2.ConfigGroup(
                 f"{name}-kuberay-crds",
                 files=kuberay_crd_urls(args.kuberay.version or RELEASES["kuberay"].version),
                 opts=pulumi.ResourceOptions(
-                    parent=self, provider=args.provider, transforms=[force_crd_apply]
+                    parent=self, provider=args.provider, transforms=[force_crd_apply, *crd_transforms]
                 ),
             )
         self._helm("kuberay", args.kuberay, kuberay_values(args.system_selector), crds=self.kuberay_crds)
@@ -278,15 +249,8 @@ class ClusterOperators(pulumi.ComponentResource):
                     parent=self,
                     provider=args.provider,
                     depends_on=[*filter(None, [args.system_nodes])],
-                    transforms=[on_system_nodes(args.system_selector)],
+                    transforms=[on_system_nodes(args.system_selector, args.owner), *crd_transforms],
                 ),
-            )
-        if args.own_record is not None:
-            k8s.core.v1.ConfigMap(
-                f"{name}-own-record",
-                metadata={"name": OWN_RECORD, "namespace": args.record_namespace.metadata.name},
-                data=args.own_record,
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
             )
         self.register_outputs(
             {"helmReleases": list(self.installed_charts), "trainingOperator": self.training_operator_url}
@@ -322,9 +286,10 @@ def helm_release(
     skip_crds: bool = False,
 ) -> k8s.helm.v3.Release:
     """A real Helm release of `chart` at its pinned version (or the config's), atomic: a failed
-    install rolls back. An OCI chart is named by its full reference, a repository chart by name."""
+    install rolls back. An OCI chart is named by its full reference, a repository chart by name.
+    With an `owner`, the release's Secret carries the stack's name (`owner_label`)."""
     oci = chart.repository.startswith("oci://")
-    return k8s.helm.v3.Release(
+    release = k8s.helm.v3.Release(
         chart.release,
         name=chart.release,
         chart=f"{chart.repository}/{chart.chart}" if oci else chart.chart,
@@ -338,4 +303,31 @@ def helm_release(
         timeout=HELM_TIMEOUT_SECONDS,
         skip_crds=skip_crds,
         opts=opts,
+    )
+    if operator.owner is not None:
+        owner_label(chart, release, operator.owner, opts)
+    return release
+
+
+def release_secret(release: str, revision: int) -> str:
+    """The Secret Helm keeps a release's revision in (helm pkg/storage/storage.go makeKey:
+    sh.helm.release.v1.<name>.v<revision>)."""
+    return f"sh.helm.release.v1.{release}.v{revision}"
+
+
+def owner_label(
+    chart: HelmChart, release: k8s.helm.v3.Release, owner: str, opts: pulumi.ResourceOptions
+) -> k8s.core.v1.SecretPatch:
+    """The stack's name as a label on the release's current Secret. pulumi-kubernetes's Release sets
+    no labels of its own, so a patch (server-side apply, never deleting the object) adds it; Helm
+    reads the labels it does not own back into the release (pkg/storage/driver/secrets.go Query) and
+    copies them onto each next revision's Secret (pkg/action/upgrade.go, mergeCustomLabels)."""
+    return k8s.core.v1.SecretPatch(
+        f"{chart.release}-owner",
+        metadata={
+            "name": release.status.apply(lambda s: release_secret(chart.release, s.revision)),
+            "namespace": chart.namespace,
+            "labels": {STACK_LABEL: owner},
+        },
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[release])),
     )

@@ -85,19 +85,42 @@ class TrainingPodIdentityArgs:
     kms_key_arn: pulumi.Input[str] | None = None
     role_arn: str | None = None  # a role the user brings, instead of one per job for the stack's bucket
     namespace: str = TRAINING_NAMESPACE  # existingCluster.namespace on a cluster the stack did not create
+    # A cluster the stack did not create: its namespace may be the owner's, holding their claims.
+    existing_cluster: bool = False
 
 
 class TrainingPodIdentity(pulumi.ComponentResource):
-    """The training namespace, its Secrets, and one identity per job (`job_identity`)."""
+    """The training namespace, its Secrets, and one identity per job (`job_identity`).
+
+    On a cluster the stack did not create, the namespace is a NamespacePatch that sets no field: a
+    server-side apply, which uses the namespace where it exists and creates it where it does not,
+    and whose delete only gives up the fields it set (pulumi-kubernetes await.go Creation and
+    Deletion, for Patch resources): no AlreadyExists on the owner's namespace, and neither
+    `pulumi destroy` nor a changed `existingCluster.namespace` deletes one (with the claims in it).
+    A plain Namespace is created with a POST (AlreadyExists where it exists) and deleted with the
+    stack."""
 
     def __init__(self, name: str, args: TrainingPodIdentityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:compute:TrainingPodIdentity", name, None, opts)
         self._name, self._args = name, args
-        self.namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={"name": args.namespace, "labels": PART_OF},
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
-        )
+        self.namespace: k8s.core.v1.Namespace | k8s.core.v1.NamespacePatch
+        if args.existing_cluster:
+            self.namespace = k8s.core.v1.NamespacePatch(
+                f"{name}-namespace",
+                metadata={"name": args.namespace},
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    provider=args.provider,
+                    # A stack from before held it as a Namespace: taken over, not deleted.
+                    aliases=[pulumi.Alias(type_="kubernetes:core/v1:Namespace")],
+                ),
+            )
+        else:
+            self.namespace = k8s.core.v1.Namespace(
+                f"{name}-namespace",
+                metadata={"name": args.namespace, "labels": PART_OF},
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
+            )
         self.role_arn: pulumi.Input[str] | None = args.role_arn
         self.namespace_name = args.namespace
         self.register_outputs({"roleArn": self.role_arn})
@@ -131,7 +154,7 @@ class TrainingPodIdentity(pulumi.ComponentResource):
 @dataclass(frozen=True)
 class JobIdentityArgs:
     pods: TrainingPodIdentityArgs
-    namespace: k8s.core.v1.Namespace
+    namespace: k8s.core.v1.Namespace | k8s.core.v1.NamespacePatch
     job: str
     role_name: str  # the stack's role for this job, fixed (IAM names are unique in the account)
 

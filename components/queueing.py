@@ -24,8 +24,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.jobs.kinds import KINDS
 from components.jobs.pods import RENDEZVOUS_JOIN_TIMEOUT_SECONDS
-from components.operators import RELEASES, HelmChart, HelmOperator, helm_release
+from components.operators import HelmOperator, helm_release
 from conventions import (
     GPU_RESOURCE,
     GPU_TOLERATION,
@@ -33,9 +34,9 @@ from conventions import (
     SYSTEM_GROUP,
     autoscaler_discovery_tags,
 )
+from domain.operators import KUEUE_API, RELEASES, HelmChart
 from domain.quota import QueueSpec, quantity
 
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
 # The autoscaler's minor version follows the cluster's (git tags cluster-autoscaler-1.3x.y).
 AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.0", "1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
 AUTOSCALER_SERVICE_ACCOUNT = ("kube-system", "cluster-autoscaler")
@@ -47,7 +48,7 @@ PROVISIONING_REQUEST_CRD_URL = (
 PROVISIONING_CHECK = "trainstack-provisioning"
 # Kueue's integrations: PyTorchJob is off in the 0.19 chart's defaults (Kubeflow is moving to
 # Trainer v2's TrainJob), so it is named here; a Kueue without it would leave PyTorchJobs unqueued.
-KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/pytorchjob", "ray.io/rayjob", "ray.io/raycluster")
+KUEUE_FRAMEWORKS = ("batch/job", *(kind.kueue_framework for kind in KINDS.values()))
 
 
 def flavor_spec(q: QueueSpec) -> dict[str, Any]:

@@ -53,6 +53,7 @@ def attached_compute_plane(
             kms_key_arn=bucket.kms_key.arn if bucket and bucket.kms_key else None,
             role_arn=e.pod_role_arn,
             namespace=cfg.training_namespace,
+            existing_cluster=True,
         ),
         account.opts if account else None,
     )

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import pulumi_aws as aws
 
-from account_checks.cluster_inventory import (
-    ClusterAddress,
+from account_checks.cluster_access import ClusterAddress, kube_clients
+from account_checks.operator_decisions import (
     OperatorDecision,
-    api_client,
     decide_operators,
     group_labels,
-    own_record,
-    read_cluster,
+    read_operators,
 )
+from components.jobs.kinds import KINDS
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
-from config import StackConfig, under_mock_engine
+from config import StackConfig
 from conventions import SYSTEM_GROUP
 from planes.account import Account, boto3_session
 from planes.attached import kubeconfig_path
@@ -41,30 +40,32 @@ def cluster_address(cfg: StackConfig, account: Account | None) -> ClusterAddress
 
 
 def existing_operators(cfg: StackConfig, account: Account | None) -> dict[str, OperatorDecision]:
-    """What the cluster runs, read with the stack's credentials, and each operator's decision;
-    stops (ClusterOperatorsError) on a collision or an operator the jobs cannot use. Called before
+    """What the cluster runs, read with the stack's credentials through the client factory the
+    program was given, and each operator's decision; stops (ClusterReadError, ClusterOperatorsError)
+    on a cluster it cannot read, a collision or an operator the jobs cannot use. Called before
     anything is registered (stacks.attached)."""
-    live = not under_mock_engine()
-    api = api_client(cluster_address(cfg, account), boto3_session(cfg), live)
-    with api:
-        inventory = read_cluster(api, cfg.training_namespace)
-    return decide_operators(cfg, inventory)
+    connect = kube_clients(boto3_session(cfg))
+    inventory = read_operators(connect, cluster_address(cfg, account), cfg.stack)
+    frameworks = tuple(sorted({KINDS[j.kind].kueue_framework for j in cfg.jobs}))
+    return decide_operators(cfg, inventory, frameworks)
 
 
 def operators_plane(
     cfg: StackConfig, compute: ComputePlane, decisions: dict[str, OperatorDecision] | None = None
 ) -> ClusterOperators:
     """`decisions`: on a cluster the stack did not create, what to do with each operator
-    (existing_operators); None on the stack's own cluster, where it installs every one enabled."""
+    (existing_operators); None on the stack's own cluster, where it installs every one enabled.
+    On a cluster it did not create, what it installs carries the stack's name (`owner`)."""
     ops = cfg.operators
     attached = decisions is not None
     decisions = decisions or {}
+    owner = cfg.stack if attached else None
 
     def installs(key: str, c) -> bool:
         return c.enabled and (key not in decisions or decisions[key].action == "install")
 
     def helm(key: str, c) -> HelmOperator:
-        return HelmOperator(installs(key, c), c.version, c.values)
+        return HelmOperator(installs(key, c), c.version, c.values, owner)
 
     labels = group_labels(cfg)
     return ClusterOperators(
@@ -83,7 +84,6 @@ def operators_plane(
             kueue=helm("kueue", ops.kueue),
             gpu_groups=labels if attached else None,
             efa_groups={g.name: labels[g.name] for g in cfg.gpu_node_groups if g.efa} if attached else None,
-            own_record=own_record(decisions) if attached else None,
-            record_namespace=compute.pod_identity.namespace if attached else None,
+            owner=owner,
         ),
     )

@@ -27,6 +27,12 @@ class JobKind(ABC):
     # Per `jobs[].wait` mode (not `none`): what `pulumi up` waits for (pulumi.com/waitFor).
     wait_for: Mapping[str, str]
 
+    @property
+    def kueue_framework(self) -> str:
+        """Kueue's integration that queues this kind: `<API group>/<kind, lower case>`, as each of
+        Kueue's job controllers names itself (kueue v0.19.2 pkg/controller/jobs/.../FrameworkName)."""
+        return f"{self.api_version.rpartition('/')[0]}/{self.name.lower()}"
+
     @abstractmethod
     def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
         """The manifest's spec, its pods built on pods.pod_template."""

@@ -149,6 +149,21 @@ def _docker_image(r: NewResource) -> dict[str, Any]:
     return {"repoDigest": f"{r.state.get('imageName', '').split(':')[0]}@{fake_digest(r.resource_name)}"}
 
 
+def _helm_release(r: NewResource) -> dict[str, Any]:
+    """A first install's status, as pulumi-kubernetes's Release reports it from Helm's release
+    (provider/pkg/provider/helm_release.go ReleaseStatus): revision 1, deployed."""
+    return {
+        "status": {
+            "name": r.state.get("name"),
+            "namespace": r.state.get("namespace"),
+            "revision": 1,
+            "status": "deployed",
+            "chart": r.state.get("chart"),
+            "version": r.state.get("version"),
+        }
+    }
+
+
 RESOURCES: dict[str, ResourceAnswer] = {
     "aws:s3/bucket:Bucket": _bucket,
     "aws:ecr/repository:Repository": _repository,
@@ -162,6 +177,7 @@ RESOURCES: dict[str, ResourceAnswer] = {
     "random:index/randomPassword:RandomPassword": _random_password,
     "aws:rds/instance:Instance": _db_instance,
     "docker:index/image:Image": _docker_image,
+    "kubernetes:helm.sh/v3:Release": _helm_release,
 }
 # Every type of these modules (`aws:iam/...`) not in RESOURCES.
 MODULES: dict[str, ResourceAnswer] = {"aws:iam": _iam}

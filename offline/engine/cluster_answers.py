@@ -1,23 +1,24 @@
 """The Kubernetes cluster the offline plan deploys onto: what its API answers to the stack's reads.
 
 A cluster the stack did not create is read before anything is registered on it
-(account_checks/cluster_inventory.py, through the official `kubernetes` client). Offline, its
-objects are a fact, `cluster-objects:<anything>: [manifests]` (tests render the real charts in
-../shared/charts), and `OfflineCluster.answers()` answers the client's list requests from them at
-the HTTP layer (`RESTClientObject.request`, where urllib3 would send them), as the API server does:
-by group, version and resource, namespace, label selector (key=value) and field selector
-(metadata.name, metadata.namespace). No fact: an empty cluster, which runs none of the operators.
+(account_checks/cluster_inventory.py, through the official `kubernetes` client, made by the client
+factory the program is given: account_checks/cluster_access.py). Offline, its objects are a fact,
+`cluster-objects:<anything>: [manifests]` (tests render the real charts in ../shared/charts), and
+`OfflineCluster.connect` makes clients whose requests it answers, in place of urllib3, as the API
+server does: a collection by group, version and resource, namespace, label selector (key=value) and
+field selector (metadata.name, metadata.namespace), or one object by name (404 when absent); asked
+for `PartialObjectMetadataList`, the items' metadata only. Each request is kept (`requests`). No
+fact: an empty cluster, which runs none of the operators.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from kubernetes import client
 from kubernetes.client import rest
 
 FACT_PREFIX = "cluster-objects:"
@@ -29,6 +30,7 @@ RESOURCES = {
     "secrets": "Secret",
     "configmaps": "ConfigMap",
 }
+METADATA_ONLY = "as=PartialObjectMetadataList"
 
 
 def split_facts(facts: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -73,18 +75,32 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Request:
+    path: str
+    query: dict[str, str]
+    accept: str
+
+
 class OfflineCluster:
     def __init__(self, objects: list[dict[str, Any]]):
         self.objects = objects
+        self.requests: list[Request] = []
 
-    def list(self, path: str, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        """GET of a collection: /api/v1[/namespaces/NS]/RESOURCE or /apis/GROUP/VERSION[/...]/RESOURCE."""
+    def get(
+        self, path: str, query: dict[str, str], accept: str = "application/json"
+    ) -> tuple[int, dict[str, Any]]:
+        """GET of a collection, /api/v1[/namespaces/NS]/RESOURCE or /apis/GROUP/VERSION[/...]/RESOURCE,
+        or of one object, .../RESOURCE/NAME."""
+        self.requests.append(Request(path, query, accept))
         parts = path.strip("/").split("/")
         version = parts[1] if parts[0] == "api" else "/".join(parts[1:3])
         rest_parts = parts[2:] if parts[0] == "api" else parts[3:]
-        namespace = rest_parts[1] if len(rest_parts) == 3 and rest_parts[0] == "namespaces" else None
-        kind = RESOURCES.get(rest_parts[-1])
-        if kind is None or len(rest_parts) not in (1, 3):
+        namespaced = len(rest_parts) >= 3 and rest_parts[0] == "namespaces"
+        namespace = rest_parts[1] if namespaced else None
+        resource_parts = rest_parts[2:] if namespaced else rest_parts
+        kind = RESOURCES.get(resource_parts[0]) if resource_parts else None
+        if kind is None or len(resource_parts) > 2:
             return 404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
         items = [
             o
@@ -93,6 +109,25 @@ class OfflineCluster:
             and (namespace is None or (o.get("metadata") or {}).get("namespace") == namespace)
             and _selected(o, query)
         ]
+        if len(resource_parts) == 2:
+            named = [o for o in items if o["metadata"]["name"] == resource_parts[1]]
+            if not named:
+                return 404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
+            return 200, {"apiVersion": version, **named[0]}
+        if METADATA_ONLY in accept:
+            return 200, {
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadataList",
+                "metadata": {"resourceVersion": "1"},
+                "items": [
+                    {
+                        "apiVersion": "meta.k8s.io/v1",
+                        "kind": "PartialObjectMetadata",
+                        "metadata": o["metadata"],
+                    }
+                    for o in items
+                ],
+            }
         return 200, {
             "apiVersion": version,
             "kind": f"{kind}List",
@@ -100,23 +135,29 @@ class OfflineCluster:
             "items": items,
         }
 
-    @contextlib.contextmanager
-    def answers(self) -> Iterator[None]:
-        """Answer the Kubernetes client's requests inside the block, instead of sending them."""
-        cluster = self
+    def connect(self, _address: Any) -> client.ApiClient:
+        """A client of the official library whose requests this cluster answers, instead of urllib3
+        sending them (a client factory, account_checks/cluster_access.KubeClients)."""
+        api = client.ApiClient(client.Configuration())
+        api.rest_client = _Answers(self)
+        return api
 
-        def request(_self, method, url, query_params=None, headers=None, body=None, **_):
-            if method != "GET":
-                raise NotImplementedError(f"the offline cluster answers reads only, not {method} {url}")
-            status, payload = cluster.list(urlparse(url).path, dict(query_params or []))
-            response = rest.RESTResponse(_Response(status, json.dumps(payload).encode()))
-            if status != 200:
-                raise rest.ApiException(http_resp=response)
-            return response
 
-        original = rest.RESTClientObject.request
-        rest.RESTClientObject.request = request
-        try:
-            yield
-        finally:
-            rest.RESTClientObject.request = original
+class _Answers:
+    """What the client's RESTClientObject does, answered by the offline cluster."""
+
+    def __init__(self, cluster: OfflineCluster):
+        self.cluster = cluster
+
+    def request(self, method, url, query_params=None, headers=None, body=None, **_):
+        if method != "GET":
+            raise NotImplementedError(f"the offline cluster answers reads only, not {method} {url}")
+        accept = (headers or {}).get("Accept", "application/json")
+        status, payload = self.cluster.get(urlparse(url).path, dict(query_params or []), accept)
+        response = rest.RESTResponse(_Response(status, json.dumps(payload).encode()))
+        if status != 200:
+            raise rest.ApiException(http_resp=response)
+        return response
+
+    def GET(self, url, headers=None, query_params=None, **kwargs):  # the client calls it by this name
+        return self.request("GET", url, query_params=query_params, headers=headers, **kwargs)

@@ -61,6 +61,8 @@ class PlanRun:
     messages: list[str] = field(default_factory=list)  # what the program logged (pulumi.log)
     # What the cluster already ran (`cluster-objects:` facts): its DaemonSets serve the jobs too.
     cluster_objects: list[dict[str, Any]] = field(default_factory=list)
+    # What the program asked that cluster (offline/engine/cluster_answers.py Request).
+    cluster_requests: list[Any] = field(default_factory=list)
 
     def by_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]

@@ -3,7 +3,7 @@
 `run_program` sets up one run as `pulumi up` would: the stack's config, an `OfflineAccount` (with any
 facts a test or user gives), `OfflineMocks` answering through a `RecordingMonitor`, the program's
 `pulumi.log` messages kept, and the account's boto3 answers and the cluster's API answers
-(`OfflineCluster`) in place while the program runs; it
+(`OfflineCluster`, as the program's Kubernetes client factory) in place while the program runs; it
 returns a `PlanRun`. It also owns the event loops the mock engine runs on: each worker thread gets
 a loop of its own, and `close_event_loops` closes them all after a plan.
 """
@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from account_checks.cluster_access import use_clients
 from config import PROJECT, PROJECT_ROOT
 from offline.engine import pulumi_wire
 from offline.engine.aws_answers import OFFLINE_CALLER_ARN
@@ -57,9 +58,12 @@ def run_program(
     def program_main():
         runpy.run_path(str(program), run_name="__main__")
 
-    with account.botocore_answers(), OfflineCluster(objects).answers():
+    cluster = OfflineCluster(objects)
+    with account.botocore_answers(), use_clients(cluster.connect):
         pulumi_wire.run_stack(program_main)
-    return PlanRun(stack, monitor.registrations, pulumi_wire.stack_outputs(), messages, objects)
+    return PlanRun(
+        stack, monitor.registrations, pulumi_wire.stack_outputs(), messages, objects, cluster.requests
+    )
 
 
 class _Recorder(logging.Handler):

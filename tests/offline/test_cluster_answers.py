@@ -1,5 +1,6 @@
 """The offline cluster answers the official Kubernetes client as the API server does: lists by
-resource, namespace, label and field selector; anything it does not serve is a 404."""
+resource, namespace, label and field selector, one object by name, metadata only when asked for
+PartialObjectMetadataList; anything it does not serve is a 404."""
 
 from __future__ import annotations
 
@@ -22,16 +23,31 @@ OBJECTS = [
 
 
 def test_lists_are_answered_through_the_real_client():
-    api = client.ApiClient(client.Configuration(host="https://cluster.offline"))
-    core = client.CoreV1Api(api)
-    with OfflineCluster(OBJECTS).answers():
-        helm = core.list_secret_for_all_namespaces(label_selector="owner=helm").items
-        (mine,) = core.list_namespaced_config_map("training", field_selector="metadata.name=a").items
-        with pytest.raises(ApiException) as err:
-            core.list_node()
+    cluster = OfflineCluster(OBJECTS)
+    core = client.CoreV1Api(cluster.connect(None))
+    helm = core.list_secret_for_all_namespaces(label_selector="owner=helm").items
+    (mine,) = core.list_namespaced_config_map("training", field_selector="metadata.name=a").items
+    named = core.read_namespaced_config_map("a", "other")
+    with pytest.raises(ApiException) as err:
+        core.list_node()
+    with pytest.raises(ApiException) as missing:
+        core.read_namespaced_config_map("c", "training")
     assert [s.metadata.name for s in helm] == ["sh.helm.release.v1.a.v1"]
     assert (mine.metadata.namespace, mine.data) == ("training", {"k": "v"})
-    assert err.value.status == 404
+    assert named.metadata.namespace == "other"
+    assert err.value.status == 404 and missing.value.status == 404
+    assert cluster.requests[0].path == "/api/v1/secrets"
+
+
+def test_a_metadata_only_list_holds_no_payload():
+    with_payload = [{**OBJECTS[0], "data": {"release": "H4sI..."}}]
+    status, listed = OfflineCluster(with_payload).get(
+        "/api/v1/namespaces/x/secrets", {}, "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    )
+    assert status == 200 and listed["kind"] == "PartialObjectMetadataList"
+    assert listed["items"] == [
+        {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": OBJECTS[0]["metadata"]}
+    ]
 
 
 def test_cluster_facts_are_kept_apart_from_the_accounts():

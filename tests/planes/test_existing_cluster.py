@@ -16,6 +16,8 @@ from support.plans import EXISTING_CLUSTER as CLUSTER
 from support.plans import plan, policy_of, stack_values
 
 from account_checks import AccountCheckError
+from conventions import STACK_LABEL
+from domain.operators import RELEASES
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
 
@@ -256,8 +258,10 @@ def test_local_jobs_are_cpu_jobs_with_checkpoints_on_the_nodes_shared_path(local
 
 
 def test_only_the_stacks_own_namespaces_and_objects_are_touched(local_plan, existing_plan):
-    """A cluster the stack did not create: it adds its namespace, releases and named objects; it
-    never edits what is there (no patch, no object in another team's namespace)."""
+    """A cluster the stack did not create: it adds its releases and named objects; it never edits
+    what is there (its namespace is a patch that sets nothing; the only other patches label its own
+    Helm releases' Secrets with its name; no object in another team's namespace)."""
+    own_secrets = {(c.namespace, f"sh.helm.release.v1.{c.release}.v1") for c in RELEASES.values()}
     for run in (local_plan, existing_plan):
         for r in run.resources:
             if not r.custom or not r.type.startswith("kubernetes:") or r.type.startswith("kubernetes:helm"):
@@ -265,10 +269,22 @@ def test_only_the_stacks_own_namespaces_and_objects_are_touched(local_plan, exis
             if r.type.endswith(("Directory", "ConfigGroup")):  # upstream operator manifests, at a pin
                 continue
             meta = r.inputs.get("metadata") or {}
+            if r.type == "kubernetes:core/v1:NamespacePatch":
+                assert r.inputs == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "training"}}
+                continue
+            if r.type == "kubernetes:core/v1:SecretPatch":
+                assert (meta["namespace"], meta["name"]) in own_secrets
+                assert set(r.inputs) == {"apiVersion", "kind", "metadata"} and set(meta) == {
+                    "name",
+                    "namespace",
+                    "labels",
+                }
+                assert meta["labels"] == {STACK_LABEL: run.stack}
+                continue
             assert "Patch" not in r.type, r.type
             namespace = meta.get("namespace")
             assert namespace in (None, "training"), (r.type, namespace)
-            if namespace is None and r.type != "kubernetes:core/v1:Namespace":
+            if namespace is None:
                 assert meta["name"].startswith("trainstack-") or meta["name"] == "trainstack-provisioning", (
                     meta
                 )

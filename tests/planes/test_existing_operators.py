@@ -7,18 +7,21 @@ the nodes the config describes."""
 from __future__ import annotations
 
 import pytest
+import yaml
 from support.charts import render
 from support.cluster_objects import as_facts, charts, hyperpod_dependencies, installed, keys
 from support.plans import EXISTING_CLUSTER, plan, stack_values
 
-from account_checks.cluster_inventory import ClusterOperatorsError, selects
-from components.operators import KUBERAY_CRDS, OWN_RECORD, RELEASES
+from account_checks.operator_decisions import ClusterOperatorsError, selects
+from components.operators import KUBERAY_CRDS
 from config import ConfigError, parse_config
+from conventions import STACK_LABEL
 from offline.engine import run_program
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 DIRECTORY = "kubernetes:kustomize/v2:Directory"
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
+SECRET_PATCH = "kubernetes:core/v1:SecretPatch"
 # The template's group as a HyperPod cluster's nodes carry it: the `ml.` type in the label.
 HYPERPOD_GROUP = {
     "name": "p5",
@@ -81,9 +84,20 @@ def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyper
     (job,) = run.by_type("kubernetes:kubeflow.org/v1:PyTorchJob")
     assert not any(d.endswith("training-operator") for d in job.dependencies)
     assert stack_objects(run, tmp_path) & keys(hyperpod) == set()
-    record = run.one("kubernetes:core/v1:ConfigMap", "operators-own-record")
-    assert record.inputs["metadata"]["name"] == OWN_RECORD
-    assert record.inputs["data"] == {"kuberay": "installed", "kueue": "installed"}
+    # What it installs carries its name, on each release's Secret: a later run knows its own.
+    owned = {r.inputs["metadata"]["name"]: r.inputs["metadata"] for r in run.by_type(SECRET_PATCH)}
+    assert owned == {
+        "sh.helm.release.v1.kuberay-operator.v1": {
+            "name": "sh.helm.release.v1.kuberay-operator.v1",
+            "namespace": "kuberay-system",
+            "labels": {STACK_LABEL: "existing"},
+        },
+        "sh.helm.release.v1.kueue.v1": {
+            "name": "sh.helm.release.v1.kueue.v1",
+            "namespace": "kueue-system",
+            "labels": {STACK_LABEL: "existing"},
+        },
+    }
 
 
 def test_installing_over_hyperpods_training_operator_stops_with_one_sentence(hyperpod):
@@ -124,6 +138,15 @@ def test_device_plugins_that_miss_the_configured_nodes_stop_the_plan(hyperpod):
     )
 
 
+def kueue_managing(*frameworks: str) -> dict:
+    """The Kueue chart's values with its commented-out `frameworks` entries turned on."""
+    values = yaml.safe_load((charts() / "kueue-0.19.2" / "values.yaml").read_text())
+    config = values["managerConfig"]["controllerManagerConfigYaml"]
+    for framework in frameworks:
+        config = config.replace(f'#  - "{framework}"', f'  - "{framework}"')
+    return {"managerConfig": {"controllerManagerConfigYaml": config}}
+
+
 @pytest.mark.parametrize(
     ("key", "chart", "release", "namespace"),
     [
@@ -134,7 +157,8 @@ def test_device_plugins_that_miss_the_configured_nodes_stop_the_plan(hyperpod):
 def test_a_clusters_own_operator_is_reused_or_stops_when_told_to_install(
     key, chart, release, namespace, tmp_path
 ):
-    there = installed(charts() / chart, release, namespace, tmp_path)
+    values = kueue_managing("kubeflow.org/pytorchjob") if key == "kueue" else None
+    there = installed(charts() / chart, release, namespace, tmp_path, values)
     facts = {**EXISTING_CLUSTER, **as_facts(key, there)}
     run = plan("existing", facts=facts)
     (line,) = [x for x in decision_lines(run) if f" {key}: " in x]
@@ -148,15 +172,48 @@ def test_a_clusters_own_operator_is_reused_or_stops_when_told_to_install(
     assert f"Helm release {release} in {namespace}" in str(err.value)
 
 
+def test_a_reused_kueue_must_manage_every_kind_the_stack_submits(tmp_path):
+    """The 0.19.2 chart's defaults leave PyTorchJob out, and Kueue gives a kind it does not manage a
+    no-op webhook: the job would start at once, outside the quota, and `wait: admitted` would wait on
+    a condition nothing sets."""
+    there = installed(charts() / "kueue-0.19.2", "platform-kueue", "kueue-system", tmp_path)
+    with pytest.raises(ClusterOperatorsError) as err:
+        plan("existing", facts={**EXISTING_CLUSTER, **as_facts("kueue", there)})
+    (line,) = [x for x in str(err.value).splitlines() if x.startswith("  - ")]
+    assert line.endswith(
+        "but its Configuration (ConfigMap kueue-system/platform-kueue-manager-config, key "
+        "controller_manager_config.yaml) does not manage kubeflow.org/pytorchjob, which the stack's jobs are, "
+        "and Kueue lets a kind it does not manage run at once, outside the quota; allowed: add "
+        "kubeflow.org/pytorchjob to its integrations.frameworks and restart it, or install"
+    )
+    assert line.startswith("  - trainstack:operators.kueue.mode = auto: the cluster runs Kueue (Deployment ")
+    # A Ray job needs ray.io/rayjob, which the chart's defaults manage.
+    ray = {"name": "ray-train", "kind": "RayJob", "nodeGroup": "p5", "nodes": 1, "model": "1b", "steps": 10}
+    run = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("kueue", there)}, jobs=[ray])
+    assert "kueue" not in releases(run)
+
+
+def test_the_efa_device_plugin_is_not_taken_for_the_nvidia_one(tmp_path):
+    """`aws-efa-k8s-device-plugin` contains `k8s-device-plugin`: told apart by image repository."""
+    efa = installed(charts() / "aws-efa-k8s-device-plugin-v0.5.30", "efa", "kube-system", tmp_path)
+    run = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("efa", efa)})
+    lines = decision_lines(run)
+    assert lines[3] == "  install  nvidiaDevicePlugin: found nothing"
+    assert lines[4].startswith("  reuse    efaDevicePlugin: found DaemonSet kube-system/")
+    assert "nvidia-device-plugin" in releases(run)
+
+
 def test_a_release_under_the_stacks_name_that_the_stack_did_not_install_stops(tmp_path):
     there = installed(charts() / "kuberay-operator-1.7.0", "kuberay-operator", "kuberay-system", tmp_path)
     crds_only = [o for o in there if o["kind"] in ("CustomResourceDefinition", "Secret")]
     with pytest.raises(ClusterOperatorsError) as err:
         plan("existing", facts={**EXISTING_CLUSTER, **as_facts("kuberay", crds_only)})
     assert (
-        "trainstack:operators.kuberay.mode = auto: the cluster has a Helm release kuberay-operator in "
-        "kuberay-system the stack did not install" in str(err.value)
-    )
+        "  - trainstack:operators.kuberay.mode = auto: the cluster has Helm release kuberay-operator in "
+        "kuberay-system under the stack's own name, labelled by no stack, and a second install under that "
+        "name fails; allowed: reuse (use it as it is), or, if this stack installed it, label it "
+        "trainstack.dev/stack=existing (on a Helm release, its latest sh.helm.release.v1 Secret)"
+    ) in str(err.value).splitlines()
 
 
 def test_reuse_of_an_operator_the_cluster_lacks_stops():
@@ -181,34 +238,6 @@ def test_an_old_training_operator_without_the_fields_the_jobs_set_stops(hyperpod
         "but CRD pytorchjobs.kubeflow.org v1 has no spec.elasticPolicy.rdzvBackend, spec.elasticPolicy.rdzvConf, "
         "which the stack's jobs set" in str(err.value)
     )
-
-
-def test_a_second_run_keeps_what_the_first_installed(tmp_path):
-    first = plan("existing", facts=EXISTING_CLUSTER)
-    assert releases(first) == {
-        "nvidia-device-plugin",
-        "aws-efa-k8s-device-plugin",
-        "kuberay-operator",
-        "kueue",
-    }
-    cluster = []
-    for name in releases(first):
-        (reg,) = [r for r in first.by_type(RELEASE) if r.inputs["name"] == name]
-        chart = next(c for c in RELEASES.values() if c.release == name)
-        cluster += installed(
-            charts() / f"{chart.chart}-{chart.version}",
-            name,
-            chart.namespace,
-            tmp_path,
-            reg.inputs.get("values"),
-        )
-    record = first.one("kubernetes:core/v1:ConfigMap", "operators-own-record")
-    cluster.append(
-        {"kind": "ConfigMap", "metadata": {"name": OWN_RECORD, "namespace": "training"}, **record.inputs}
-    )
-    second = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("first-run", cluster)})
-    assert {(r.type, r.name) for r in second.resources} == {(r.type, r.name) for r in first.resources}
-    assert all(line.lstrip().startswith(("install", "node monitoring")) for line in decision_lines(second))
 
 
 def test_installed_device_plugins_select_the_nodes_the_config_describes(tmp_path):

@@ -12,8 +12,9 @@ import yaml
 from support.paths import shared_dir
 from support.plans import plan
 
-from components.operators import RELEASES, TRAINING_OPERATOR, on_system_nodes
+from components.operators import TRAINING_OPERATOR, on_system_nodes
 from config.schema import ConfigError
+from domain.operators import RELEASES
 from offline.plan import manifest_of
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

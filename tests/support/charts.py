@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.operators import RELEASES
+from domain.operators import RELEASES
 from support.paths import ROOT, shared_dir
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
