@@ -44,6 +44,7 @@ class JobSummary(TypedDict):
     watch: str
     logs: str
     dashboard: NotRequired[str]  # RayCluster only: port-forward to its head's dashboard
+    experiment: NotRequired[str]  # with tracking: the MLflow experiment its runs land in
 
 
 class Operators(TypedDict, total=False):
@@ -88,3 +89,4 @@ class StackOutputs(TypedDict, total=False):
     ciOidcProviderArn: str
     ciPreviewRoleArn: str
     ciDeployRoleArn: str
+    ciRunnerProject: str  # ci.runner codebuild: vars.CI_RUNNER_PROJECT_<STACK>

@@ -80,7 +80,7 @@ def check_account(
         checks.append(log_group_check(cfg, opts))
     checks += quota_checks(cfg, opts)
     checks += reservation_checks(cfg, session)
-    if cfg.image.source_repository:
+    if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
     checks.append(aws_cli_check(live))
     conclude(cfg, account_id, checks)
@@ -95,7 +95,7 @@ def check_existing_cluster(
     install on someone else's cluster), the CodeBuild credential, the aws CLI. Quotas, AZs and
     reservations are the cluster owner's."""
     checks = existing_cluster_checks(cfg, account_id, opts)
-    if cfg.image.source_repository:
+    if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
     checks.append(aws_cli_check(live))
     conclude(cfg, account_id, checks)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from components.ci_fence import BucketFence, bucket_fence
+
 BUILD_CONTEXT_PREFIX = "build-contexts/"
 CHECKPOINT_PREFIX = "checkpoints/"
 # Tokenized datasets (`trainer.prepare_data --out s3://<bucket>/datasets/...`), read by jobs.
@@ -23,6 +25,7 @@ class ArtifactBucketArgs:
     checkpoint_retention_days: int  # 0 keeps checkpoints
     build_context_retention_days: int
     protect: bool
+    fence: BucketFence | None = None  # with CI: only the stack's principals reach the bucket
 
 
 class ArtifactBucket(pulumi.ComponentResource):
@@ -93,7 +96,7 @@ class ArtifactBucket(pulumi.ComponentResource):
         self.policy = aws.s3.BucketPolicy(
             f"{name}-tls-only",
             bucket=self.bucket.id,
-            policy=self.bucket.arn.apply(tls_only_policy),
+            policy=self.bucket.arn.apply(lambda arn: bucket_policy(arn, args.fence)),
             # A Deny policy cannot be written before the public access block settles.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.public_access_block]),
         )
@@ -134,19 +137,15 @@ def lifecycle_rules(args: ArtifactBucketArgs) -> list[dict]:
     return rules
 
 
-def tls_only_policy(bucket_arn: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "DenyInsecureTransport",
-                    "Effect": "Deny",
-                    "Principal": "*",
-                    "Action": "s3:*",
-                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
-                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                }
-            ],
-        }
-    )
+def bucket_policy(bucket_arn: str, fence: BucketFence | None) -> str:
+    """TLS only and, with CI, the stack's fence (components/ci_fence.py bucket_fence)."""
+    tls = {
+        "Sid": "DenyInsecureTransport",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [bucket_arn, f"{bucket_arn}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+    fenced = bucket_fence(fence, bucket_arn) if fence is not None else []
+    return json.dumps({"Version": "2012-10-17", "Statement": [tls, *fenced]})

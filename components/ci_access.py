@@ -1,15 +1,16 @@
 """AWS access for this repository's GitHub Actions through OIDC: no long-lived keys anywhere.
 
-Each role trusts GitHub's OIDC provider for one audience and one GitHub environment, never a branch
-ref or `pull_request` (a pull request can edit its own workflow):
-- preview (`<env>-preview`): `pulumi preview` of a pull request. Anyone who can push a branch runs
-  code under it, so it changes nothing, decrypts nothing and reads no data or state: the settings
-  of the services the stack uses (`preview_policy`) and view-only in the cluster.
-- preview-secrets (`<env>-preview-secrets`, only with `ci.secretsKeyArn` or `ci.stateBucket`): a
-  preview that needs this stack's state and secrets key, behind an environment a person approves.
-- deploy (`<env>`): `pulumi up`. It creates VPCs, IAM roles and EKS clusters, so it is broad, but
-  capped by the stack's permissions boundary (`stack_fence`): it can never touch another stack's
-  resources, decrypt another key, read another stack's state, or create a role without the boundary.
+A role's trust names GitHub's OIDC provider, one audience and one subject, and the subject carries
+the workflow file and ref (`job_workflow_ref`, which the repository's OIDC subject customization
+puts there: `SUBJECT_CLAIMS`). A GitHub environment alone is no gate: a workflow that names an
+environment that does not exist creates it with no rules, so any branch could name `dev`.
+- deploy (`<env>`): only `deploy.yml` on `main`, i.e. reviewed code, gets it. `pulumi up` creates
+  VPCs, IAM roles and EKS clusters, so it is broad, but capped by the stack's fence (ci_fence.py),
+  which its own policy repeats.
+- preview (`<env>-preview`): `preview.yml` of a pull request, in an environment a person approves
+  (required reviewers): the settings of the stack's services (no user data, no build
+  environments, no objects), this stack's state and secrets key, view-only in the cluster.
+Pull requests otherwise get the offline plan (`make plan`): no credentials at all.
 """
 
 from __future__ import annotations
@@ -20,11 +21,19 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from domain.names import STACK_TAG, ci_role_name, fit
+from components.ci_fence import Fence, boundary_policy, stack_fence
+from domain.names import ci_role_name, fit
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 AUDIENCE = "sts.amazonaws.com"
 IAM_POLICY_NAME_MAX = 128
+# The repository's OIDC subject template (PUT repos/<owner>/<repo>/actions/oidc/customization/sub):
+# `repo:<owner>/<repo>:environment:<env>:job_workflow_ref:<owner>/<repo>/<workflow>@<ref>`.
+SUBJECT_CLAIMS = ["repo", "context", "job_workflow_ref"]
+DEPLOY_WORKFLOW = ".github/workflows/deploy.yml"
+PREVIEW_WORKFLOW = ".github/workflows/preview.yml"
+DEPLOY_REF = "refs/heads/main"
+PULL_REQUEST_REFS = "refs/pull/*/merge"  # a pull_request run's ref
 
 
 @dataclass(frozen=True)
@@ -32,27 +41,40 @@ class GitHubCiAccessArgs:
     repository: str  # owner/repo
     owner_id: int | None  # with repository_id: also trust the immutable subject format
     repository_id: int | None
-    environment: str  # the deploy environment; previews run in `<environment>-preview(-secrets)`
+    environment: str  # the deploy environment; previews run in `<environment>-preview`
     oidc_provider_arn: str | None  # the account's provider, when another stack created it
     secrets_key_arn: str | None
     state_bucket: str | None  # a self-managed backend's bucket: previews read this stack's state there
     project: str
     stack: str
-    role_prefix: str  # fixed names: trainstack-<stack>-github-{preview,preview-secrets,deploy}, -boundary
-    cluster_name: str  # EKS tags what it creates for a node group with `eks:cluster-name`
+    role_prefix: str  # fixed names: trainstack-<stack>-github-{preview,deploy}, -boundary
+    iam_path: str  # /trainstack/<stack>/: every role and policy of the stack
+    cluster_name: str
+    schedule_group: str
 
 
-def subjects(args: GitHubCiAccessArgs, context: str) -> list[str]:
-    """`sub` claims for one context (environment:prod), in the
-    classic form and, given the ids, the immutable `owner@id/repo@id` form of newer repositories."""
-    found = [f"repo:{args.repository}:{context}"]
+def subjects(args: GitHubCiAccessArgs, use: str) -> list[str]:
+    """`sub` claims of one role's workflow runs, in the classic form and, given the ids, the
+    immutable `owner@id/repo@id` form of newer repositories."""
+    environment, workflow, ref = {
+        "deploy": (args.environment, DEPLOY_WORKFLOW, DEPLOY_REF),
+        "preview": (f"{args.environment}-preview", PREVIEW_WORKFLOW, PULL_REQUEST_REFS),
+    }[use]
+    tail = f":environment:{environment}:job_workflow_ref:{args.repository}/{workflow}@{ref}"
+    found = [f"repo:{args.repository}{tail}"]
     if args.owner_id is not None and args.repository_id is not None:
         owner, name = args.repository.split("/", 1)
-        found.append(f"repo:{owner}@{args.owner_id}/{name}@{args.repository_id}:{context}")
+        found.append(f"repo:{owner}@{args.owner_id}/{name}@{args.repository_id}{tail}")
     return found
 
 
 def github_trust(provider_arn: str, subs: list[str]) -> str:
+    # StringLike only where the subject has a wildcard (a pull request's number).
+    audience = {f"{GITHUB_OIDC_HOST}:aud": AUDIENCE}
+    if any("*" in s for s in subs):
+        condition = {"StringEquals": audience, "StringLike": {f"{GITHUB_OIDC_HOST}:sub": subs}}
+    else:
+        condition = {"StringEquals": {**audience, f"{GITHUB_OIDC_HOST}:sub": subs}}
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -61,9 +83,7 @@ def github_trust(provider_arn: str, subs: list[str]) -> str:
                     "Effect": "Allow",
                     "Principal": {"Federated": provider_arn},
                     "Action": "sts:AssumeRoleWithWebIdentity",
-                    "Condition": {
-                        "StringEquals": {f"{GITHUB_OIDC_HOST}:aud": AUDIENCE, f"{GITHUB_OIDC_HOST}:sub": subs}
-                    },
+                    "Condition": condition,
                 }
             ],
         }
@@ -76,7 +96,6 @@ def github_trust(provider_arn: str, subs: list[str]) -> str:
 PREVIEW_ACTIONS = sorted(
     [
         "autoscaling:Describe*",
-        "codebuild:BatchGetProjects",
         "codebuild:ListProjects",
         "codebuild:ListSourceCredentials",  # the account checks: a GitHub credential for webhooks
         "ec2:Describe*",
@@ -127,51 +146,36 @@ PREVIEW_ACTIONS = sorted(
 PUBLIC_SSM_PARAMETERS = "arn:aws:ssm:*::parameter/aws/service/*"
 
 
+# What a preview must not read although the describe calls above return it: instances' and launch
+# templates' user data, and CodeBuild projects' environment variables.
+PREVIEW_DENIED = [
+    "codebuild:BatchGetProjects",
+    "ec2:DescribeInstanceAttribute",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:GetLaunchTemplateData",
+]
+
+
 def preview_policy(args: GitHubCiAccessArgs) -> dict:
-    """Settings of the stack's services and the stack's own SSM records: no kms:Decrypt, no state."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "DescribeStackServices", "Effect": "Allow", "Action": PREVIEW_ACTIONS, "Resource": "*"},
-            {
-                "Sid": "PublicParameters",
-                "Effect": "Allow",
-                "Action": ["ssm:GetParameter"],
-                "Resource": PUBLIC_SSM_PARAMETERS,
-            },
-            {
-                # The stack's own records (who created the cluster), read by every run.
-                "Sid": "StackParameters",
-                "Effect": "Allow",
-                "Action": ["ssm:GetParameter", "ssm:GetParametersByPath", "ssm:ListTagsForResource"],
-                "Resource": stack_parameters(args),
-            },
-        ],
-    }
-
-
-def stack_parameters(args: GitHubCiAccessArgs) -> list[str]:
-    return [
-        f"arn:aws:ssm:*:*:parameter/{args.project}/{args.stack}",
-        f"arn:aws:ssm:*:*:parameter/{args.project}/{args.stack}/*",
+    """The settings of the stack's services and the stack's own SSM records, state and secrets key
+    (a preview takes no lock, so it writes nothing)."""
+    statements: list[dict] = [
+        {"Sid": "DescribeStackServices", "Effect": "Allow", "Action": PREVIEW_ACTIONS, "Resource": "*"},
+        {"Sid": "NoUserDataOrBuildEnvironments", "Effect": "Deny", "Action": PREVIEW_DENIED, "Resource": "*"},
+        {
+            "Sid": "PublicParameters",
+            "Effect": "Allow",
+            "Action": ["ssm:GetParameter"],
+            "Resource": PUBLIC_SSM_PARAMETERS,
+        },
+        {
+            # The stack's own records (who created the cluster), read by every run.
+            "Sid": "StackParameters",
+            "Effect": "Allow",
+            "Action": ["ssm:GetParameter", "ssm:GetParametersByPath", "ssm:ListTagsForResource"],
+            "Resource": stack_parameters(args),
+        },
     ]
-
-
-def state_objects(args: GitHubCiAccessArgs) -> list[str]:
-    """This stack's files in a self-managed backend (pulumi/pkg/backend/diy: `.pulumi/meta.yaml`,
-    and `stacks/`, `backups/`, `history/`, `locks/` per `<project>/<stack>`)."""
-    root = f"arn:aws:s3:::{args.state_bucket}/.pulumi"
-    return [
-        f"{root}/meta.yaml",
-        f"{root}/stacks/{args.project}/{args.stack}.json*",
-        *(f"{root}/{tree}/{args.project}/{args.stack}/*" for tree in ("backups", "history", "locks")),
-    ]
-
-
-def preview_secrets_policy(args: GitHubCiAccessArgs) -> dict:
-    """A preview's reads plus this stack's state and secrets key (a preview takes no lock, so it
-    writes nothing)."""
-    statements = list(preview_policy(args)["Statement"])
     if args.state_bucket:
         bucket = f"arn:aws:s3:::{args.state_bucket}"
         statements += [
@@ -201,17 +205,32 @@ def preview_secrets_policy(args: GitHubCiAccessArgs) -> dict:
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-def deploy_policy(args: GitHubCiAccessArgs) -> dict:
-    """Everything the boundary leaves, except the state bucket beyond this stack's own files."""
+def stack_parameters(args: GitHubCiAccessArgs) -> list[str]:
+    return [
+        f"arn:aws:ssm:*:*:parameter/{args.project}/{args.stack}",
+        f"arn:aws:ssm:*:*:parameter/{args.project}/{args.stack}/*",
+    ]
+
+
+def state_objects(args: GitHubCiAccessArgs) -> list[str]:
+    """This stack's files in a self-managed backend (pulumi/pkg/backend/diy: `.pulumi/meta.yaml`,
+    and `stacks/`, `backups/`, `history/`, `locks/` per `<project>/<stack>`)."""
+    root = f"arn:aws:s3:::{args.state_bucket}/.pulumi"
+    return [
+        f"{root}/meta.yaml",
+        f"{root}/stacks/{args.project}/{args.stack}.json*",
+        *(f"{root}/{tree}/{args.project}/{args.stack}/*" for tree in ("backups", "history", "locks")),
+    ]
+
+
+def deploy_policy(args: GitHubCiAccessArgs, fence: Fence) -> dict:
+    """Everything but the fence (repeated here: the role's own policy holds it too), and in a shared
+    state bucket only this stack's own files."""
     if not args.state_bucket:
-        return {
-            "Version": "2012-10-17",
-            "Statement": [{"Sid": "Deploy", "Effect": "Allow", "Action": "*", "Resource": "*"}],
-        }
-    bucket = f"arn:aws:s3:::{args.state_bucket}"
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
+        allow = [{"Sid": "Deploy", "Effect": "Allow", "Action": "*", "Resource": "*"}]
+    else:
+        bucket = f"arn:aws:s3:::{args.state_bucket}"
+        allow = [
             {"Sid": "Deploy", "Effect": "Allow", "Action": "*", "NotResource": [bucket, f"{bucket}/*"]},
             {
                 "Sid": "StackState",
@@ -225,145 +244,8 @@ def deploy_policy(args: GitHubCiAccessArgs) -> dict:
                 "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
                 "Resource": bucket,
             },
-        ],
-    }
-
-
-# What a key's data operations are: the fence keeps them to the stack's own keys.
-KMS_DATA_ACTIONS = [
-    "kms:CreateGrant",
-    "kms:Decrypt",
-    "kms:DisableKey",
-    "kms:Encrypt",
-    "kms:GenerateDataKey*",
-    "kms:PutKeyPolicy",
-    "kms:ReEncrypt*",
-    "kms:ScheduleKeyDeletion",
-]
-# IAM actions that give a role permissions: allowed only on roles that carry the stack's boundary
-# (each supports the iam:PermissionsBoundary condition key, per the IAM service authorization
-# reference; AWS's "delegate permissions boundaries" example uses exactly this set).
-BOUNDED_ROLE_ACTIONS = [
-    "iam:AttachRolePolicy",
-    "iam:CreateRole",
-    "iam:DeleteRolePolicy",
-    "iam:DetachRolePolicy",
-    "iam:PutRolePermissionsBoundary",
-    "iam:PutRolePolicy",
-]
-# What the deploy role may never change: its own access (the boundary, the CI roles, the provider).
-IAM_WRITE_ACTIONS = [
-    "iam:Add*",
-    "iam:Attach*",
-    "iam:Create*",
-    "iam:Delete*",
-    "iam:Detach*",
-    "iam:Put*",
-    "iam:Remove*",
-    "iam:Set*",
-    "iam:Tag*",
-    "iam:Untag*",
-    "iam:Update*",
-]
-
-
-def stack_fence(args: GitHubCiAccessArgs, boundary_arn: str) -> list[dict]:
-    """The denies of the stack's permissions boundary. An explicit deny wins over any allow
-    (IAM's policy evaluation logic), so a role under this boundary reaches no other stack's
-    resources whatever its own policies say.
-
-    AWS puts a resource's tags in `aws:ResourceTag/<key>` and a request's in `aws:RequestTag/<key>`
-    and `aws:TagKeys`; negated operators (StringNotEquals) match when the key is absent, so
-    "tagged, and not ours" is `Null: false` together with `StringNotEquals`."""
-    tag = f"aws:ResourceTag/{STACK_TAG}"
-    cluster_tag = "aws:ResourceTag/eks:cluster-name"
-    role_arns = [
-        f"arn:aws:iam::*:role/{role_name(args, use)}" for use in ("preview", "preview-secrets", "deploy")
-    ]
-    provider = f"arn:aws:iam::*:oidc-provider/{GITHUB_OIDC_HOST}"
-    kms: dict = {
-        "Sid": "OnlyOurKeys",
-        "Effect": "Deny",
-        "Action": KMS_DATA_ACTIONS,
-        # Direct calls only: a service using a key on the caller's behalf (EBS, S3) sets kms:ViaService.
-        "Condition": {"StringNotEquals": {tag: args.stack}, "Null": {"kms:ViaService": "true"}},
-    }
-    if args.secrets_key_arn:
-        kms["NotResource"] = [args.secrets_key_arn]  # the secrets provider's key, made outside the stack
-    else:
-        kms["Resource"] = "*"
-    return [
-        {
-            "Sid": "NotOtherStacks",
-            "Effect": "Deny",
-            "Action": "*",
-            "Resource": "*",
-            "Condition": {"Null": {tag: "false"}, "StringNotEquals": {tag: args.stack}},
-        },
-        {
-            # Instances, ENIs and Auto Scaling groups EKS creates for another cluster's node groups.
-            "Sid": "NotOtherClusters",
-            "Effect": "Deny",
-            "Action": "*",
-            "Resource": "*",
-            "Condition": {
-                "Null": {cluster_tag: "false"},
-                "StringNotEquals": {cluster_tag: args.cluster_name},
-            },
-        },
-        {
-            # The stack tag is set to this stack or not at all: no claiming another stack's resource,
-            # no creating one in another stack's name, no removing the tag.
-            "Sid": "StackTagIsOurs",
-            "Effect": "Deny",
-            "Action": "*",
-            "Resource": "*",
-            "Condition": {
-                "ForAnyValue:StringEquals": {"aws:TagKeys": [STACK_TAG]},
-                "StringNotEquals": {f"aws:RequestTag/{STACK_TAG}": args.stack},
-            },
-        },
-        kms,
-        {
-            "Sid": "RolesCarryTheBoundary",
-            "Effect": "Deny",
-            "Action": BOUNDED_ROLE_ACTIONS,
-            "Resource": "*",
-            "Condition": {"StringNotEquals": {"iam:PermissionsBoundary": boundary_arn}},
-        },
-        {
-            "Sid": "BoundaryStays",
-            "Effect": "Deny",
-            "Action": ["iam:DeleteRolePermissionsBoundary", "iam:DeleteUserPermissionsBoundary"],
-            "Resource": "*",
-        },
-        {
-            # Users take access keys, which outlive the workflow's session.
-            "Sid": "NoUsers",
-            "Effect": "Deny",
-            "Action": [
-                "iam:CreateAccessKey",
-                "iam:CreateLoginProfile",
-                "iam:CreateUser",
-                "iam:UpdateLoginProfile",
-            ],
-            "Resource": "*",
-        },
-        {
-            # CI access itself changes only with a person's credentials (see docs/ci.md).
-            "Sid": "CiAccessStays",
-            "Effect": "Deny",
-            "Action": IAM_WRITE_ACTIONS,
-            "Resource": [boundary_arn, provider, *role_arns],
-        },
-    ]
-
-
-def boundary_policy(args: GitHubCiAccessArgs, boundary_arn: str) -> dict:
-    """The permissions boundary: everything but the fence. Effective permissions are the role's
-    own policies intersected with this, less every deny."""
-    allow = {"Sid": "WithinTheFence", "Effect": "Allow", "Action": "*", "Resource": "*"}
-    return {"Version": "2012-10-17", "Statement": [allow, *stack_fence(args, boundary_arn)]}
+        ]
+    return {"Version": "2012-10-17", "Statement": [*allow, *stack_fence(fence)]}
 
 
 def boundary_name(args: GitHubCiAccessArgs) -> str:
@@ -372,7 +254,7 @@ def boundary_name(args: GitHubCiAccessArgs) -> str:
 
 def boundary_arn(args: GitHubCiAccessArgs, account_id: str) -> str:
     """Fixed, so the policy can name itself in its own conditions."""
-    return f"arn:aws:iam::{account_id}:policy/{boundary_name(args)}"
+    return f"arn:aws:iam::{account_id}:policy{args.iam_path}{boundary_name(args)}"
 
 
 def role_name(args: GitHubCiAccessArgs, use: str) -> str:
@@ -380,14 +262,28 @@ def role_name(args: GitHubCiAccessArgs, use: str) -> str:
     return ci_role_name(args.role_prefix, use)
 
 
+def role_arn(args: GitHubCiAccessArgs, account_id: str, use: str) -> str:
+    return f"arn:aws:iam::{account_id}:role{args.iam_path}{role_name(args, use)}"
+
+
 def environments(args: GitHubCiAccessArgs) -> dict[str, str]:
-    """The GitHub environment each role trusts, never the same for two roles: a preview job's token
-    can never assume the deploy role. `<env>` is for `up` (restricted to main), `<env>-preview` for
-    any pull request, `<env>-preview-secrets` for an approved preview that reads state and secrets."""
-    found = {"preview": f"{args.environment}-preview", "deploy": args.environment}
-    if args.secrets_key_arn or args.state_bucket:
-        found["preview-secrets"] = f"{args.environment}-preview-secrets"
-    return found
+    """The GitHub environment each role trusts, never the same for two roles."""
+    return {"preview": f"{args.environment}-preview", "deploy": args.environment}
+
+
+def fence_of(args: GitHubCiAccessArgs, account_id: str) -> Fence:
+    return Fence(
+        stack=args.stack,
+        cluster_name=args.cluster_name,
+        iam_path=args.iam_path,
+        boundary_arn=boundary_arn(args, account_id),
+        ci_arns=[
+            *(role_arn(args, "*", use) for use in ("preview", "deploy")),
+            f"arn:aws:iam::*:oidc-provider/{GITHUB_OIDC_HOST}",
+        ],
+        secrets_key_arn=args.secrets_key_arn,
+        schedule_group=args.schedule_group,
+    )
 
 
 class GitHubCiAccess(pulumi.ComponentResource):
@@ -407,17 +303,18 @@ class GitHubCiAccess(pulumi.ComponentResource):
                 opts=child,
             ).arn
         self.provider_arn = pulumi.Output.from_input(provider_arn)
-        arn = boundary_arn(args, account_id)
+        fence = fence_of(args, account_id)
         boundary = aws.iam.Policy(
             f"{name}-boundary",
             name=boundary_name(args),
+            path=args.iam_path,
             description=f"trainstack {args.stack}: no other stack's resources, keys or state",
-            policy=json.dumps(boundary_policy(args, arn)),
+            policy=json.dumps(boundary_policy(fence)),
             opts=child,
         )
         # Every role the stack creates passes this as its permissions_boundary (the fence refuses
         # CreateRole and policy changes on a role without it).
-        self.boundary = (boundary, arn)  # the ARN as a plain value: the roles' transform sets it
+        self.boundary = (boundary, fence.boundary_arn)  # a plain value: the roles' transform sets it
         self.boundary_arn: pulumi.Output[str] = boundary.arn
         self.environments = environments(args)
 
@@ -426,9 +323,10 @@ class GitHubCiAccess(pulumi.ComponentResource):
             created = aws.iam.Role(
                 f"{name}-{use}",
                 name=role_name(args, use),
+                path=args.iam_path,
                 description=f"GitHub Actions of {args.repository}: pulumi {use} (environment {environment})",
                 assume_role_policy=self.provider_arn.apply(
-                    lambda arn: github_trust(arn, subjects(args, f"environment:{environment}"))
+                    lambda arn: github_trust(arn, subjects(args, use))
                 ),
                 permissions_boundary=boundary.arn,
                 max_session_duration=3600 * 4,  # a first `up` with an EKS cluster takes ~30 min
@@ -437,14 +335,9 @@ class GitHubCiAccess(pulumi.ComponentResource):
             aws.iam.RolePolicy(f"{name}-{use}", role=created.id, policy=json.dumps(policy), opts=child)
             return created
 
-        self.deploy_role_name = role_name(args, "deploy")
+        self.deploy_role_arn = role_arn(args, account_id, "deploy")
         self.preview_role = role("preview", preview_policy(args))
-        self.preview_secrets_role = (
-            role("preview-secrets", preview_secrets_policy(args))
-            if "preview-secrets" in self.environments
-            else None
-        )
-        self.deploy_role = role("deploy", deploy_policy(args))
+        self.deploy_role = role("deploy", deploy_policy(args, fence))
         self.register_outputs(
             {
                 "oidcProviderArn": self.provider_arn,

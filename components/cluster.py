@@ -11,7 +11,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from components.iam import service_trust
+from components.iam import pod_identity_trust, service_trust
 from components.network import Network
 from conventions import SYSTEM_NODE_LABEL
 from domain.names import control_plane_log_group, node_group_name
@@ -95,6 +95,18 @@ def access_entries(
     if ci_preview is not None:
         entries["ci-preview"] = entry(ci_preview, "cluster-view", CLUSTER_VIEW_POLICY)
     return entries
+
+
+# Where the amazon-cloudwatch-observability add-on runs its agent (the add-on's own namespace).
+CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
+CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
+# IMDSv2 with hop limit 1 on every node: pods (one network hop away) cannot reach IMDS and borrow
+# the node role; Pod Identity needs no IMDS, and host-network daemons are not a hop away.
+NODE_METADATA_OPTIONS = {
+    "http_tokens": "required",
+    "http_put_response_hop_limit": 1,
+    "http_endpoint": "enabled",
+}
 
 
 class Cluster(pulumi.ComponentResource):
@@ -195,14 +207,41 @@ class Cluster(pulumi.ComponentResource):
             lambda c: c.vpc_config.cluster_security_group_id
         )
 
+        system_group = node_group_name(args.cluster_name, "system")
+        # Without a launch template EKS sets the metadata hop limit to 2: pods (Ray heads and
+        # submitters, the operators) could reach IMDS and take the node role.
+        self.system_launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt",
+            name_prefix=f"{system_group}-",
+            update_default_version=True,
+            block_device_mappings=[
+                {
+                    "device_name": "/dev/xvda",  # AL2023's root; EKS refuses diskSize with a template
+                    "ebs": {
+                        "volume_size": args.system_disk_size_gib,
+                        "volume_type": "gp3",
+                        "encrypted": "true",
+                        "delete_on_termination": "true",
+                    },
+                }
+            ],
+            metadata_options=NODE_METADATA_OPTIONS,
+            opts=child,
+        )
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.eks,
-            node_group_name=node_group_name(args.cluster_name, "system"),
+            node_group_name=system_group,
             node_role=self.node_role,
             ami_type="AL2023_x86_64_STANDARD",
             instance_types=[args.system_instance_type],
-            disk_size=args.system_disk_size_gib,
+            launch_template={
+                "id": self.system_launch_template.id,
+                "version": self.system_launch_template.latest_version.apply(str),
+            },
+            # pulumi-eks leaves the version unset with a launch template: EKS would keep the
+            # creation-time version forever.
+            version=args.kubernetes_version,
             subnet_ids=args.network.private_subnet_ids,
             scaling_config={
                 "min_size": args.system_min_size,
@@ -240,7 +279,7 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-cloudwatch-agent",
                 description="CloudWatch agent of trainstack (EKS Pod Identity)",
                 assume_role_policy=json.dumps(
-                    service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
+                    pod_identity_trust(args.cluster_name, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT)
                 ),
                 opts=child,
             )
@@ -255,7 +294,7 @@ class Cluster(pulumi.ComponentResource):
                     name,
                     "amazon-cloudwatch-observability",
                     args,
-                    [{"role_arn": agent.arn, "service_account": "cloudwatch-agent"}],
+                    [{"role_arn": agent.arn, "service_account": CLOUDWATCH_SERVICE_ACCOUNT}],
                     [self.pod_identity_agent],
                 )
             )

@@ -27,7 +27,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from components.cluster import Cluster
+from components.cluster import NODE_METADATA_OPTIONS, Cluster
 from components.shared_storage import lustre_client_script
 from conventions import (
     ACCELERATOR_LABEL,
@@ -224,13 +224,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             "name_prefix": f"{node_group_name}-",
             "update_default_version": True,
             "block_device_mappings": [root_volume(args, self.local_nvme_disks > 0)],
-            # IMDSv2 with hop limit 1: pods (one network hop away) cannot reach IMDS and borrow the
-            # node role; Pod Identity needs no IMDS, and host-network daemons are not a hop away.
-            "metadata_options": {
-                "http_tokens": "required",
-                "http_put_response_hop_limit": 1,
-                "http_endpoint": "enabled",
-            },
+            "metadata_options": NODE_METADATA_OPTIONS,
             "tag_specifications": [
                 {
                     "resource_type": "instance",

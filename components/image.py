@@ -31,7 +31,7 @@ from components.bucket import BUILD_CONTEXT_PREFIX, ArtifactBucket
 from components.build_trigger import ImageBuildTrigger
 from components.iam import service_trust
 from components.registry import STACK_BUILD_TAG_PREFIX, ImageRegistry
-from domain.names import codebuild_project_name, pull_through_prefix
+from domain.names import codebuild_project_name, pull_through_prefix, schedule_group_name
 
 BUILDSPEC = Path(__file__).with_name("buildspec.yml")
 CODEBUILD_IMAGE = "aws/codebuild/standard:7.0"
@@ -359,8 +359,13 @@ class ImageBuild(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # Schedules take no tags: the stack's CI fence names its group instead (ci_fence.py).
+        group = aws.scheduler.ScheduleGroup(
+            f"{name}-schedules", name=schedule_group_name(pulumi.get_stack()), opts=child
+        )
         aws.scheduler.Schedule(
             f"{name}-nightly",
+            group_name=group.name,
             schedule_expression=NIGHTLY_SCHEDULE,
             flexible_time_window={"mode": "OFF"},
             target={

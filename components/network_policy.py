@@ -55,14 +55,17 @@ def tracking_allows(
     port: int,
     database: dict[str, str] | None,
     database_port: int,
+    provisioner: dict[str, str],
 ) -> tuple[Allow, ...]:
-    """The MLflow server from the training namespace's job pods only; its in-cluster database (None:
-    RDS, outside the cluster) from the server only."""
+    """The MLflow server from the training namespace's job pods and the Jobs beside it that create
+    each job's user only; its in-cluster database (None: RDS, outside the cluster) from the server
+    only."""
     jobs = {
         "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: training_namespace}},
         "podSelector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "Exists"}]},
     }
-    allows = [Allow("mlflow-server", {"matchLabels": dict(server)}, (jobs,), (port,))]
+    users = {"podSelector": {"matchLabels": dict(provisioner)}}
+    allows = [Allow("mlflow-server", {"matchLabels": dict(server)}, (jobs, users), (port,))]
     if database is not None:
         allows.append(
             Allow(

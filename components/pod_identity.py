@@ -18,7 +18,7 @@ import pulumi_kubernetes as k8s
 
 from components.bucket import CHECKPOINT_PREFIX, DATASET_PREFIX
 from components.cluster import Cluster
-from components.iam import service_trust
+from components.iam import pod_identity_trust
 from conventions import JOB_LABEL, PART_OF, TRAINING_NAMESPACE, job_service_account
 
 
@@ -39,8 +39,8 @@ def pod_identity(
         f"{name}-role",
         name=role_name,
         description=description,
-        assume_role_policy=json.dumps(
-            service_trust("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
+        assume_role_policy=pulumi.Output.all(cluster.cluster_name, namespace, service_account).apply(
+            lambda a: json.dumps(pod_identity_trust(*a))
         ),
         opts=opts,
     )

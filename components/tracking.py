@@ -41,7 +41,10 @@ MLFLOW_VERSION = "3.17.2"  # requirements-test.txt runs the same server in the t
 # The base of images/mlflow (its Dockerfile's BASE_IMAGE default agrees; a test holds them equal).
 MLFLOW_IMAGE = f"ghcr.io/mlflow/mlflow:v{MLFLOW_VERSION}"
 POSTGRES_MAJOR = "17"  # RDS takes the newest 17.x and its minor upgrades; no drift between runs
-POSTGRES_IMAGE = "postgres:17.6"  # Docker's official image, for the in-cluster store
+# Docker's official image, for the in-cluster store, by digest: a tag can be pushed again. The digest
+# is the one several public projects pin for 17.6 (server_version_num 170006); not read from Docker
+# Hub here (out of reach), so a wrong one fails the pull, never runs something else.
+POSTGRES_IMAGE = "postgres:17.6@sha256:00bc86618629af00d2937fdc5a5d63db3ff8450acf52f0636ec813c7f4902929"
 PORT = 5000
 NAME = "mlflow"
 ARTIFACT_PREFIX = "mlflow/"

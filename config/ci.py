@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from config.names import PROJECT
 from config.schema import Reader, setting
 
 _GITHUB_REPO = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
-# GitHub allows 255 characters; the longest name used is `<environment>-preview-secrets`.
-_GITHUB_ENVIRONMENT = re.compile(r"[A-Za-z0-9._-]{1,239}")
+# GitHub allows 255 characters; the longest name used is `<environment>-preview`.
+_GITHUB_ENVIRONMENT = re.compile(r"[A-Za-z0-9._-]{1,247}")
+# A role, not a user or a session: a bucket policy's aws:PrincipalArn of a role session is the role's.
+_ROLE = re.compile(r"arn:aws[-a-z]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,576}")
 _OIDC_PROVIDER = re.compile(
     r"arn:aws[-a-z]*:iam::[0-9]{12}:oidc-provider/token\.actions\.githubusercontent\.com"
 )
@@ -33,22 +36,40 @@ class CiConfig:
     )
     environment: str | None = setting(
         "environment",
-        "GitHub environment that deploys this stack; previews run in `<environment>-preview` "
-        "(and `<environment>-preview-secrets`). Unset: the stack's name.",
+        "GitHub environment that deploys this stack; previews run in `<environment>-preview`. "
+        "Unset: the stack's name.",
         None,
+    )
+    account_mode: Literal["perEnvironment", "shared"] = setting(
+        "accountMode",
+        "perEnvironment: this environment has an AWS account of its own (the default, recommended); "
+        "shared: another environment's stack deploys into the same account (the fence keeps them apart).",
+        "perEnvironment",
+    )
+    break_glass_role_arn: str | None = setting(
+        "breakGlassRoleArn",
+        "The role a person uses for the bootstrap `up` and repairs: besides the stack's own roles, the "
+        "only principal the bucket's policy lets in (required with githubRepository).",
+        None,
+    )
+    runner: Literal["github", "codebuild"] = setting(
+        "runner",
+        "Where the deploy workflow's jobs run: github (GitHub-hosted: the API endpoint must admit them) "
+        "or codebuild (a CodeBuild-hosted runner the stack creates in its VPC, which reaches a private "
+        "endpoint; set vars.CI_RUNNER_PROJECT_<STACK> to output ciRunnerProject).",
+        "github",
     )
     oidc_provider_arn: str | None = setting(
         "oidcProviderArn", "The account's GitHub OIDC provider, when another stack created it.", None
     )
     secrets_key_arn: str | None = setting(
         "secretsKeyArn",
-        "KMS key ARN of the stack's awskms secrets provider: the deploy and preview-secrets roles may "
-        "decrypt it, the preview role never.",
+        "KMS key ARN of the stack's awskms secrets provider: the deploy and preview roles may decrypt it.",
         None,
     )
     state_bucket: str | None = setting(
         "stateBucket",
-        "S3 bucket of a self-managed state backend: the deploy and preview-secrets roles reach this "
+        "S3 bucket of a self-managed state backend: the deploy and preview roles reach this "
         "stack's state there and no other stack's.",
         None,
     )
@@ -57,10 +78,18 @@ class CiConfig:
 def check_ci(ci: CiConfig, r: Reader) -> None:
     k = f"{PROJECT}:ci"
     if ci.github_repository is None:
+        if ci.runner != "github":
+            r.problem(
+                f"{k}.runner",
+                ci.runner,
+                "CI access is off without githubRepository",
+                f"set {k}.githubRepository",
+            )
         for key, value in (
             ("githubOwnerId", ci.github_owner_id),
             ("githubRepositoryId", ci.github_repository_id),
             ("environment", ci.environment),
+            ("breakGlassRoleArn", ci.break_glass_role_arn),
             ("oidcProviderArn", ci.oidc_provider_arn),
             ("secretsKeyArn", ci.secrets_key_arn),
             ("stateBucket", ci.state_bucket),
@@ -90,6 +119,15 @@ def check_ci(ci: CiConfig, r: Reader) -> None:
             r.problem(
                 f"{k}.{key}", value, "not a GitHub id", "a positive integer (gh api repos/<owner>/<repo>)"
             )
+    if ci.break_glass_role_arn is None or not _ROLE.fullmatch(ci.break_glass_role_arn):
+        r.problem(
+            f"{k}.breakGlassRoleArn",
+            ci.break_glass_role_arn,
+            "the bucket's policy lets in only the stack's roles and this one: name the role a person uses"
+            if ci.break_glass_role_arn is None
+            else "not an IAM role ARN",
+            "arn:aws:iam::<account>:role/<path/><name>",
+        )
     if ci.environment is not None and not _GITHUB_ENVIRONMENT.fullmatch(ci.environment):
         r.problem(
             f"{k}.environment", ci.environment, "not a GitHub environment name", "letters, digits, . _ -"

@@ -15,6 +15,7 @@ IAM_ROLE_NAME_MAX = 64
 EKS_CLUSTER_NAME_MAX = 100
 EKS_NODE_GROUP_NAME_MAX = 63
 CODEBUILD_PROJECT_MAX = 150
+SCHEDULE_GROUP_MAX = 64
 
 
 def fit(name: str, limit: int) -> str:
@@ -39,6 +40,11 @@ def codebuild_project_name(project: str, stack: str, image: str) -> str:
     return fit(f"{project}-{stack}-{image}", CODEBUILD_PROJECT_MAX)
 
 
+def ci_runner_project_name(stack: str) -> str:
+    """The CodeBuild project of the stack's GitHub Actions runner (the workflows' runs-on label)."""
+    return fit(f"{PROJECT}-{stack}-github-runner", CODEBUILD_PROJECT_MAX)
+
+
 def pull_through_prefix(codebuild_project: str) -> str:
     """The ECR pull-through cache of Docker Hub for one image build."""
     return fit(f"{codebuild_project}-dockerhub", ECR_PULL_THROUGH_PREFIX_MAX)
@@ -51,6 +57,18 @@ def ecr_repository_name(project: str, stack: str, repository: str) -> str:
 def ci_role_name(role_prefix: str, use: str) -> str:
     """A GitHub Actions role (use: preview or deploy), fixed so the program knows it by name."""
     return fit(f"{role_prefix}-github-{use}", IAM_ROLE_NAME_MAX)
+
+
+def iam_path(stack: str) -> str:
+    """The IAM path of every role and policy the stack creates: its CI fence allows IAM writes,
+    `iam:PassRole` and `sts:AssumeRole` under it and nowhere else."""
+    return f"/{PROJECT}/{stack}/"
+
+
+def schedule_group_name(stack: str) -> str:
+    """EventBridge Scheduler's schedules take no tags: the stack's live in a group of its own,
+    which its CI fence names."""
+    return fit(f"{PROJECT}-{stack}", SCHEDULE_GROUP_MAX)
 
 
 def control_plane_log_group(cluster_name: str) -> str:

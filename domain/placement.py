@@ -21,6 +21,9 @@ RAY_HEAD = {"cpu": "500m", "memory": "3Gi"}  # fits the system nodes, next to th
 # A RayJob's submitter (the Kubernetes Job that runs `ray job submit`): Kueue counts it as a third
 # pod set. Named in the RayJob, in whole GiB, rather than Kueue's and KubeRay's default (500m, 200Mi).
 RAY_SUBMITTER = {"cpu": "500m", "memory": "1Gi"}
+# What a RayJob's entrypoint (the job's own driver) asks Ray for: one CPU, which only workers have
+# (the head starts with num-cpus 0), so the job's code never runs on the system nodes.
+RAY_DRIVER_CPUS = 1
 
 
 @dataclass(frozen=True)

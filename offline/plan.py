@@ -145,7 +145,7 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
     checks = [m for m in run.messages if m.startswith("Account checks")]
     if not checks and not cfg.existing_cluster.uses_aws:
         checks = ["Account checks: none; a kubeconfig stack uses no AWS account."]
-    checks += [m for m in run.messages if m.startswith("Cluster operators")]
+    checks += [m for m in run.messages if m.startswith(("Cluster operators", "CI access"))]
     if checks:
         lines += ["", *checks]
     # A kind image is loaded onto the nodes, never pulled.

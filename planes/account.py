@@ -11,22 +11,25 @@ import pulumi_aws as aws
 
 from account_checks import AccountFacts, check_account, check_existing_cluster
 from config import StackConfig, under_mock_engine
-from domain.names import STACK_TAG
+from domain.names import STACK_TAG, iam_path
 
 
 @dataclass(frozen=True)
 class Account:
-    """Where the stack deploys: the explicit AWS provider and who it runs as, and (with CI) the
-    permissions boundary every role the stack creates must carry."""
+    """Where the stack deploys: the explicit AWS provider and who it runs as, the IAM path of every
+    role and policy the stack creates, and (with CI) the permissions boundary every role must carry."""
 
     provider: aws.Provider
     account_id: str
     caller_arn: str
+    iam_path: str
     boundary: tuple[aws.iam.Policy, str] | None = None  # the policy, and its ARN
 
     @property
     def opts(self) -> pulumi.ResourceOptions:
-        transforms = [permissions_boundary(*self.boundary)] if self.boundary is not None else None
+        transforms = [in_iam_path(self.iam_path)]
+        if self.boundary is not None:
+            transforms.append(permissions_boundary(*self.boundary))
         return pulumi.ResourceOptions(providers=[self.provider], transforms=transforms)
 
     def with_boundary(self, boundary: tuple[aws.iam.Policy, str] | None) -> Account:
@@ -37,11 +40,27 @@ class Account:
         return pulumi.InvokeOptions(provider=self.provider)
 
 
+IAM_PATHED = ("aws:iam/role:Role", "aws:iam/policy:Policy")
+
+
+def in_iam_path(path: str) -> pulumi.ResourceTransform:
+    """Resource transform: every IAM role and policy below the resources it is given to (pulumi-eks's
+    included) lives under the stack's path, which the CI fence allows IAM writes, PassRole and
+    AssumeRole in (components/ci_fence.py)."""
+
+    def with_path(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ not in IAM_PATHED:
+            return None
+        return pulumi.ResourceTransformResult(props={**args.props, "path": path}, opts=args.opts)
+
+    return with_path
+
+
 def permissions_boundary(boundary: aws.iam.Policy, arn: str) -> pulumi.ResourceTransform:
     """Resource transform: every IAM role below the resources it is given to (the components and
     their children, pulumi-eks's roles included) carries the CI fence's permissions boundary, and
     is created after it: the CI deploy role may create or change a role only with it
-    (components/ci_access.py stack_fence)."""
+    (components/ci_fence.py stack_fence)."""
 
     def with_boundary(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         if args.type_ != "aws:iam/role:Role":
@@ -64,7 +83,7 @@ def aws_account(cfg: StackConfig) -> Account:
         default_tags={"tags": {STACK_TAG: cfg.stack, "managed-by": "pulumi", **cfg.tags}},
     )
     caller = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=provider))
-    return Account(provider, caller.account_id, caller.arn)
+    return Account(provider, caller.account_id, caller.arn, iam_path(cfg.stack))
 
 
 def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:

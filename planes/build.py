@@ -7,12 +7,14 @@ from dataclasses import dataclass
 import pulumi
 
 from components.bucket import ArtifactBucket, ArtifactBucketArgs
+from components.ci_access import GitHubCiAccess
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs.verl import VERL_IMAGE
 from components.kind_image import KindImage, KindImageArgs
 from components.registry import ImageRegistry, ImageRegistryArgs
 from config import PROJECT_ROOT, StackConfig
 from planes.account import Account
+from planes.ci import ci_bucket_fence
 
 ARCHIVE_DIR = PROJECT_ROOT / "build" / "contexts"
 
@@ -43,7 +45,7 @@ def registry_args(cfg: StackConfig) -> ImageRegistryArgs:
     )
 
 
-def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
+def build_plane(cfg: StackConfig, account: Account, ci: GitHubCiAccess | None = None) -> BuildPlane:
     bucket = ArtifactBucket(
         "artifacts",
         ArtifactBucketArgs(
@@ -51,6 +53,7 @@ def build_plane(cfg: StackConfig, account: Account) -> BuildPlane:
             checkpoint_retention_days=cfg.storage.checkpoint_retention_days,
             build_context_retention_days=cfg.storage.build_context_retention_days,
             protect=cfg.storage.protect,
+            fence=ci_bucket_fence(cfg, account, ci),
         ),
         account.opts,
     )

@@ -6,17 +6,23 @@ from __future__ import annotations
 import pulumi
 
 from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
+from components.ci_fence import BucketFence
+from components.ci_runner import CiRunner, CiRunnerArgs
+from components.tracking import TrackingNetwork
 from config import PROJECT, StackConfig
-from domain.names import eks_cluster_name
+from domain.names import ci_runner_project_name, eks_cluster_name, iam_path, schedule_group_name
 from domain.principals import same_principal
 from planes.account import Account
 from stack_outputs import StackOutputs
+
+DEPLOY_WORKFLOW_NAME = "deploy"  # `name:` of .github/workflows/deploy.yml: the runner's webhook filter
 
 
 def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
     ci = cfg.ci
     if ci.github_repository is None:
         return None
+    pulumi.log.info(account_mode_line(cfg, account.account_id))
     return GitHubCiAccess(
         "github-actions",
         GitHubCiAccessArgs(
@@ -30,32 +36,75 @@ def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
             project=PROJECT,
             stack=cfg.stack,
             role_prefix=f"{PROJECT}-{cfg.stack}",
+            iam_path=iam_path(cfg.stack),
             cluster_name=eks_cluster_name(cfg.stack),
+            schedule_group=schedule_group_name(cfg.stack),
         ),
         account.account_id,
         account.opts,
     )
 
 
-def ci_deploy_entry(ci: GitHubCiAccess | None, account: Account, creator: str) -> pulumi.Output[str] | None:
+def account_mode_line(cfg: StackConfig, account_id: str) -> str:
+    """What the plan says of the stack's account: its own environment's, or shared (fenced)."""
+    fence = f"fenced by {iam_path(cfg.stack)} and {PROJECT}-{cfg.stack}-boundary"
+    if cfg.ci.account_mode == "shared":
+        return (
+            f"CI access: account {account_id} is shared with other environments' stacks ({fence}; "
+            f"the bucket lets in only {cfg.stack}'s roles and {cfg.ci.break_glass_role_arn})."
+        )
+    return f"CI access: account {account_id} is {cfg.stack}'s own (account per environment; {fence})."
+
+
+def ci_bucket_fence(cfg: StackConfig, account: Account, ci: GitHubCiAccess | None) -> BucketFence | None:
+    """With CI, the bucket lets in the stack's own principals and the break-glass role only."""
+    if ci is None or cfg.ci.break_glass_role_arn is None:
+        return None
+    return BucketFence(cfg.stack, account.account_id, ci.deploy_role_arn, cfg.ci.break_glass_role_arn)
+
+
+def ci_deploy_entry(ci: GitHubCiAccess | None, creator: str) -> pulumi.Output[str] | None:
     """The deploy role's cluster-admin entry, unless the deploy role created the cluster: EKS
     made the creator an admin itself, and a second entry for it fails. Whoever runs this
     `pulumi up` does not matter: the entries stay the same for every caller."""
     if ci is None:
         return None
-    deploy_arn = f"arn:aws:iam::{account.account_id}:role/{ci.deploy_role_name}"
+    deploy_arn = ci.deploy_role_arn
     if same_principal(creator, deploy_arn):
         pulumi.log.info(f"{deploy_arn} created the cluster; EKS made it cluster admin as the creator.")
         return None
     return ci.deploy_role.arn
 
 
-def ci_outputs(ci: GitHubCiAccess | None) -> StackOutputs:
+def ci_runner(cfg: StackConfig, account: Account, network: TrackingNetwork | None) -> CiRunner | None:
+    """With `ci.runner: codebuild`, a runner for the deploy workflow inside the stack's VPC."""
+    if cfg.ci.github_repository is None or cfg.ci.runner != "codebuild" or network is None:
+        return None
+    return CiRunner(
+        "ci-runner",
+        CiRunnerArgs(
+            project_name=ci_runner_project_name(cfg.stack),
+            repository=cfg.ci.github_repository,
+            workflow_name=DEPLOY_WORKFLOW_NAME,
+            vpc_id=network.vpc_id,
+            subnet_ids=network.private_subnet_ids,
+            cluster_security_group_id=network.cluster_security_group_id,
+            region=cfg.region,
+            account_id=account.account_id,
+        ),
+        account.opts,
+    )
+
+
+def ci_outputs(ci: GitHubCiAccess | None, runner: CiRunner | None = None) -> StackOutputs:
     """The values to put in the repository's variables (see docs/ci.md)."""
     if ci is None:
         return {}
-    return {
+    found: StackOutputs = {
         "ciOidcProviderArn": ci.provider_arn,
         "ciPreviewRoleArn": ci.preview_role.arn,
         "ciDeployRoleArn": ci.deploy_role.arn,
     }
+    if runner is not None:
+        found["ciRunnerProject"] = runner.project_name
+    return found

@@ -101,7 +101,7 @@ def compute_plane(
             aws_profile=cfg.aws_profile,
             node_monitoring_agent=cc.node_monitoring_agent,
             gpu_metrics=cc.gpu_metrics,
-            ci_deploy_role_arn=ci_deploy_entry(ci, account, facts.creator.arn),
+            ci_deploy_role_arn=ci_deploy_entry(ci, facts.creator.arn),
             ci_preview_role_arn=ci.preview_role.arn if ci else None,
         ),
         account.opts,

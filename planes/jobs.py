@@ -11,6 +11,7 @@ from components.jobs.training_job import TrainingJob
 from components.network_policy import NamespacePolicies, NamespacePoliciesArgs, tracking_allows
 from components.operators import ClusterOperators
 from components.queueing import Queueing
+from components.tracking_users import PROVISIONER_SELECTOR
 from config import StackConfig
 from conventions import SYSTEM_GROUP
 from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
@@ -52,6 +53,7 @@ def network_policies(
                         server.port,
                         server.database_selector,
                         server.database_port,
+                        PROVISIONER_SELECTOR,
                     ),
                 ),
             )
@@ -96,6 +98,10 @@ def jobs_plane(
         # A job naming a dataset starts on prepared files: pulumi-kubernetes awaits the Job's Complete.
         data = datasets[j.dataset] if j.dataset else None
         extra += [data.job] if data else []
+        job_tracking, provisioner = (
+            tracking.for_job(j.name, pods.secret, policies) if tracking else (None, None)
+        )
+        extra += [provisioner] if provisioner else []
         jobs.append(
             TrainingJob(
                 f"job-{j.name}",
@@ -133,7 +139,7 @@ def jobs_plane(
                     hf_token_secret=hf_secret.metadata.name if hf_secret else None,
                     node_check=node_check,
                     head_selector=dict(by_group[SYSTEM_GROUP].node_selector),
-                    tracking=tracking.job if tracking else None,
+                    tracking=job_tracking,
                 ),
             )
         )

@@ -1,15 +1,27 @@
 """Tracking plane: the MLflow server jobs log to, the user's (its credentials in a Secret) or one
-the stack runs (its image built by the stack, its admin's credentials handed to jobs as a Secret),
-and the outputs `trainstack` reads to find it."""
+the stack runs (its image built by the stack; each job its own user, the admin's credentials kept in
+the `mlflow` namespace), and the outputs `trainstack` reads to find it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pulumi
 
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs.pods import JobTracking
 from components.registry import ImageRegistry
-from components.tracking import ADMIN_USER, MLFLOW_IMAGE, PORT_FORWARD, TrackingServer, TrackingServerArgs
+from components.tracking import (
+    ADMIN_USER,
+    MLFLOW_IMAGE,
+    PORT_FORWARD,
+    TRACKING_URI,
+    TrackingServer,
+    TrackingServerArgs,
+)
+from components.tracking_users import TrackingUsers, TrackingUsersArgs, job_experiment
 from config import PROJECT_ROOT, StackConfig
 from conventions import SYSTEM_GROUP
 from planes.account import Account
@@ -19,7 +31,8 @@ from stack_outputs import StackOutputs
 
 SERVER_CONTEXT = PROJECT_ROOT / "images" / "mlflow"
 SERVER_IMAGE = "mlflow-image"
-# The jobs' Secret with the server's credentials (a server the user runs, or the stack's).
+# The jobs' Secret with the server's credentials (a server the user runs), or with a job's own user's
+# (the stack's server: `mlflow-credentials-<job>`).
 CREDENTIALS_SECRET = "mlflow-credentials"
 
 
@@ -30,6 +43,27 @@ class Tracking:
     job: JobTracking
     server: TrackingServer | None = None
     server_image: ImageBuild | None = None
+    users: TrackingUsers | None = None  # with the stack's server: one user per job
+
+    def for_job(
+        self, job: str, secret: Callable[[str, dict], Any], waits_for: list[pulumi.Resource]
+    ) -> tuple[JobTracking, pulumi.Resource | None]:
+        """What one job logs to and as, and what its pods wait for: on the stack's server, its own
+        user and experiment (`secret` makes the Secret of its credentials in the job's namespace)."""
+        if self.users is None or self.server is None:
+            return self.job, None
+        experiment = job_experiment(self.job.experiment, job)
+        credentials, provisioner = self.users.job_user(job, experiment, [self.server.deployment, *waits_for])
+        created = secret(f"{CREDENTIALS_SECRET}-{job}", credentials)
+        return (
+            replace(
+                self.job,
+                experiment=experiment,
+                credentials_secret=created.metadata.name,
+                credential_keys=tuple(credentials),
+            ),
+            provisioner,
+        )
 
 
 def tracking_plane(
@@ -70,16 +104,19 @@ def tracking_plane(
         ),
         account.opts,
     )
-    credentials = {
-        "MLFLOW_TRACKING_USERNAME": ADMIN_USER,
-        "MLFLOW_TRACKING_PASSWORD": server.admin_password.result,
-    }
-    secret = compute.pod_identity.secret(CREDENTIALS_SECRET, credentials)
-    return Tracking(
-        JobTracking(server.uri, experiment, cfg.stack, secret.metadata.name, tuple(credentials)),
-        server,
-        image,
+    users = TrackingUsers(
+        "tracking-users",
+        TrackingUsersArgs(
+            provider=compute.provider,
+            uri=TRACKING_URI,
+            image=image.image_uri,
+            admin_secret=server.auth_secret.metadata.name,
+            admin_username=ADMIN_USER,
+            system_selector=dict(compute.placements[SYSTEM_GROUP].node_selector),
+        ),
+        pulumi.ResourceOptions(depends_on=[server.namespace]),
     )
+    return Tracking(JobTracking(server.uri, experiment, cfg.stack), server, image, users)
 
 
 def server_image(cfg: StackConfig, account: Account, build: BuildPlane) -> ImageBuild:

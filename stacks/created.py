@@ -14,7 +14,7 @@ from __future__ import annotations
 from config import StackConfig
 from planes.account import account_checks, aws_account
 from planes.build import build_plane
-from planes.ci import ci_access, ci_outputs
+from planes.ci import ci_access, ci_outputs, ci_runner
 from planes.compute import compute_plane
 from planes.datasets import datasets_plane
 from planes.jobs import jobs_plane
@@ -31,11 +31,16 @@ def created_stack(cfg: StackConfig) -> StackOutputs:
     ci = ci_access(cfg, account)
     # Every role from here on carries the CI fence's boundary (CI may create no role without it).
     account = account.with_boundary(ci.boundary if ci else None)
-    build = build_plane(cfg, account)
+    build = build_plane(cfg, account, ci)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)
     datasets = datasets_plane(cfg, build, compute)
     jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets)
-    return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking) | ci_outputs(ci)
+    runner = ci_runner(cfg, account, compute.network)
+    return (
+        outputs(cfg, build, compute, operators, queues, jobs)
+        | tracking_outputs(tracking)
+        | ci_outputs(ci, runner)
+    )

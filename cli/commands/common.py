@@ -19,6 +19,12 @@ def metric_records(cluster: Cluster, pods: list[dict], tail: int | None = None) 
     return [records[s] for s in sorted(records)]
 
 
+def job_experiment(outputs: StackOutputs, job: str) -> str:
+    """A job's own experiment on the stack's server (one user per job), else the stack's."""
+    summary = (outputs.get("jobs") or {}).get(job) or {}
+    return summary.get("experiment") or outputs.get("trackingExperiment", "")
+
+
 def job_run(args: argparse.Namespace, outputs: StackOutputs, job: str) -> mlflow_api.Run | str | None:
     """The job's MLflow run; a line saying why it cannot be read; None without tracking."""
     if not outputs.get("trackingUri"):
@@ -27,8 +33,6 @@ def job_run(args: argparse.Namespace, outputs: StackOutputs, job: str) -> mlflow
     if uri is None:
         return f"run `{outputs['trackingPortForward']}`, then pass --tracking-uri http://localhost:5000"
     try:
-        return (
-            mlflow_api.find_run(uri, outputs.get("trackingExperiment", ""), job, args.timeout) or "no run yet"
-        )
+        return mlflow_api.find_run(uri, job_experiment(outputs, job), job, args.timeout) or "no run yet"
     except mlflow_api.TrackingUnavailable as err:
         return str(err)

@@ -15,7 +15,7 @@ from components.jobs.pods import CHECKPOINT_DIR, TrainingJobArgs, trainer_args
 from components.jobs.ray import ray_allows, ray_cluster_spec
 from components.network_policy import Allow
 from conventions import JOB_LABEL, PART_OF, RAY_ROLE_LABEL, RAY_SUBMITTER_ROLE
-from domain.placement import RAY_SUBMITTER
+from domain.placement import RAY_DRIVER_CPUS, RAY_SUBMITTER
 
 if TYPE_CHECKING:
     from components.operators import ClusterOperators
@@ -81,6 +81,10 @@ class RayJob(JobKind):
     def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
         return {
             "entrypoint": ray_entrypoint(args),
+            # The head starts with num-cpus 0 and sits on the system nodes: an entrypoint asking for
+            # nothing runs there (Ray's job FAQ), asking for a CPU it runs on a worker, whose node
+            # role pods cannot reach either (KubeRay passes it as `ray job submit --entrypoint-num-cpus`).
+            "entrypointNumCpus": RAY_DRIVER_CPUS,
             **({"runtimeEnvYAML": verl_job.runtime_env(args.spec.verl)} if args.spec.verl else {}),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": submitter_template(args),

@@ -75,4 +75,6 @@ class TrainingJob(pulumi.ComponentResource):
             "queue": args.queue,
             **kind.watch_commands(spec.name, args.namespace),
         }
+        if args.tracking is not None:
+            self.summary["experiment"] = args.tracking.experiment
         self.register_outputs({"summary": self.summary})

@@ -90,8 +90,16 @@ def _oidc_provider(r: NewResource) -> dict[str, Any]:
     return {"arn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/{host}"}
 
 
+# IAM kinds whose ARN carries the `path` argument (pulumi-aws: optional, default "/", ForceNew).
+IAM_PATHED_KINDS = ("role", "policy", "user", "group", "instanceProfile")
+
+
 def _iam(r: NewResource) -> dict[str, Any]:
-    return {"arn": arn("iam", f"{r.kind}/{r.name}", r.region, False), "name": r.name}
+    if r.kind not in IAM_PATHED_KINDS:
+        return {"arn": arn("iam", f"{r.kind}/{r.name}", r.region, False), "name": r.name}
+    path = r.state.get("path") or "/"
+    kind = "instance-profile" if r.kind == "instanceProfile" else r.kind
+    return {"arn": arn("iam", f"{kind}{path}{r.name}", r.region, False), "name": r.name, "path": path}
 
 
 def _kms_key(r: NewResource) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import yaml
-from support.plans import plan, stack_values
+from support.plans import ci_config, plan, stack_values
 
 from account_checks import AccountCheckError, aws_cli
 from domain.names import fit
@@ -252,6 +252,7 @@ NAME_LIMITS = {
     ("aws:codebuild/project:Project", "name"): 150,
     ("aws:s3/bucket:Bucket", "bucketPrefix"): 37,
     ("aws:scheduler/schedule:Schedule", "name"): 64,
+    ("aws:scheduler/scheduleGroup:ScheduleGroup", "name"): 64,
     ("aws:cloudwatch/logGroup:LogGroup", "name"): 512,
     ("aws:secretsmanager/secret:Secret", "namePrefix"): 512 - 26,
 }
@@ -263,7 +264,7 @@ def test_every_name_a_20_character_stack_derives_fits_its_service():
     values = stack_values(
         "dev",
         image={"dockerHubUsername": "me", "nightlyRebuild": True},
-        ci={"githubRepository": "acme/train"},
+        ci=ci_config(),
         gpuNodeGroups=[{"name": "a" * 32, "instanceType": "g6.xlarge"}],
         jobs=[],
     )

@@ -195,7 +195,11 @@ def test_prod_plan_shows_efa_node_groups(tmp_path):
     dep_names = {u.rsplit("::", 1)[1] for u in ng["dependencies"]}
     assert {"eks", "gpu-p5-lt"} <= dep_names
     assert "eks-system" not in dep_names  # GPU nodes join in parallel with the system nodes
-    (lt,) = [r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    (lt,) = [
+        r
+        for r in resources
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and r["name"] == "gpu-p5-lt"
+    ]
     assert {"gpu-p5-efa", "gpu-p5-placement"} <= {u.rsplit("::", 1)[1] for u in lt["dependencies"]}
     # Idle, prod costs its non-GPU floor; each job adds its two p5 nodes while it runs.
     assert "idle total: $0.43/hour ($307 per 30 days)" in proc.stdout

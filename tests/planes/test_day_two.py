@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from support.plans import stack_values
+from support.plans import ci_config, stack_values
 
 from account_checks import AccountCheckError
 from config import parse_config
@@ -24,9 +24,7 @@ ENTRY = "aws:eks/accessEntry:AccessEntry"
 
 
 def run(caller: str, admins=(BOB, PLATFORM), facts=None):
-    values = stack_values(
-        "dev", ci={"githubRepository": "acme/train"}, cluster={"adminPrincipals": list(admins)}
-    )
+    values = stack_values("dev", ci=ci_config(), cluster={"adminPrincipals": list(admins)})
     return run_program("dev", values, caller_arn=caller, facts=facts)
 
 

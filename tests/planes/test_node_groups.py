@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from support.compute import CAPACITY_BLOCK_FACTS, LT, NG, SUBNET, efa_group
+from support.compute import CAPACITY_BLOCK_FACTS, NG, SUBNET, efa_group, gpu_template
 from support.plans import plan
 
 from config import EKS_ADDON_VERSIONS
@@ -60,7 +60,7 @@ def test_dev_gpu_node_group_without_efa(dev_plan):
         "nvidia.com/gpu.present": "true",  # what the NVIDIA device plugin's chart selects
     }
     assert ng["launchTemplate"] == {"id": "gpu-gpu-lt-id", "version": "1"}
-    lt = dev_plan.one(LT).inputs
+    lt = gpu_template(dev_plan).inputs
     assert "networkInterfaces" not in lt and "placement" not in lt
     assert lt["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 200
     assert lt["metadataOptions"]["httpTokens"] == "required"
@@ -74,7 +74,7 @@ def test_dev_gpu_node_group_without_efa(dev_plan):
 )
 def test_efa_interface_layout(instance_type, efa_count):
     run = efa_plan(instance_type)
-    interfaces = run.one(LT).inputs["networkInterfaces"]
+    interfaces = gpu_template(run).inputs["networkInterfaces"]
     efa = [i for i in interfaces if i["interfaceType"] == "efa-only"]
     assert len(efa) == efa_count
     # ENA primary on card 0 / device 0, efa-only on card 0 / device 1, then device 0 of each other card.
@@ -151,11 +151,11 @@ def test_placement_group_is_cluster_strategy_and_optional(prod_plan):
     pg = prod_plan.one("aws:ec2/placementGroup:PlacementGroup")
     assert pg.inputs["strategy"] == "cluster"
     # The group is autonamed: the template receives the name the provider gave it.
-    assert prod_plan.one(LT).inputs["placement"]["groupName"].startswith(f"{pg.name}-")
-    assert pg.urn in prod_plan.one(LT).dependencies
+    assert gpu_template(prod_plan).inputs["placement"]["groupName"].startswith(f"{pg.name}-")
+    assert pg.urn in gpu_template(prod_plan).dependencies
     run = efa_plan("p5.48xlarge", placementGroup=False)
     assert run.by_type("aws:ec2/placementGroup:PlacementGroup") == []
-    assert "placement" not in run.one(LT).inputs
+    assert "placement" not in gpu_template(run).inputs
 
 
 def test_capacity_block_wiring():
@@ -172,7 +172,7 @@ def test_capacity_block_wiring():
             )
         ],
     )
-    lt = run.one(LT).inputs
+    lt = gpu_template(run).inputs
     assert lt["instanceType"] == "p5.48xlarge"
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
     assert lt["capacityReservationSpecification"] == {
@@ -198,8 +198,8 @@ def test_spot_and_disk_size():
         ],
     )
     assert run.one(NG, "gpu-spot").inputs["capacityType"] == "SPOT"
-    assert run.one(LT).inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 500
-    assert "instanceMarketOptions" not in run.one(LT).inputs
+    assert gpu_template(run).inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 500
+    assert "instanceMarketOptions" not in gpu_template(run).inputs
 
 
 def test_several_node_groups():
@@ -241,7 +241,7 @@ def test_on_demand_groups_start_at_their_floor_and_leave_the_size_to_the_autosca
 
 
 def test_pods_cannot_reach_the_node_role_through_imds(prod_plan):
-    options = prod_plan.one(LT).inputs["metadataOptions"]
+    options = gpu_template(prod_plan).inputs["metadataOptions"]
     assert options == {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}
 
 

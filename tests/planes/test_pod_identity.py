@@ -24,6 +24,17 @@ def two_jobs():
     return plan("prod", gpuNodeGroups=[{"name": "gpu", "instanceType": "g6.xlarge"}], jobs=JOBS)
 
 
+def trusts_service(trust: dict, tags: dict) -> bool:
+    """Whether Pod Identity's AssumeRole, carrying these session tags, is allowed by the trust."""
+    from support.iam_eval import Request, applies
+
+    request = Request("sts:AssumeRole", "*", tags)
+    return any(
+        s["Effect"] == "Allow" and applies({**s, "Resource": "*", "Principal": "*"}, request)
+        for s in trust["Statement"]
+    )
+
+
 def bucket_arn(run) -> str:
     return f"arn:aws:s3:::{run.outputs['bucketName']}"
 
@@ -42,10 +53,27 @@ def test_each_job_runs_as_its_own_service_account_with_its_own_role(two_jobs):
         assert (assoc["clusterName"], assoc["namespace"]) == ("trainstack-prod", "training")
         role = two_jobs.one("aws:iam/role:Role", f"training-pods-{name}-role").inputs
         assert role["name"] == f"trainstack-prod-job-{name}"
-        assert assoc["roleArn"] == f"arn:aws:iam::123456789012:role/trainstack-prod-job-{name}"
-        trust = json.loads(role["assumeRolePolicy"])["Statement"][0]
-        assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-        assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+        assert (
+            assoc["roleArn"] == f"arn:aws:iam::123456789012:role/trainstack/prod/trainstack-prod-job-{name}"
+        )
+        trust = json.loads(role["assumeRolePolicy"])
+        (statement,) = trust["Statement"]
+        assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        assert statement["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+        # Only this cluster's job-<name> in `training`: Pod Identity's session tags, as requested.
+        tags = {"eks-cluster-name": "trainstack-prod", "kubernetes-namespace": "training"}
+        own = {
+            f"aws:RequestTag/{k}": v for k, v in {**tags, "kubernetes-service-account": f"job-{name}"}.items()
+        }
+        assert statement["Condition"] == {"StringEquals": own}
+        for key, other in [
+            ("kubernetes-service-account", "job-other"),
+            ("kubernetes-namespace", "default"),
+            ("eks-cluster-name", "trainstack-dev"),
+        ]:
+            assert trusts_service(trust, own) and not trusts_service(
+                trust, {**own, f"aws:RequestTag/{key}": other}
+            )
         manifest = body(job(two_jobs, name))
         assert pod_spec(manifest)["serviceAccountName"] == f"job-{name}"
         if manifest["kind"] == "RayJob":  # the head and the submitter too: every pod of the job

@@ -111,25 +111,6 @@ def test_the_server_runs_the_basic_auth_app_with_its_secrets_from_the_environmen
     assert manifest_of(dev.one(SECRET, "tracking-auth"))[1]["stringData"] == SECRET_MASK
 
 
-def test_jobs_log_as_the_admin_through_a_secret(dev):
-    (reg,) = [r for r in dev.resources if r.name == "job-fsdp" and r.custom]
-    (container,) = manifest_of(reg)[1]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
-        "containers"
-    ]
-    env = {e["name"]: e for e in container["env"]}
-    for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
-        assert env[key] == {
-            "name": key,
-            "valueFrom": {"secretKeyRef": {"name": "mlflow-credentials", "key": key}},
-        }
-    credentials = revealed(dev, "mlflow-credentials")
-    assert credentials == {
-        "MLFLOW_TRACKING_USERNAME": ADMIN_USER,
-        "MLFLOW_TRACKING_PASSWORD": revealed(dev, "tracking-auth")["admin-password"],
-    }
-    assert dev.one(SECRET, "mlflow-credentials").inputs["metadata"]["namespace"] == "training"
-
-
 def test_no_password_in_any_spec_or_command_line(dev):
     secrets = [*revealed(dev, "tracking-db").values(), *revealed(dev, "tracking-auth").values()]
     for reg in [dev.one(DEPLOYMENT, "tracking-server"), dev.one(STATEFULSET, "tracking-postgres")]:

@@ -46,3 +46,9 @@ def ebs_only(monkeypatch: pytest.MonkeyPatch, instance_type: str) -> None:
         instance_type,
         replace(INSTANCE_TYPES[instance_type], instance_store_disks=0, instance_store_disk_gb=0),
     )
+
+
+def gpu_template(run):
+    """The GPU group's launch template (the system group has its own, `eks-system-lt`)."""
+    (template,) = [t for t in run.by_type(LT) if t.name != "eks-system-lt"]
+    return template

@@ -6,7 +6,9 @@ True for an unknown one), skips a condition key absent from the request instead 
 `moto/iam/access_control.py` (`IAMPolicyStatement`) reads neither `NotResource` nor permissions
 boundaries. This follows AWS's documented evaluation logic instead: an explicit deny in any policy
 wins; otherwise the request is allowed only when an identity policy allows it and, with a
-permissions boundary, the boundary allows it too. Within a condition block every operator and
+permissions boundary, the boundary allows it too; a resource policy (a bucket's) in the same account
+adds its allows for the principals it names and its denies for every principal it matches. Within
+a condition block every operator and
 every key must match, and any one of a key's values; a key absent from the request fails every
 operator but the negated ones (`StringNotEquals` then matches) and `Null`. An operator this module
 does not know raises rather than passing.
@@ -42,7 +44,24 @@ def _matches(statement: dict, key: str, not_key: str, value: str, *, ignore_case
     return not any(_wildcard(p, value, ignore_case=ignore_case) for p in _listed(statement[not_key]))
 
 
+def _arn_like(pattern: str, value: str) -> bool:
+    """ARN operators compare each of the six colon-separated parts with wildcards, so `*` never
+    spans a colon."""
+    want, got = pattern.split(":", 5), value.split(":", 5)
+    return len(want) == len(got) == 6 and all(
+        _wildcard(p, v, ignore_case=False) for p, v in zip(want, got, strict=True)
+    )
+
+
 def _operator(op: str, expected: list[str], actual: str | list[str] | None) -> bool:
+    if op in ("ArnLike", "ArnEquals", "ArnNotLike", "ArnNotEquals"):
+        if actual is None:
+            return "Not" in op
+        if isinstance(actual, list):
+            raise ValueError(f"{op} on a multivalued key: use ForAnyValue/ForAllValues")
+        return any(_arn_like(e, actual) for e in expected) != ("Not" in op)
+    if op == "Bool":
+        return actual is not None and actual in expected
     if op == "Null":
         (want_absent,) = expected
         return (actual is None) == (want_absent == "true")
@@ -69,10 +88,20 @@ def condition_holds(condition: dict, context: Context) -> bool:
 
 def applies(statement: dict, request: Request) -> bool:
     return (
-        _matches(statement, "Action", "NotAction", request.action, ignore_case=True)
+        _principal_matches(statement, request.context.get("aws:PrincipalArn"))
+        and _matches(statement, "Action", "NotAction", request.action, ignore_case=True)
         and _matches(statement, "Resource", "NotResource", request.resource, ignore_case=False)
         and condition_holds(statement.get("Condition", {}), request.context)
     )
+
+
+def _principal_matches(statement: dict, principal: str | list[str] | None) -> bool:
+    """An identity policy has no Principal; a resource policy's `*` or `{"AWS": ...}` names it."""
+    named = statement.get("Principal")
+    if named is None or named == "*":
+        return True
+    arns = _listed(named.get("AWS", []))
+    return isinstance(principal, str) and any(a == "*" or a == principal for a in arns)
 
 
 def _effects(policy: dict, request: Request) -> set[str]:
@@ -84,12 +113,18 @@ def _listed_statements(policy: dict) -> list[dict]:
     return [statements] if isinstance(statements, dict) else statements
 
 
-def decide(identity: list[dict], request: Request, boundary: dict | None = None) -> str:
-    """ "deny" (explicit), "allow", or "implicit" (nothing allows it)."""
-    policies = identity + ([boundary] if boundary else [])
+def decide(
+    identity: list[dict], request: Request, boundary: dict | None = None, resource: dict | None = None
+) -> str:
+    """ "deny" (explicit), "allow", or "implicit" (nothing allows it). `resource`: the policy of the
+    resource in the principal's own account (a bucket's), whose allow of a role counts within the
+    role's boundary."""
+    policies = identity + [p for p in (boundary, resource) if p]
     if any("Deny" in _effects(p, request) for p in policies):
         return "deny"
-    allowed = any("Allow" in _effects(p, request) for p in identity)
+    allowed = any("Allow" in _effects(p, request) for p in identity) or (
+        resource is not None and "Allow" in _effects(resource, request)
+    )
     if boundary is not None:
         allowed = allowed and "Allow" in _effects(boundary, request)
     return "allow" if allowed else "implicit"

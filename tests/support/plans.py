@@ -40,3 +40,11 @@ def job_block(text: str, job: str) -> tuple[str, list[str]]:
             break
         below.append(line.strip())
     return lines[start], below
+
+
+BREAK_GLASS = "arn:aws:iam::123456789012:role/BreakGlass"
+
+
+def ci_config(**extra) -> dict:
+    """`trainstack:ci` with the repository and the break-glass role it requires."""
+    return {"githubRepository": "acme/train", "breakGlassRoleArn": BREAK_GLASS, **extra}

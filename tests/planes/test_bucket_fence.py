@@ -1,0 +1,141 @@
+"""Prod's bucket in an account it shares with dev: S3 evaluates no resource tags on a general-purpose
+bucket unless ABAC is turned on for it, so the requests below carry none (`aws:ResourceTag` absent)
+and only the bucket's policy, by principal, keeps dev's deploy role out. Evaluated as AWS does for a
+principal of the bucket's own account: identity policies within the boundary, or the bucket
+policy's allow, and any explicit deny wins (support.iam_eval)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.iam_eval import Request, decide
+from support.plans import BREAK_GLASS, ci_config, plan
+
+ACCOUNT = "123456789012"
+JOB = "llama-1b-fsdp"
+PROD_DEPLOY = f"arn:aws:iam::{ACCOUNT}:role/trainstack/prod/trainstack-prod-github-deploy"
+DEV_DEPLOY = f"arn:aws:iam::{ACCOUNT}:role/trainstack/dev/trainstack-dev-github-deploy"
+
+
+@pytest.fixture(scope="module")
+def prod():
+    return plan("prod", ci=ci_config(accountMode="shared", environment="prod"))
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return plan("dev", ci=ci_config(accountMode="shared"))
+
+
+def bucket_policy(run) -> dict:
+    return json.loads(run.one("aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
+
+
+def bucket_arn(run) -> str:
+    return f"arn:aws:s3:::{run.outputs['bucketName']}"
+
+
+def role_policies(run, prefix: str) -> list[dict]:
+    return [
+        json.loads(p.inputs["policy"])
+        for p in run.by_type("aws:iam/rolePolicy:RolePolicy")
+        if p.name.startswith(prefix)
+    ]
+
+
+def boundary(run) -> dict:
+    (policy,) = run.by_type("aws:iam/policy:Policy")
+    return json.loads(policy.inputs["policy"])
+
+
+def principal(arn: str, stack: str | None) -> dict:
+    """A role session's context: the role's ARN (path included) and its tags as principal tags."""
+    return {"aws:PrincipalArn": arn, **({"aws:PrincipalTag/trainstack:stack": stack} if stack else {})}
+
+
+def test_dev_deploy_cannot_touch_prods_bucket(dev, prod):
+    """Dev's deploy role allows `*` within dev's boundary, which names no bucket: only prod's bucket
+    policy stands between it and prod's checkpoints."""
+    bucket = bucket_arn(prod)
+    who = principal(DEV_DEPLOY, "dev")
+    deploy = role_policies(dev, "github-actions-deploy")
+    for action, resource in [
+        ("s3:PutObject", f"{bucket}/checkpoints/{JOB}/step_00000100/.metadata"),  # unpickled on resume
+        ("s3:GetObject", f"{bucket}/checkpoints/{JOB}/step_00000100/__0_0.distcp"),
+        ("s3:DeleteObject", f"{bucket}/checkpoints/{JOB}/step_00000100/.metadata"),
+        ("s3:DeleteObjectVersion", f"{bucket}/checkpoints/{JOB}/step_00000100/.metadata"),
+        ("s3:PutObject", f"{bucket}/build-contexts/context.zip"),
+        ("s3:PutBucketPolicy", bucket),
+        ("s3:DeleteBucketPolicy", bucket),
+        ("s3:PutLifecycleConfiguration", bucket),
+        ("s3:PutEncryptionConfiguration", bucket),
+        ("s3:PutBucketVersioning", bucket),
+        ("s3:DeleteBucket", bucket),
+        ("s3:ListBucket", bucket),
+    ]:
+        request = Request(action, resource, who)
+        assert decide(deploy, request, boundary(dev)) == "allow"  # the identity side alone lets it
+        assert decide(deploy, request, boundary(dev), bucket_policy(prod)) == "deny", action
+
+
+def test_only_prods_deploy_role_and_break_glass_lose_or_reconfigure(prod):
+    bucket = bucket_arn(prod)
+    admin = [{"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}]
+    job_role = f"arn:aws:iam::{ACCOUNT}:role/trainstack/prod/training-pods-{JOB}-role"
+    version = f"{bucket}/checkpoints/{JOB}/step_00000100/.metadata"
+    for action, resource in [
+        ("s3:DeleteObjectVersion", version),
+        ("s3:PutBucketPolicy", bucket),
+        ("s3:PutLifecycleConfiguration", bucket),
+        ("s3:PutEncryptionConfiguration", bucket),
+    ]:
+        for arn, stack, expected in [
+            (PROD_DEPLOY, "prod", "allow"),
+            (BREAK_GLASS, None, "allow"),
+            (job_role, "prod", "deny"),  # prod's own roles too: only the deploy role
+            (f"arn:aws:iam::{ACCOUNT}:role/trainstack/prod/eks-node", "prod", "deny"),
+            (f"arn:aws:iam::{ACCOUNT}:role/SomeAdmin", None, "deny"),
+        ]:
+            request = Request(action, resource, principal(arn, stack))
+            assert decide(admin, request, boundary(prod), bucket_policy(prod)) == expected, (action, arn)
+
+
+def test_prods_job_reads_and_writes_its_checkpoints_and_no_untagged_principal_does(prod):
+    bucket = bucket_arn(prod)
+    job_role = f"arn:aws:iam::{ACCOUNT}:role/trainstack/prod/training-pods-{JOB}-role"
+    (job,) = role_policies(prod, f"training-pods-{JOB}")
+    own = f"{bucket}/checkpoints/{JOB}/step_00000100/.metadata"
+    for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+        request = Request(action, own, principal(job_role, "prod"))
+        assert decide([job], request, boundary(prod), bucket_policy(prod)) == "allow", action
+    admin = [{"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}]
+    untagged = principal(f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin", None)
+    assert decide(admin, Request("s3:GetObject", own, untagged), None, bucket_policy(prod)) == "deny"
+    fsx = principal(
+        f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+        "AWSServiceRoleForFSxS3Access_fs-0123",
+        None,
+    )
+    assert decide(admin, Request("s3:PutObject", own, fsx), None, bucket_policy(prod)) == "allow"
+
+
+def test_every_role_the_stack_creates_carries_the_stack_tag_the_bucket_asks_for(prod):
+    """The bucket lets in principals whose `aws:PrincipalTag/trainstack:stack` is prod's: a role's
+    tags are its sessions' principal tags, and the provider's default tags put it on every role."""
+    provider = prod.one("pulumi:providers:aws", "aws")
+    assert json.loads(provider.inputs["defaultTags"])["tags"]["trainstack:stack"] == "prod"
+
+
+def test_without_ci_the_bucket_only_enforces_tls():
+    (statement,) = bucket_policy(plan("dev"))["Statement"]
+    assert statement["Sid"] == "DenyInsecureTransport"
+
+
+def test_the_nightly_schedule_lives_in_the_stacks_group(prod):
+    (group,) = prod.by_type("aws:scheduler/scheduleGroup:ScheduleGroup")
+    assert group.inputs["name"] == "trainstack-prod"
+    (schedule,) = prod.by_type("aws:scheduler/schedule:Schedule")
+    assert schedule.inputs["groupName"] == "trainstack-prod"
+    (fenced,) = [s for s in boundary(prod)["Statement"] if s["Sid"] == "OnlyOurSchedules"]
+    assert fenced["NotResource"] == "arn:aws:scheduler:*:*:schedule/trainstack-prod/*"
