@@ -98,10 +98,7 @@ def jobs_plane(
         # A job naming a dataset starts on prepared files: pulumi-kubernetes awaits the Job's Complete.
         data = datasets[j.dataset] if j.dataset else None
         extra += [data.job] if data else []
-        job_tracking, provisioner = (
-            tracking.for_job(j.name, pods.secret, policies) if tracking else (None, None)
-        )
-        extra += [provisioner] if provisioner else []
+        job_tracking = tracking.for_job(j.name, pods.secret, policies) if tracking else None
         jobs.append(
             TrainingJob(
                 f"job-{j.name}",

@@ -47,22 +47,21 @@ class Tracking:
 
     def for_job(
         self, job: str, secret: Callable[[str, dict], Any], waits_for: list[pulumi.Resource]
-    ) -> tuple[JobTracking, pulumi.Resource | None]:
-        """What one job logs to and as, and what its pods wait for: on the stack's server, its own
-        user and experiment (`secret` makes the Secret of its credentials in the job's namespace)."""
+    ) -> JobTracking:
+        """What one job logs to and as: on the stack's server, its own user and experiment (`secret`
+        makes the Secret of its credentials in the job's namespace). The job does not wait for its
+        user, nor for the server and its database (off the path to training): the trainer opens its
+        run once the server lets it in (workload/trainer/mlflow_run.py retries)."""
         if self.users is None or self.server is None:
-            return self.job, None
+            return self.job
         experiment = job_experiment(self.job.experiment, job)
-        credentials, provisioner = self.users.job_user(job, experiment, [self.server.deployment, *waits_for])
+        credentials, _ = self.users.job_user(job, experiment, [self.server.deployment, *waits_for])
         created = secret(f"{CREDENTIALS_SECRET}-{job}", credentials)
-        return (
-            replace(
-                self.job,
-                experiment=experiment,
-                credentials_secret=created.metadata.name,
-                credential_keys=tuple(credentials),
-            ),
-            provisioner,
+        return replace(
+            self.job,
+            experiment=experiment,
+            credentials_secret=created.metadata.name,
+            credential_keys=tuple(credentials),
         )
 
 

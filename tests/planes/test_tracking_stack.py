@@ -11,7 +11,7 @@ from support.manifests import env_of
 from support.plans import plan, policy_of, stack_values
 
 from components.image import context_archive, sha256
-from components.tracking import ALLOWED_HOSTS, MLFLOW_IMAGE, PORT_FORWARD, TRACKING_URI
+from components.tracking import ALLOWED_HOSTS, MLFLOW_IMAGE, PORT_FORWARD, POSTGRES_IMAGE, TRACKING_URI
 from offline.cost import hourly_cost
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
@@ -136,7 +136,7 @@ def test_the_in_cluster_database_keeps_its_volume(in_cluster):
     sts = in_cluster.one("kubernetes:apps/v1:StatefulSet", "tracking-postgres").inputs["spec"]
     (claim,) = sts["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
-    assert sts["template"]["spec"]["containers"][0]["image"] == "postgres:17.6"
+    assert sts["template"]["spec"]["containers"][0]["image"] == POSTGRES_IMAGE
     assert not in_cluster.by_type(RDS)
 
 
@@ -144,7 +144,7 @@ def test_jobs_get_the_uri_the_experiment_and_their_identity(in_cluster):
     for name in ("fsdp", "ray"):
         env = job_pod_env(in_cluster, name)
         assert env["MLFLOW_TRACKING_URI"] == TRACKING_URI
-        assert env["MLFLOW_EXPERIMENT_NAME"] == "llama"
+        assert env["MLFLOW_EXPERIMENT_NAME"] == f"llama/{name}"  # its own: MLflow grants per experiment
         assert (env["TRAINSTACK_JOB"], env["TRAINSTACK_STACK"]) == (name, "dev")
         assert "@sha256:" in env["TRAINSTACK_IMAGE"]
     assert in_cluster.outputs["trackingUri"] == TRACKING_URI

@@ -192,7 +192,7 @@ def test_each_job_logs_as_its_own_user_to_its_own_experiment(server_plan):
     ]
 
 
-def test_the_user_is_made_in_the_mlflow_namespace_before_the_job_starts(server_plan):
+def test_the_user_is_made_in_the_mlflow_namespace_off_the_path_to_training(server_plan):
     for job in ("fsdp", "ray"):
         provisioner = server_plan.one(JOB, f"tracking-users-{job}-user")
         assert provisioner.inputs["metadata"]["namespace"] == "mlflow"
@@ -214,13 +214,15 @@ def test_the_user_is_made_in_the_mlflow_namespace_before_the_job_starts(server_p
         )
         waits = {u.rsplit("::", 1)[1] for u in provisioner.dependencies}
         assert {"tracking-server", "tracking-users-script"} <= waits
+        # The job does not wait for it (nor the server, nor RDS): the trainer opens its run once
+        # the server lets it in.
         job_waits = {
             u.rsplit("::", 1)[1]
             for u in next(
                 r for r in server_plan.resources if r.name == f"job-{job}" and r.custom
             ).dependencies
         }
-        assert f"tracking-users-{job}-user" in job_waits
+        assert f"tracking-users-{job}-user" not in job_waits and "tracking-server" not in job_waits
     script = server_plan.one("kubernetes:core/v1:ConfigMap", "tracking-users-script").inputs["data"]
     assert script == {"mlflow_user.py": Path(mlflow_user.__file__).read_text()}
     # The tracking namespace admits the provisioning pods to the server, and no other pod of its own.
