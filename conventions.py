@@ -9,6 +9,8 @@ from __future__ import annotations
 
 # Where jobs run and as whom.
 TRAINING_NAMESPACE = "training"
+# The bucket's datasets/ prefix, mounted read-only in every job with storage.datasetsMount.
+DATASETS_MOUNT = "/datasets"
 TRACKING_NAMESPACE = "mlflow"  # the MLflow server the stack runs (tracking.mode: server)
 
 # Every object the stack creates in the cluster.

@@ -106,6 +106,11 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="throughput kept per doubling of nodes (default: %(default)g)",
     )
     est.add_argument(
+        "--hourly-usd",
+        type=positive(float),
+        help="one node's price per hour (default: the job's, from the stack's outputs)",
+    )
+    est.add_argument(
         "--max-nodes",
         type=positive(int),
         help="largest node count in the table (default: the job's node group's maximum)",

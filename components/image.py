@@ -68,6 +68,9 @@ def sha256(data: bytes) -> str:
 
 
 TRAINING_TARGET = "training"
+# The lock files pin x86_64 wheels only (workload/requirements.lock: uv's --python-platform
+# x86_64-manylinux_2_28), so every image is built for amd64.
+IMAGE_PLATFORM = "linux/amd64"
 VERL_TARGET = "verl"
 
 
@@ -106,7 +109,7 @@ def docker_build(context_dir: Path, base_image: str, target: str = TRAINING_TARG
         "dockerfile": str(context_dir / "Dockerfile"),
         "args": {base_arg: base_image},
         "target": target,
-        "platform": "linux/amd64",
+        "platform": IMAGE_PLATFORM,
     }
 
 

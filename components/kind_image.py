@@ -15,9 +15,24 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.image import context_archive, docker_build, image_tag
+from components.image import IMAGE_PLATFORM, context_archive, docker_build, image_tag
 
 LOCAL_REPOSITORY = "trainstack"
+ARM_MACHINES = ("arm64", "aarch64")
+
+
+def architecture_problem(machine: str) -> str | None:
+    """kind's nodes are containers of this machine's architecture: on an arm64 machine (Apple
+    Silicon) they cannot run the amd64 image the stack builds (the lock holds x86_64 wheels only),
+    and its pods would fail at start with `exec format error`. Said before anything is built."""
+    if machine.lower() not in ARM_MACHINES:
+        return None
+    return (
+        f"trainstack:image.builder = kind: this machine is {machine}, so kind's nodes run arm64 images, "
+        f"and the training image is built for {IMAGE_PLATFORM} from a lock of x86_64 wheels "
+        "(workload/requirements.lock); run the kind stack on an x86_64 machine, or set image.builder: none "
+        "and give every job an arm64 image of your own"
+    )
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,16 @@ TRAINING_OPERATOR = KustomizeSource(
     "v1.9.4",
     "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",  # the commit tag v1.9.4 names
 )
+# On SageMaker HyperPod: auto-resume is documented for training operator 1.7.0-1.8.1 (AWS's HyperPod
+# docs, ../shared/reference/hyperpod-eks.md), so a HyperPod cluster without one gets v1.8.1. Its
+# PyTorchJob CRD (manifests/base/crds/kubeflow.org_pytorchjobs.yaml at this commit) has every field the
+# stack sets: elasticPolicy.rdzvBackend and rdzvConf, nprocPerNode, runPolicy.suspend.
+TRAINING_OPERATOR_HYPERPOD = KustomizeSource(
+    TRAINING_OPERATOR.repository,
+    TRAINING_OPERATOR.path,
+    "v1.8.1",
+    "0f8735faade3651dfe44e45c6fbc30fa9152641d",  # the commit tag v1.8.1 names
+)
 
 
 def retain_crds(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
@@ -109,6 +119,7 @@ class ClusterOperatorsArgs:
     kuberay: HelmOperator
     training_operator_enabled: bool
     training_operator_ref: str | None
+    hyperpod: bool = False  # SageMaker HyperPod nodes: the training operator auto-resume supports
     kueue: HelmOperator | None = None  # installed by the queueing plane; here as decided
     # A cluster the stack did not create: each GPU group's node labels as the config describes them
     # (EFA groups apart), and the stack's name, labelled on what it installs there.
@@ -239,7 +250,8 @@ class ClusterOperators(pulumi.ComponentResource):
         self.training_operator = None
         self.training_operator_url = None
         if args.training_operator_enabled:
-            self.training_operator_url = TRAINING_OPERATOR.url(args.training_operator_ref)
+            source = TRAINING_OPERATOR_HYPERPOD if args.hyperpod else TRAINING_OPERATOR
+            self.training_operator_url = source.url(args.training_operator_ref)
             # Its Deployment turns Ready only once its webhook serves: awaiting it (the default)
             # means a PyTorchJob created afterwards is not rejected.
             self.training_operator = k8s.kustomize.v2.Directory(

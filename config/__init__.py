@@ -17,7 +17,7 @@ import pulumi
 
 from config.checks import check
 from config.cluster import EKS_ADDON_VERSIONS, cluster_template_values
-from config.instance_facts import catalog_describe, describe_groups, ec2_describe
+from config.instance_facts import catalog_describe, describe_groups, ec2_describe, kubeconfig_describe
 from config.jobs import JobConfig
 from config.names import PROFILE_KEY, PROJECT, PROJECT_ROOT, REGION_KEY, STACK_NAME, STACK_NAME_RULE
 from config.node_groups import GpuNodeGroupConfig
@@ -188,7 +188,7 @@ def parse_config(
         secret_job_env=f"{PROJECT}:jobs" in secret_keys,
         **kwargs,
     )
-    describe = catalog_describe
+    describe = catalog_describe if config.existing_cluster.uses_aws else kubeconfig_describe
     if ask_ec2 and config.existing_cluster.uses_aws and region in SUPPORTED_REGIONS:
         describe = ec2_describe(region)
     groups = describe_groups(config.gpu_node_groups, describe, reader)

@@ -12,6 +12,7 @@ from config.ci import check_ci
 from config.cluster import check_cluster
 from config.datasets import check_datasets, check_job_s3_args
 from config.existing import check_existing_cluster
+from config.job_inputs import check_build_context, check_job_command, check_job_mount_paths
 from config.jobs import (
     JobConfig,
     check_job_env_and_wait,
@@ -62,6 +63,8 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_datasets(c.datasets, c.existing_cluster.uses_aws, r)
     _check_jobs(c, by_name, r)
     check_image(c.image, c.docker_hub_access_token is not None, r)
+    if c.image.builder != "none":
+        check_build_context(c.image.context, c.image.source_repository, r)
     check_operators(c.operators, r)
     check_queueing(c.queueing, r)
     _check_pods_ready(c, r)
@@ -178,6 +181,9 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         check_job_secret_env(j, c.secret_job_env, k, r)
         check_job_ray_auth_env(j, k, r)
         _check_job_dataset(j, c, k, r)
+        check_job_mount_paths(j, c.datasets, c.storage.datasets_mount, k, r)
+        if c.image.builder != "none":
+            check_job_command(j, c.image.context, k, r)
         if c.existing_cluster.pod_role_arn is None:  # a role the user brings may reach any bucket
             check_job_s3_args(j.name, j.args, _reachable_bucket(c), c.datasets, k, r)
         if j.verl is not None:
@@ -193,7 +199,8 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         group = (by_name or {}).get(j.node_group)
         if group is not None:
             check_job_hyperpod(j, group.instance_type, k, r)
-            _check_auto_resume_namespace(j, group.instance_type, c.training_namespace, r)
+            if c.existing_cluster.named:  # an `ml.` group on a created cluster is refused on its own
+                _check_auto_resume_namespace(j, group.instance_type, c.training_namespace, r)
 
 
 def _reachable_bucket(c: StackConfig) -> str | None:

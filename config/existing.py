@@ -87,9 +87,10 @@ class ExistingClusterConfig:
     )
     checkpoint_claim: str | None = setting(
         "checkpointClaim",
-        "A PersistentVolumeClaim you made in the training namespace (an FSx for Lustre claim, ReadWriteMany) "
-        "every job keeps its checkpoints on: /checkpoints is its directory checkpoints/<job>; instead of S3 "
-        "or a node path.",
+        "A PersistentVolumeClaim you made in the stack's namespace (existingCluster.namespace), Bound, and "
+        "ReadWriteMany unless every job runs on one node (an FSx for Lustre claim), every job keeps its "
+        "checkpoints on: /checkpoints is its directory checkpoints/<job>; instead of S3 or a node path. "
+        "Checked when the cluster is read.",
         None,
     )
     namespace: str = setting(

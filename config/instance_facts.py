@@ -25,22 +25,32 @@ from domain.catalog import INSTANCE_TYPES, InstanceType, closest_gpu_types, hard
 # `findInstanceTypeByName`, wrapped by `tfresource.SingularDataSourceFindError`), and EC2 answers
 # "InvalidInstanceType: The following supplied instance types do not exist: [<type>]".
 INVALID_INSTANCE_TYPE = "InvalidInstanceType"
+# The offline engine's answer for a type its catalog lacks: it cannot say whether EC2 sells it.
+NOT_IN_OFFLINE_CATALOG = "not in the offline catalog; `pulumi preview` asks EC2"
+# A kubeconfig stack asks no EC2: the catalog is all it knows of a type.
+NOT_IN_CATALOG = "not in trainstack's instance catalog, which a kubeconfig stack reads instead of EC2"
 
 
 class UnknownInstanceType(LookupError):
-    """EC2 (or, with no AWS, the catalog) knows no such instance type."""
+    """EC2 (or, with no AWS, the catalog) knows no such instance type; the message is what to say."""
 
 
 Describe = Callable[[str], InstanceType]
 
 
 def catalog_describe(hardware: str) -> InstanceType:
-    """The catalog's answer, as EC2 gives it for a type it does not sell."""
+    """The catalog's answer where EC2 is not asked (offline): a type it lacks may be one EC2 sells."""
     found = INSTANCE_TYPES.get(hardware)
     if found is None:
-        raise UnknownInstanceType(
-            f"{INVALID_INSTANCE_TYPE}: The following supplied instance types do not exist: [{hardware}]"
-        )
+        raise UnknownInstanceType(NOT_IN_OFFLINE_CATALOG)
+    return found
+
+
+def kubeconfig_describe(hardware: str) -> InstanceType:
+    """The catalog's answer on a kubeconfig stack, which has no EC2 to ask."""
+    found = INSTANCE_TYPES.get(hardware)
+    if found is None:
+        raise UnknownInstanceType(NOT_IN_CATALOG)
     return found
 
 
@@ -54,8 +64,11 @@ def ec2_describe(region: str) -> Describe:
         try:
             result = aws.ec2.get_instance_type(instance_type=hardware, region=region)
         except Exception as err:  # the invoke's failure, as the engine words it
-            if INVALID_INSTANCE_TYPE in str(err):
-                raise UnknownInstanceType(str(err)) from None
+            if NOT_IN_OFFLINE_CATALOG in str(err):
+                raise UnknownInstanceType(NOT_IN_OFFLINE_CATALOG) from None
+            found = re.search(rf"{INVALID_INSTANCE_TYPE}: [^\]]*\]", str(err))
+            if found:
+                raise UnknownInstanceType(f"not an instance type EC2 sells (EC2: {found.group()})") from None
             raise
         return from_invoke(hardware, result)
 
@@ -114,12 +127,10 @@ def describe_groups(
 
 def _unknown(name: str, key: str, answer: str | None, r: Reader) -> None:
     close = closest_gpu_types(name)
-    found = re.search(rf"{INVALID_INSTANCE_TYPE}: [^\]]*\]", answer or "")
-    said = f" (EC2: {found.group() if found else answer})" if answer else ""
     r.problem(
         key,
         name,
-        f"not an instance type EC2 sells{said}",
+        answer or "not an instance type EC2 sells",
         "an NVIDIA GPU instance type"
         + (f", such as {', '.join(close)}" if close else " (aws ec2 describe-instance-types)"),
     )

@@ -111,6 +111,12 @@ class GpuNodeGroupConfig:
         "none while more than half the group is unhealthy; a one-node group's node too).",
         True,
     )
+    hourly_price: float | None = setting(
+        "hourlyUsd",
+        "What one node costs an hour in USD (0.01-1000), for a negotiated price or a type whose price the "
+        "catalog lacks; default: the catalog's on-demand price (SageMaker's for an `ml.` type).",
+        None,
+    )
     node_selector: dict[str, str] | None = setting(
         "nodeSelector",
         "On an existingCluster only (required there): the labels that select this group's nodes.",
@@ -148,13 +154,15 @@ class GpuNodeGroupConfig:
 
     @property
     def hourly_usd(self) -> float | None:
-        """What one node costs an hour while it runs: a Capacity Block is paid ahead (0); None where
-        the price is unknown (an `ml.` type, a type the catalog has no price for)."""
-        return 0.0 if self.capacity_type == "CAPACITY_BLOCK" else self.instance.hourly_usd
+        """What one node costs an hour while it runs: a Capacity Block is paid ahead (0); else the
+        group's hourlyUsd, or the catalog's price; None where neither is known."""
+        if self.capacity_type == "CAPACITY_BLOCK":
+            return 0.0
+        return self.hourly_price if self.hourly_price is not None else self.instance.hourly_usd
 
     @property
     def price_known(self) -> bool:
-        return self.capacity_type == "CAPACITY_BLOCK" or self.instance.hourly_usd is not None
+        return self.hourly_usd is not None
 
     @property
     def sized_by_eks(self) -> bool:
@@ -232,6 +240,8 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, existing: bool, k: str
         r.problem(
             f"{k}.preflightMinBusBandwidthGBps", g.preflight_min_bus_bandwidth, "out of range", "1-10000 GB/s"
         )
+    if g.hourly_price is not None and not 0.01 <= g.hourly_price <= 1000:
+        r.problem(f"{k}.hourlyUsd", g.hourly_price, "out of range", "0.01-1000 (USD per node-hour)")
     if g.preflight and not g.efa:
         r.problem(
             f"{k}.preflight",

@@ -43,7 +43,10 @@ class TrainingOperatorConfig:
     enabled: bool = setting("enabled", "Run it at all (off: no PyTorchJob).", True)
     mode: str = setting("mode", _MODE_DOC, "auto")
     ref: str | None = setting(
-        "ref", "Full commit SHA of kubeflow/trainer to install from (default: v1.9.4's).", None
+        "ref",
+        "Full commit SHA of kubeflow/trainer to install from (default: v1.9.4's; v1.8.1's on SageMaker "
+        "HyperPod nodes, the newest AWS names for auto-resume).",
+        None,
     )
 
 

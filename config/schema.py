@@ -76,7 +76,7 @@ def describe(tp: Any) -> str:
         return "object (any values)" if args[1] is Any else "map of string to string"
     if dataclasses.is_dataclass(tp):
         return "object"
-    return {str: "string", int: "integer", bool: "true | false"}[tp]
+    return {str: "string", int: "integer", float: "number", bool: "true | false"}[tp]
 
 
 class Reader:
@@ -148,6 +148,8 @@ class Reader:
             return dict(value)
         if dataclasses.is_dataclass(tp):
             return self.read_object(tp, value, key)
+        if tp is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)  # `hourlyUsd: 3` means 3.0
         # bool is an int in Python: keep `nodeCount: true` from passing as 1.
         ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
         if not ok:

@@ -17,8 +17,16 @@ later p5, p5e, p5en, p6-b200, g6 and g6e totals into disks is the one AWS's prod
 checked against an AWS table here. Network cards are not in that table: a type has at least one per
 EFA interface (EC2 puts one EFA on each card), which is the figure used for the newer sizes.
 
+g4dn, gr6 and p6-b300 (hardware and us-east-1 prices) are from the same two karpenter files at the
+same commit; gr6f (a fraction of a GPU) is left out.
+
 SageMaker HyperPod names its nodes `ml.<EC2 type>`: the hardware is the EC2 type's, the price is
-SageMaker's, which ../shared/reference does not list, so an `ml.` type's price is unknown.
+SageMaker's (`SAGEMAKER_HOURLY_USD`): SageMaker AI's us-east-1 on-demand list prices per instance
+hour as a public price table read them on 2026-09-27 (found through the code search; AWS's pricing
+page itself is out of reach here and ../shared/reference has no SageMaker prices), so indicative:
+HyperPod bills per instance hour at SageMaker's rates, not EC2's (ml.p5.48xlarge 63.296 against
+p5.48xlarge 55.04). That table has no p5e, p5en, p6 or gr6 `ml.` price; those, and any negotiated
+price, are given per group (`gpuNodeGroups[].hourlyUsd`), and the plan names that key until then.
 """
 
 from __future__ import annotations
@@ -81,13 +89,14 @@ def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network
     )
 
 
-A10G, L4, L40S, H100, H200, A100 = (
+A10G, L4, L40S, H100, H200, A100, T4 = (
     ("A10G", 22888),
     ("L4", 22888),
     ("L40S", 45776),
     ("H100", 81920),
     ("H200", 144384),
     ("A100", 40960),
+    ("T4", 16384),
 )
 
 
@@ -99,6 +108,7 @@ def _gpu(name, price, vcpus, mem, gpus, gpu, efa, cards, network, disks, disk_gb
 INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
     for t in (
+        _gpu("p6-b300.48xlarge", 142.416, 192, 4096, 8, ("B300", 275040), 16, 16, "6400 Gbps", 8, 3800),
         _gpu("p6-b200.48xlarge", 113.9328, 192, 2048, 8, ("B200", 183359), 8, 8, "3200 Gbps", 8, 3800),
         _gpu("p5.48xlarge", 55.04, 192, 2048, 8, H100, 32, 32, "3200 Gbps", 8, 3800),
         _gpu("p5.4xlarge", 6.88, 16, 256, 1, H100, 1, 1, "100 Gbps", 1, 3800),
@@ -108,6 +118,13 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         _gpu("p5en.48xlarge", 63.296, 192, 2048, 8, H200, 16, 16, "3200 Gbps", 8, 3800),
         _gpu("p4d.24xlarge", 21.958, 96, 1152, 8, A100, 4, 4, "400 Gbps", 8, 1000),
         _gpu("p4de.24xlarge", 27.447, 96, 1152, 8, ("A100", 81920), 4, 4, "400 Gbps", 8, 1000),
+        _gpu("g4dn.xlarge", 0.526, 4, 16, 1, T4, 0, 1, "5 Gbps baseline", 1, 125),
+        _gpu("g4dn.2xlarge", 0.752, 8, 32, 1, T4, 0, 1, "10 Gbps baseline", 1, 225),
+        _gpu("g4dn.4xlarge", 1.204, 16, 64, 1, T4, 0, 1, "20 Gbps baseline", 1, 225),
+        _gpu("g4dn.8xlarge", 2.176, 32, 128, 1, T4, 1, 1, "50 Gbps", 1, 900),
+        _gpu("g4dn.12xlarge", 3.912, 48, 192, 4, T4, 1, 1, "50 Gbps", 1, 900),
+        _gpu("g4dn.16xlarge", 4.352, 64, 256, 1, T4, 1, 1, "50 Gbps", 1, 900),
+        _gpu("g4dn.metal", 7.824, 96, 384, 8, T4, 1, 1, "100 Gbps", 2, 900),
         _gpu("g5.xlarge", 1.006, 4, 16, 1, A10G, 0, 1, "2.5 Gbps baseline", 1, 250),
         _gpu("g5.2xlarge", 1.212, 8, 32, 1, A10G, 0, 1, "5 Gbps baseline", 1, 450),
         _gpu("g5.4xlarge", 1.624, 16, 64, 1, A10G, 0, 1, "10 Gbps baseline", 1, 600),
@@ -124,6 +141,8 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         _gpu("g6.16xlarge", 3.3968, 64, 256, 1, L4, 1, 1, "25 Gbps", 2, 940),
         _gpu("g6.24xlarge", 6.6752, 96, 384, 4, L4, 1, 1, "50 Gbps", 4, 940),
         _gpu("g6.48xlarge", 13.3504, 192, 768, 8, L4, 1, 1, "100 Gbps", 8, 940),
+        _gpu("gr6.4xlarge", 1.5392, 16, 128, 1, L4, 0, 1, "10 Gbps baseline", 1, 600),
+        _gpu("gr6.8xlarge", 2.4464, 32, 256, 1, L4, 1, 1, "25 Gbps", 1, 900),
         _gpu("g6e.xlarge", 1.861, 4, 32, 1, L40S, 0, 1, "2.5 Gbps baseline", 1, 250),
         _gpu("g6e.2xlarge", 2.24208, 8, 64, 1, L40S, 0, 1, "5 Gbps baseline", 1, 450),
         _gpu("g6e.4xlarge", 3.00424, 16, 128, 1, L40S, 0, 1, "20 Gbps", 1, 600),
@@ -142,6 +161,45 @@ GPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.has_nvidia_
 CPU_INSTANCE_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.gpus == 0)
 
 
+# SageMaker's on-demand price per hour of an `ml.` node, us-east-1 (the module's docstring says whence).
+SAGEMAKER_HOURLY_USD = {
+    "ml.g4dn.xlarge": 0.7364,
+    "ml.g4dn.2xlarge": 0.94,
+    "ml.g4dn.4xlarge": 1.505,
+    "ml.g4dn.8xlarge": 2.72,
+    "ml.g4dn.12xlarge": 4.89,
+    "ml.g4dn.16xlarge": 5.44,
+    "ml.g5.xlarge": 1.41,
+    "ml.g5.2xlarge": 1.52,
+    "ml.g5.4xlarge": 2.03,
+    "ml.g5.8xlarge": 3.06,
+    "ml.g5.12xlarge": 7.09,
+    "ml.g5.16xlarge": 5.12,
+    "ml.g5.24xlarge": 10.18,
+    "ml.g5.48xlarge": 20.36,
+    "ml.g6.xlarge": 1.127,
+    "ml.g6.2xlarge": 1.222,
+    "ml.g6.4xlarge": 1.654,
+    "ml.g6.8xlarge": 2.518,
+    "ml.g6.12xlarge": 5.752,
+    "ml.g6.16xlarge": 4.246,
+    "ml.g6.24xlarge": 8.344,
+    "ml.g6.48xlarge": 16.688,
+    "ml.g6e.xlarge": 2.61,
+    "ml.g6e.2xlarge": 2.8,
+    "ml.g6e.4xlarge": 3.76,
+    "ml.g6e.8xlarge": 5.66,
+    "ml.g6e.12xlarge": 13.12,
+    "ml.g6e.16xlarge": 9.47,
+    "ml.g6e.24xlarge": 18.83,
+    "ml.g6e.48xlarge": 37.66,
+    "ml.p4d.24xlarge": 25.2513,
+    "ml.p4de.24xlarge": 31.5641,
+    "ml.p5.4xlarge": 7.912,
+    "ml.p5.48xlarge": 63.296,
+}
+
+
 def hardware_type(name: str) -> str:
     """The EC2 type whose hardware a node of `name` has: `ml.g5.8xlarge` is a g5.8xlarge."""
     return name.removeprefix(SAGEMAKER_PREFIX)
@@ -152,9 +210,13 @@ def is_sagemaker_type(name: str) -> bool:
 
 
 def priced(facts: InstanceType, name: str) -> InstanceType:
-    """`facts` (EC2's hardware) under the configured name, with the catalog's price for that name:
-    an `ml.` type or one the catalog lacks has none."""
-    known = None if is_sagemaker_type(name) else INSTANCE_TYPES.get(name)
+    """`facts` (EC2's hardware) under the configured name, with the catalog's price for that name
+    (SageMaker's for an `ml.` type); a type the catalog has no price for has none."""
+    if is_sagemaker_type(name):
+        return replace(
+            facts, name=name, hourly_usd=SAGEMAKER_HOURLY_USD.get(name), capacity_blocks_only=False
+        )
+    known = INSTANCE_TYPES.get(name)
     return replace(
         facts,
         name=name,
@@ -203,6 +265,9 @@ EBS_GP3_GB_MONTH_USD = 0.08
 # imageSizeInBytes) after each push.
 BASE_IMAGE_COMPRESSED_GB = {"runtime": 3.5, "devel": 9.5}
 ADDED_LAYERS_COMPRESSED_GB = 1.5
+# The VERL image: VERL's vLLM application image (torch, vLLM, flash-attention, the CUDA libraries
+# vLLM builds against) plus the same added layers; estimated, Docker Hub's figure is out of reach here.
+VERL_BASE_COMPRESSED_GB = 10.0
 # A node pulls a 15-20 GB image in 4-6 minutes (aws-gpu-facts.md): ~3.5 GB a minute.
 IMAGE_PULL_GB_PER_MINUTE = 3.5
 
@@ -211,6 +276,10 @@ def image_compressed_gb(base_image: str) -> float:
     tag = base_image.partition("@")[0].rsplit(":", 1)[-1]  # a digest pin is not the tag
     flavor = "devel" if "devel" in tag else "runtime"
     return BASE_IMAGE_COMPRESSED_GB[flavor] + ADDED_LAYERS_COMPRESSED_GB
+
+
+def verl_image_compressed_gb() -> float:
+    return VERL_BASE_COMPRESSED_GB + ADDED_LAYERS_COMPRESSED_GB
 
 
 def image_pull_minutes(image_gb: float) -> float:

@@ -114,9 +114,18 @@ def gpu_memory_bytes(instance: InstanceType) -> int:
     return instance.gpu_memory_mib * 2**20  # EC2 gives it per GPU, in MiB
 
 
-def largest_batch(shape: ModelShape, seq_len: int, world_size: int, instance: InstanceType) -> int:
-    """The most sequences per rank that fit (0: not even one); the need grows with the batch."""
-    have = gpu_memory_bytes(instance)
+# A batch suggested to a user leaves this share of the GPU free: the model counts the allocator's
+# fragmentation and NCCL's buffers only roughly (CUDA allowance), and a run at 96% of the GPU is one
+# shape change from running out.
+SUGGESTED_SHARE = 0.9
+
+
+def largest_batch(
+    shape: ModelShape, seq_len: int, world_size: int, instance: InstanceType, share: float = 1.0
+) -> int:
+    """The most sequences per rank whose need is within `share` of the GPU (0: not even one); the
+    need grows with the batch."""
+    have = gpu_memory_bytes(instance) * share
     low, high = 0, MAX_BATCH
     while low < high:
         mid = (low + high + 1) // 2
@@ -175,15 +184,20 @@ def gpu_fit_problem(job: JobShape, instance: InstanceType) -> tuple[str, str] | 
 
 
 def _what_fits(job: JobShape, instance: InstanceType) -> str:
-    """The largest batch that fits, else a smaller model or a larger instance type."""
-    batch = largest_batch(MODEL_SHAPES[job.model], job.seq_len, job.world(instance), instance)
+    """The largest batch that fits with headroom (or, failing that, at all), else a smaller model
+    or a larger instance type."""
+    shape, world = MODEL_SHAPES[job.model], job.world(instance)
+    batch = largest_batch(shape, job.seq_len, world, instance, SUGGESTED_SHARE)
     if batch:
-        return f"--batch-size {batch} or less in args (the most that fits)"
+        return f"--batch-size {batch} or less in args (the most that leaves {1 - SUGGESTED_SHARE:.0%} of the GPU free)"
+    batch = largest_batch(shape, job.seq_len, world, instance)
+    if batch:
+        return f"--batch-size {batch} in args (the most that fits, with under {1 - SUGGESTED_SHARE:.0%} free)"
     options = []
     names = list(MODEL_SHAPES)
     for smaller in reversed(names[: names.index(job.model)]):
         seq = min(job.seq_len, MODEL_SHAPES[smaller].max_seq_len)
-        fit = largest_batch(MODEL_SHAPES[smaller], seq, job.world(instance), instance)
+        fit = largest_batch(MODEL_SHAPES[smaller], seq, job.world(instance), instance, SUGGESTED_SHARE)
         if fit:
             options.append(f"model: {smaller} (fits at --batch-size {min(fit, job.batch_size)})")
             break

@@ -1,8 +1,9 @@
 """Estimated hourly cost of a stack, from the catalog's on-demand prices: what it costs idle (no job
 admitted: the control plane, NAT gateways, system nodes and each GPU group's floor), and what each job
 adds while it runs (its nodes beyond that floor: a node the idle total already counts is not counted
-again, so a job on the system nodes or within a group's minNodes adds nothing). A type the catalog
-has no price for (one only EC2 described) is a line marked unknown, left out of the total."""
+again, so a job on the system nodes or within a group's minNodes adds nothing). A group whose price
+is unknown (a type the catalog has no price for, and no `hourlyUsd`) is a line that names the key to
+set, left out of the total."""
 
 from __future__ import annotations
 
@@ -28,8 +29,12 @@ from domain.catalog import (
 class CostLine:
     item: str
     quantity: int
-    unit_usd: float | None  # None: bought ahead (Capacity Blocks), or no known price (`unknown`)
-    unknown: bool = False  # no known price: counted as 0 in the total, and said so
+    unit_usd: float | None  # None: bought ahead (Capacity Blocks), or no known price (`price_key`)
+    price_key: str | None = None  # no known price: the key that gives one; counted as 0 in the total
+
+    @property
+    def unknown(self) -> bool:
+        return self.price_key is not None
 
     @property
     def subtotal(self) -> float:
@@ -38,9 +43,15 @@ class CostLine:
     @property
     def unit(self) -> str:
         """The unit price as the plan prints it."""
-        if self.unknown:
-            return "price unknown"
+        if self.price_key is not None:
+            return f"price unknown: set {self.price_key}"
         return "bought as a Capacity Block" if self.unit_usd is None else f"${self.unit_usd:.4f}/h"
+
+
+def price_key(cfg: StackConfig, group_name: str) -> str:
+    """The key that gives a group's node a price."""
+    index = next(i for i, g in enumerate(cfg.gpu_node_groups) if g.name == group_name)
+    return f"trainstack:gpuNodeGroups[{index}].hourlyUsd"
 
 
 def nat_gateway_count(cfg: StackConfig) -> int:
@@ -58,11 +69,15 @@ def idle_nodes(cfg: StackConfig, group) -> int:
 
 @dataclass(frozen=True)
 class JobCost:
-    """What a job adds to the idle stack while it runs."""
+    """What a job adds to the idle stack while it runs; on a cluster the stack did not create, what
+    the owner's nodes it holds cost while it runs."""
 
-    added_nodes: int  # its nodes beyond what the idle stack keeps (and pays for)
-    node_hourly_usd: float | None  # one added node; 0.0: bought ahead (a Capacity Block); None: unknown
+    added_nodes: (
+        int  # its nodes beyond what the idle stack keeps (and pays for); the nodes it holds on an owner's
+    )
+    node_hourly_usd: float | None  # one node; 0.0: bought ahead (a Capacity Block); None: unknown
     owners_nodes: bool = False  # a cluster the stack did not create: its nodes are its owner's
+    price_key: str | None = None  # the key that gives the node a price, when it has none
 
     @property
     def hourly_usd(self) -> float | None:
@@ -70,24 +85,33 @@ class JobCost:
             return 0.0
         return None if self.node_hourly_usd is None else self.added_nodes * self.node_hourly_usd
 
+    @property
+    def unknown_price(self) -> str:
+        return f"price unknown: set {self.price_key}" if self.price_key else "price unknown"
+
     def describe(self) -> str:
         if self.owners_nodes:
-            return "on the cluster owner's nodes"
+            if not self.added_nodes:
+                return "on the cluster owner's nodes"
+            price = self.unknown_price if self.hourly_usd is None else f"${self.hourly_usd:.2f}/h"
+            return f"on the cluster owner's nodes ({self.added_nodes} node(s), {price} while it runs)"
         if not self.added_nodes:
             return "adds no node (its nodes are in the idle total)"
-        price = "price unknown" if self.hourly_usd is None else f"+${self.hourly_usd:.2f}/h"
+        price = self.unknown_price if self.hourly_usd is None else f"+${self.hourly_usd:.2f}/h"
         return f"adds {self.added_nodes} node(s), {price} while it runs"
 
 
 def job_cost(cfg: StackConfig, job: JobConfig) -> JobCost:
     """The nodes `job` adds to the idle stack and their price: on the system nodes (a fixed group)
-    or within a group's idle floor, none."""
-    if cfg.existing_cluster.named:
-        return JobCost(0, 0.0, owners_nodes=True)
+    or within a group's idle floor, none. On a cluster the stack did not create, the owner's
+    nodes the job holds, at their price (SageMaker's for a HyperPod type, or the group's hourlyUsd)."""
     group = next((g for g in cfg.gpu_node_groups if g.name == job.node_group), None)
     if job.node_group == SYSTEM_GROUP or group is None:
-        return JobCost(0, 0.0)
-    return JobCost(max(0, job.nodes - idle_nodes(cfg, group)), group.hourly_usd)
+        return JobCost(0, 0.0, owners_nodes=cfg.existing_cluster.named)
+    key = None if group.price_known else price_key(cfg, group.name)
+    if cfg.existing_cluster.named:
+        return JobCost(job.nodes, group.hourly_usd, owners_nodes=True, price_key=key)
+    return JobCost(max(0, job.nodes - idle_nodes(cfg, group)), group.hourly_usd, price_key=key)
 
 
 def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
@@ -119,13 +143,13 @@ def hourly_cost(cfg: StackConfig, today: datetime.date) -> list[CostLine]:
         )
     lines += tracking_cost(cfg)
     for g in cfg.gpu_node_groups:
-        price = None if g.capacity_type == "CAPACITY_BLOCK" else g.instance.hourly_usd
+        price = None if g.capacity_type == "CAPACITY_BLOCK" else g.hourly_usd
         lines.append(
             CostLine(
                 f"{g.instance_type} (node group {g.name}, {g.capacity_type})",
                 idle_nodes(cfg, g),
                 price,
-                unknown=not g.price_known,
+                price_key=None if g.price_known else price_key(cfg, g.name),
             )
         )
     return [line for line in lines if line.quantity]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import platform
 import re
 import shutil
 import sys
@@ -27,10 +28,13 @@ from typing import Any, cast
 import pulumi
 import yaml
 
+from components.kind_image import architecture_problem
 from config import PROJECT_ROOT, parse_config, template_values
-from domain.catalog import image_compressed_gb
+from config.job_inputs import gated_model_warnings, mount_warnings
 from offline.cost import hourly_cost, job_cost, total, unknown_items
 from offline.engine import PlanRun, Registration, close_event_loops, run_program
+from offline.first_up import image_sizes, preparations, waits_for_data
+from offline.placeholders import placeholder_secrets
 from offline.scheduling import Report, check
 from offline.simulated_account import FactError, parse_facts, read_facts_file
 from offline.stack_file import StackFileError, read_stack_file
@@ -127,7 +131,15 @@ def cost_lines(cfg) -> list[str]:
     return lines
 
 
-def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: Report | None = None) -> str:
+def summary(
+    run: PlanRun,
+    cfg,
+    manifest_count: int,
+    out_dir: Path,
+    scheduling: Report | None = None,
+    stand_ins: list | None = None,
+) -> str:
+    """The plan as printed; `stand_ins`: the stack file's placeholder secrets (offline/placeholders.py)."""
     lines = [f"Offline plan of stack '{run.stack}': {len(run.resources)} resources", "", "Resource tree:"]
     children: dict[str | None, list[Registration]] = {}
     for reg in run.resources:
@@ -149,14 +161,21 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
     if checks:
         lines += ["", *checks]
     # A kind image is loaded onto the nodes, never pulled.
-    image_gb = 0.0 if cfg.image.builder == "kind" else image_compressed_gb(cfg.image.base_image)
-    lines += ["", *describe(critical_path(run.resources, until_training(run.resources), image_gb))]
+    image_gb, data = image_sizes(run, cfg), waits_for_data(cfg)
+    chain = critical_path(run.resources, until_training(run.resources), image_gb, preparations(cfg))
+    lines += ["", *describe(chain)]
     lines += ["", *cost_lines(cfg)]
     outputs = cast(StackOutputs, run.outputs)  # what the program exported, as `trainstack` reads it
     jobs = outputs.get("jobs") or {}
     if jobs:
-        lines += ["", f"Jobs ({outputs.get('gpusTotal', 0)} GPUs at the GPU node groups' maximum size):"]
-        starts = job_start_minutes(run.resources, image_gb, cfg.training_namespace)
+        gpus = outputs.get("gpusTotal", 0)
+        lines += [
+            "",
+            f"Jobs ({gpus} GPUs at the GPU node groups' maximum size):"
+            if gpus
+            else "Jobs (on CPU nodes, no GPUs):",
+        ]
+        starts = job_start_minutes(run.resources, image_gb, cfg.training_namespace, data)
         configured = {j.name: j for j in cfg.jobs}
         for name, job in jobs.items():
             start = starts.get(name)
@@ -168,10 +187,18 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
                 f"(queue {job['queue']}), {job['gpus']} GPUs, {adds}"
                 + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
             )
-            model = training_model_lines(cfg, name, start.total if start else 0.0)
+            model = training_model_lines(cfg, name, start.after_admission if start else 0.0)
             lines += [f"      {line}" for line in model]
     if cfg.datasets:
         lines += ["", *dataset_lines(cfg)]
+    # What a live run finds missing, or stops on, that the plan cannot check or only warns of.
+    warnings = mount_warnings(cfg.jobs, cfg.datasets) + gated_model_warnings(
+        cfg.jobs, cfg.hf_token is not None
+    )
+    arch = architecture_problem(platform.machine()) if cfg.image.builder == "kind" else None
+    warnings += [f"WARNING: {arch} (`pulumi up` stops here)"] if arch else []
+    if warnings:
+        lines += ["", *warnings]
     lost = [j.name for j in cfg.jobs if checkpoints_die_with_pods(cfg, j)]
     if lost:
         lines += ["", *checkpoint_warnings(cfg, lost)]
@@ -184,7 +211,7 @@ def summary(run: PlanRun, cfg, manifest_count: int, out_dir: Path, scheduling: R
             "(rate-limited per IP); set image.dockerHubUsername and the secret dockerHubAccessToken "
             "to pull it through an ECR cache.",
         ]
-    placeholders = template_values(cfg)
+    placeholders = [*template_values(cfg), *(stand_ins or [])]
     if placeholders:
         lines += [
             "",
@@ -312,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_dir = args.out / args.stack
     count = write_plan(run, out_dir)
-    print(summary(run, cfg, count, out_dir, scheduling))
+    print(summary(run, cfg, count, out_dir, scheduling, placeholder_secrets(stack_file)))
     return 0
 
 

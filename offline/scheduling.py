@@ -428,11 +428,14 @@ def _coverage(ctx: dict) -> tuple[list[str], list[str]]:
                 continue
             problem = ctx["landing"][node.group].problems.get(ds.name)
             (missed if problem else served).append(f"{node.group}" + (f" ({problem})" if problem else ""))
+        if not served and not missed:  # dcgm-server on a stack without GPU nodes, say
+            lines.append(f"{ds.name} ({ds.source}): no group's nodes need it")
+            continue
         if missed:
             problems.append(f"{ds.name} ({ds.source}) does not schedule on group {'; '.join(missed)}")
         lines.append(
             f"{ds.name} ({ds.source}) on "
-            + (", ".join(served) or "no group")
+            + (", ".join(served) or "no group it must serve")
             + (f"; NOT on {'; '.join(missed)}" if missed else "")
         )
     return lines, problems

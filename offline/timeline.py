@@ -4,13 +4,18 @@ a job on an idle stack takes from admission to its first step.
 Each resource is weighted by the typical provisioning time in ../shared/reference/aws-gpu-facts.md;
 Pulumi creates everything whose dependencies are done in parallel, so the longest weighted chain
 is the wall-clock estimate, and it names what serialises the run. A GPU group the autoscaler sizes
-starts empty: each job on it waits for its nodes to join and pull the image.
+starts empty: each job on it waits for its nodes to join and pull its images, each at its own size
+(a VERL job pulls VERL's image and, for its data, the training image). A dataset's preparation Job
+takes its preparation time (offline/plan.py gives it per Job), and a job that names the dataset
+waits for it on the first `pulumi up`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from conventions import NODE_GROUP_LABEL, TRAINING_NAMESPACE
 from domain.catalog import image_pull_minutes
@@ -42,6 +47,9 @@ TRAINING_KINDS = (
     "kubernetes:ray.io/v1:RayCluster",
 )
 NODE_GROUP = "eks:index:ManagedNodeGroup"
+PREPARATION_JOB = "kubernetes:batch/v1:Job"
+# An image's compressed GB, by its reference; a float: every image that size.
+ImageSizes = Callable[[str], float] | float
 
 
 def _group(reg: Registration) -> str | None:
@@ -55,48 +63,83 @@ def _starts_empty(reg: Registration) -> bool:
 
 @dataclass(frozen=True)
 class JobStart:
-    """Minutes from a job's admission to its first step."""
+    """Minutes from a job's admission to its first step, and the preparation of its dataset the
+    first `pulumi up` waits for before it submits the job."""
 
     provision: float  # nodes the autoscaler adds
-    pull: float  # the image, on fresh nodes
+    pull: float  # its images, on fresh nodes
     start: float  # pods start, the job checks its nodes
+    prepare: float = 0.0  # its dataset's preparation (first `pulumi up` only)
+
+    @property
+    def after_admission(self) -> float:
+        return self.provision + self.pull + self.start
 
     @property
     def total(self) -> float:
-        return self.provision + self.pull + self.start
+        return self.prepare + self.after_admission
 
     def describe(self) -> str:
-        parts = [f"nodes ~{self.provision:g}"] if self.provision else []
+        parts = [f"dataset preparation ~{self.prepare:.0f}, first up only"] if self.prepare else []
+        parts += [f"nodes ~{self.provision:g}"] if self.provision else []
         parts += [f"image pull ~{self.pull:.1f}"] if self.pull else []
         return ", ".join([*parts, f"pod start ~{self.start:g}"])
 
 
-def job_starts(resources: list[Registration], image_gb: float) -> dict[str, JobStart]:
+def images_of(value: Any) -> list[str]:
+    """Every container image a manifest names, in order, once each."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += [item] if key == "image" and isinstance(item, str) else images_of(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += images_of(item)
+    return list(dict.fromkeys(found))
+
+
+def _sizer(image_gb: ImageSizes) -> Callable[[str], float]:
+    return image_gb if callable(image_gb) else (lambda _image: image_gb)
+
+
+def job_starts(
+    resources: list[Registration], image_gb: ImageSizes, prepare: Mapping[str, float] | None = None
+) -> dict[str, JobStart]:
     """Each workload's own minutes, by URN: on a group that starts empty every job waits for its
-    nodes and pulls the image; on a group with nodes, the first job pulls and later ones reuse it."""
+    nodes and pulls its images; on a group with nodes, an image one job pulled is there for the
+    next. `prepare`: minutes of the dataset preparation a job (by name) waits for."""
     empty = {(r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL) for r in resources if _starts_empty(r)}
-    pull = image_pull_minutes(image_gb)
-    starts, pulled = {}, set()
+    size, prepare = _sizer(image_gb), prepare or {}
+    starts: dict[str, JobStart] = {}
+    pulled: set[tuple[str | None, str]] = set()
     for reg in resources:
         if reg.type not in TRAINING_KINDS:
             continue
-        group = _group(reg)
+        group, images = _group(reg), images_of(reg.inputs.get("spec"))
+        data = prepare.get((reg.inputs.get("metadata") or {}).get("name"), 0.0)
         if group in empty:
-            starts[reg.urn] = JobStart(GPU_NODE_JOIN_MINUTES, pull, POD_START_MINUTES + NODE_CHECK_MINUTES)
+            pull = sum(image_pull_minutes(size(i)) for i in images)
+            starts[reg.urn] = JobStart(
+                GPU_NODE_JOIN_MINUTES, pull, POD_START_MINUTES + NODE_CHECK_MINUTES, data
+            )
         else:
-            starts[reg.urn] = JobStart(0.0, 0.0 if group in pulled else pull, POD_START_MINUTES)
-        pulled.add(group)
+            pull = sum(image_pull_minutes(size(i)) for i in images if (group, i) not in pulled)
+            starts[reg.urn] = JobStart(0.0, pull, POD_START_MINUTES, data)
+        pulled |= {(group, i) for i in images}
     return starts
 
 
 def job_start_minutes(
-    resources: list[Registration], image_gb: float, namespace: str = TRAINING_NAMESPACE
+    resources: list[Registration],
+    image_gb: ImageSizes,
+    namespace: str = TRAINING_NAMESPACE,
+    prepare: Mapping[str, float] | None = None,
 ) -> dict[str, JobStart]:
     """The same, by job name (its Kubernetes name in the stack's training namespace)."""
     by_urn = {r.urn: r for r in resources}
     return {
         by_urn[urn].inputs["metadata"]["name"]: start
-        for urn, start in job_starts(resources, image_gb).items()
+        for urn, start in job_starts(resources, image_gb, prepare).items()
         if by_urn[urn].inputs["metadata"].get("namespace") == namespace
     }
 
@@ -118,15 +161,23 @@ class Step:
 
 
 def critical_path(
-    resources: list[Registration], until: set[str] | None = None, image_gb: float = 0.0
+    resources: list[Registration],
+    until: set[str] | None = None,
+    image_gb: ImageSizes = 0.0,
+    preparations: Mapping[str, float] | None = None,
 ) -> list[Step]:
-    """The longest chain, first step first, ending at the latest of `until` (default: any)."""
+    """The longest chain, first step first, ending at the latest of `until` (default: any).
+    `preparations`: a dataset preparation Job's minutes, by its Kubernetes name."""
     by_urn = {r.urn: r for r in resources}
-    workloads = {urn: start.total for urn, start in job_starts(resources, image_gb).items()}
+    # A workload's wait for its dataset is the preparation Job's own step, which it depends on.
+    workloads = {urn: start.after_admission for urn, start in job_starts(resources, image_gb).items()}
+    prepared = preparations or {}
 
     def own_minutes(r: Registration) -> float:
         if is_local_component(r) or inside_remote_component(r):
             return 0.0
+        if r.type == PREPARATION_JOB and r.inputs["metadata"]["name"] in prepared:
+            return prepared[r.inputs["metadata"]["name"]]
         return workloads.get(r.urn, typical_minutes(r))
 
     children: dict[str, list[str]] = {}

@@ -68,7 +68,8 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
         start_minutes=start_minutes,
         added_nodes=cost.added_nodes,
         node_hourly_usd=group.hourly_usd,
-        release_minutes=cfg.queueing.idle_node_minutes,
+        # The owner's nodes stay after the job: its time on them ends with it.
+        release_minutes=0 if cost.owners_nodes else cfg.queueing.idle_node_minutes,
     )
     home = checkpoint_home(cfg, group.name)
     if home == "fsx":
@@ -130,7 +131,10 @@ def run_line(e: RunEstimate, cost: JobCost, modeled_goodput: bool) -> str:
         f"{floor}{_span(e.wall_hours * 3600)} from admission"
     )
     if cost.owners_nodes:
-        return f"{time}; on the cluster owner's nodes, so the stack adds nothing"
+        held = f"{e.added_nodes} node(s) x {e.paid_node_hours / e.added_nodes:.2f} h"
+        if e.cost_usd is None:
+            return f"{time}; on the cluster owner's nodes ({held}): {cost.unknown_price}"
+        return f"{time}; {floor}${e.cost_usd:,.2f} of the cluster owner's node time ({held})"
     if not e.added_nodes:
         return f"{time}; its nodes are in the idle total, so it adds nothing to it"
     nodes = (
@@ -138,7 +142,7 @@ def run_line(e: RunEstimate, cost: JobCost, modeled_goodput: bool) -> str:
         f"(with the {e.release_minutes} min queueing.idleNodeMinutes before they are removed)"
     )
     if e.cost_usd is None:
-        return f"{time}; {nodes}: price unknown"
+        return f"{time}; {nodes}: {cost.unknown_price}"
     return f"{time}; {floor}${e.cost_usd:,.2f} for {nodes}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 
 import pulumi
@@ -10,9 +11,9 @@ from components.bucket import ArtifactBucket, ArtifactBucketArgs
 from components.ci_access import GitHubCiAccess
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs.verl import VERL_IMAGE
-from components.kind_image import KindImage, KindImageArgs
+from components.kind_image import KindImage, KindImageArgs, architecture_problem
 from components.registry import ImageRegistry, ImageRegistryArgs
-from config import PROJECT_ROOT, StackConfig
+from config import PROJECT_ROOT, StackConfig, under_mock_engine
 from planes.account import Account
 from planes.ci import ci_bucket_fence
 
@@ -89,6 +90,9 @@ def local_build_plane(cfg: StackConfig) -> BuildPlane:
     """No AWS: the image is built by the local Docker and loaded into kind (or named per job)."""
     if cfg.image.builder != "kind":
         return BuildPlane(None, None, None)
+    problem = architecture_problem(platform.machine())
+    if problem and not under_mock_engine():  # offline, the plan warns (offline/plan.py)
+        raise pulumi.RunError(problem)
     image = KindImage(
         "image",
         KindImageArgs(

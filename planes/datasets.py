@@ -3,11 +3,17 @@ before the jobs that name it (planes/jobs.py gives them its location and makes t
 
 from __future__ import annotations
 
+import pulumi
+from botocore.exceptions import ClientError
+
+from components.bucket import DATASET_PREFIX
 from components.datasets import DatasetPreparation, DatasetPreparationArgs
 from components.pod_identity import EksAccess
-from config import StackConfig
-from conventions import SYSTEM_GROUP
+from config import StackConfig, under_mock_engine
+from config.job_inputs import unmade_mount_paths
+from conventions import DATASETS_MOUNT, SYSTEM_GROUP
 from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
+from planes.account import boto3_session
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
 
@@ -44,3 +50,40 @@ def datasets_plane(
         )
         for d in cfg.datasets
     }
+
+
+def missing_mounted_files(s3, bucket: str, paths: list[tuple[str, str]]) -> list[str]:
+    """Each path under the datasets mount whose object the bucket lacks, as one sentence naming
+    the job's key. `s3`: a boto3 S3 client."""
+    missing = []
+    for key, path in paths:
+        obj = DATASET_PREFIX + path.removeprefix(f"{DATASETS_MOUNT}/")
+        try:
+            s3.head_object(Bucket=bucket, Key=obj)
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+                raise
+            missing.append(
+                f"{key}: reads {path}, and s3://{bucket}/{obj} does not exist; upload it there, or "
+                "declare the dataset under datasets and name it in the job's `dataset`"
+            )
+    return missing
+
+
+def check_mounted_files(cfg: StackConfig, build: BuildPlane) -> None:
+    """`pulumi preview` (and `up`) stops where a job reads a file under the datasets mount that no
+    declared dataset makes and the bucket does not hold. Offline the plan warns instead: it has no
+    bucket to read (offline/plan.py)."""
+    paths = unmade_mount_paths(cfg.jobs, cfg.datasets)
+    if not paths or build.bucket is None or under_mock_engine():
+        return
+
+    def check(bucket: str) -> str:
+        missing = missing_mounted_files(boto3_session(cfg)().client("s3"), bucket, paths)
+        if missing:
+            raise pulumi.RunError(
+                "files the jobs read are not in the bucket:\n" + "\n".join(f"  - {m}" for m in missing)
+            )
+        return bucket
+
+    build.bucket.bucket_name.apply(check)

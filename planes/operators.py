@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pulumi_aws as aws
 
+from account_checks.checkpoint_claim import check_checkpoint_claim
 from account_checks.cluster_access import ClusterAddress, kube_clients
 from account_checks.operator_decisions import (
     OperatorDecision,
@@ -17,6 +18,7 @@ from components.jobs.kinds import KINDS
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from config import StackConfig
 from conventions import SYSTEM_GROUP
+from domain.catalog import is_sagemaker_type
 from planes.account import Account, boto3_session
 from planes.attached import kubeconfig_path
 from planes.compute import ComputePlane
@@ -45,7 +47,9 @@ def existing_operators(cfg: StackConfig, account: Account | None) -> dict[str, O
     on a cluster it cannot read, a collision or an operator the jobs cannot use. Called before
     anything is registered (stacks.attached)."""
     connect = kube_clients(boto3_session(cfg))
-    inventory = read_operators(connect, cluster_address(cfg, account), cfg.stack)
+    address = cluster_address(cfg, account)
+    inventory = read_operators(connect, address, cfg.stack)
+    check_checkpoint_claim(connect, address, cfg)
     frameworks = tuple(sorted({KINDS[j.kind].kueue_framework for j in cfg.jobs}))
     return decide_operators(cfg, inventory, frameworks)
 
@@ -81,6 +85,7 @@ def operators_plane(
             kuberay=helm("kuberay", ops.kuberay),
             training_operator_enabled=installs("trainingOperator", ops.training_operator),
             training_operator_ref=ops.training_operator.ref,
+            hyperpod=any(is_sagemaker_type(g.instance_type) for g in cfg.gpu_node_groups),
             kueue=helm("kueue", ops.kueue),
             gpu_groups=labels if attached else None,
             efa_groups={g.name: labels[g.name] for g in cfg.gpu_node_groups if g.efa} if attached else None,

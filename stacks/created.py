@@ -16,7 +16,7 @@ from planes.account import account_checks, aws_account
 from planes.build import build_plane
 from planes.ci import ci_access, ci_outputs, ci_runner
 from planes.compute import compute_plane
-from planes.datasets import datasets_plane
+from planes.datasets import check_mounted_files, datasets_plane
 from planes.jobs import jobs_plane
 from planes.operators import operators_plane
 from planes.outputs import outputs
@@ -32,6 +32,7 @@ def created_stack(cfg: StackConfig) -> StackOutputs:
     # Every role from here on carries the CI fence's boundary (CI may create no role without it).
     account = account.with_boundary(ci.boundary if ci else None)
     build = build_plane(cfg, account, ci)
+    check_mounted_files(cfg, build)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)

@@ -19,6 +19,7 @@ class Estimate:
     measured: float  # tokens/s
     nodes: int  # that it was measured on
     rows: list[EstimateRow]
+    unpriced: str | None = None  # the node group whose price is unknown
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
@@ -41,11 +42,13 @@ def fetch(args: argparse.Namespace) -> Estimate:
     group = (outputs.get("gpuNodeGroups") or {}).get(job["nodeGroup"], {})
     hourly = job.get("hourlyUsd")
     per_node_usd = None if hourly is None else hourly / nodes if nodes else 0.0
+    if args.hourly_usd is not None:
+        per_node_usd = args.hourly_usd
     # The group cannot grow past its maximum, so a larger row would price nodes it never gets; outputs
     # without the group (a kubeconfig stack's) leave the table at the job's own size.
     largest = args.max_nodes or int(group.get("nodes", nodes))
     rows = estimates.estimate(args.tokens, measured, nodes, per_node_usd, largest, args.efficiency)
-    return Estimate(measured, nodes, rows)
+    return Estimate(measured, nodes, rows, None if per_node_usd is not None else job["nodeGroup"])
 
 
 def usd(cost: float | None) -> str:
@@ -72,4 +75,9 @@ def render(args: argparse.Namespace, estimate: Estimate, out: Output) -> int:
     out.line(f"{'NODES':>6} {'TOKENS/S':>14} {'HOURS':>10} {'COST':>12}")
     for r in rows:
         out.line(f"{r.nodes:>6} {r.tokens_per_s:>14,.0f} {r.hours:>10.1f} {usd(r.cost_usd):>12}")
+    if estimate.unpriced is not None:
+        out.line(
+            f"cost unknown: node group {estimate.unpriced} has no price; set its hourlyUsd "
+            "(trainstack:gpuNodeGroups[<i>].hourlyUsd) and run `pulumi up`, or pass --hourly-usd"
+        )
     return 0

@@ -14,12 +14,11 @@ import pulumi_kubernetes as k8s
 from components.jobs import hyperpod
 from components.jobs import verl as verl_job
 from config.jobs import HyperPodJobConfig, VerlConfig
-from conventions import JOB_LABEL, PART_OF
+from conventions import DATASETS_MOUNT, JOB_LABEL, PART_OF
 from domain.placement import Placement
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
-DATASETS_DIR = "/datasets"  # the bucket's datasets/, read-only (Mountpoint for S3)
 # Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
 TERMINATION_GRACE_SECONDS = 600
 # How long torchrun (the pod's PID 1, trainer.launch) waits for its workers to save and exit after
@@ -256,7 +255,7 @@ def volumes(
         vols.append(
             {"name": "datasets", "persistentVolumeClaim": {"claimName": datasets_claim, "readOnly": True}}
         )
-        mounts.append({"name": "datasets", "mountPath": DATASETS_DIR, "readOnly": True})
+        mounts.append({"name": "datasets", "mountPath": DATASETS_MOUNT, "readOnly": True})
     return vols, mounts
 
 

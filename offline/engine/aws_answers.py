@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from domain.catalog import INSTANCE_TYPES
+from config.instance_facts import NOT_IN_OFFLINE_CATALOG
+from domain.catalog import INSTANCE_TYPES, is_sagemaker_type
 from offline.simulated_account import OfflineAccount
 
 ACCOUNT_ID = "123456789012"
@@ -311,14 +312,17 @@ class OfflineAws:
         return {"name": self.region, "region": self.region, "id": self.region}
 
     def instance_type(self, args: dict[str, Any]) -> dict[str, Any] | tuple[dict, list[tuple[str, str]]]:
-        """EC2 DescribeInstanceTypes for one type. A type EC2 does not sell (and any `ml.` name:
-        SageMaker's, not EC2's) fails the invoke as pulumi-aws words EC2's 400: the data source
-        passes the API error on (terraform-provider-aws `ec2_instance_type_data_source.go`,
-        `dataSourceInstanceTypeRead` -> `tfresource.SingularDataSourceFindError`)."""
+        """EC2 DescribeInstanceTypes for one type. An `ml.` name (SageMaker's, never EC2's) fails the
+        invoke as pulumi-aws words EC2's 400: the data source passes the API error on
+        (terraform-provider-aws `ec2_instance_type_data_source.go`, `dataSourceInstanceTypeRead` ->
+        `tfresource.SingularDataSourceFindError`). Any other type the catalog lacks may well be one
+        EC2 sells: the answer says only that the offline catalog does not hold it."""
         name = args["instanceType"]
         if name in INSTANCE_TYPES:
             return instance_type_facts(name)
-        return {}, [("instanceType", invalid_instance_type(name))]
+        if is_sagemaker_type(name):
+            return {}, [("instanceType", invalid_instance_type(name))]
+        return {}, [("instanceType", NOT_IN_OFFLINE_CATALOG)]
 
     def registry_token(self, _args: dict[str, Any]) -> dict[str, Any]:
         return {

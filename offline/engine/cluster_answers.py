@@ -8,7 +8,10 @@ factory the program is given: account_checks/cluster_access.py). Offline, its ob
 server does: a collection by group, version and resource, namespace, label selector (key=value) and
 field selector (metadata.name, metadata.namespace), or one object by name (404 when absent); asked
 for `PartialObjectMetadataList`, the items' metadata only. Each request is kept (`requests`). No
-fact: an empty cluster, which runs none of the operators.
+fact: an empty cluster, which runs none of the operators. Claims are the exception: unless a fact
+lists PersistentVolumeClaims, the cluster holds the one a stack asks for by name, Bound and
+ReadWriteMany (as `make plan` needs no fact for a named EKS cluster), so a template with
+`existingCluster.checkpointClaim` plans as it would on its cluster.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ RESOURCES = {
     "daemonsets": "DaemonSet",
     "secrets": "Secret",
     "configmaps": "ConfigMap",
+    "persistentvolumeclaims": "PersistentVolumeClaim",
 }
 METADATA_ONLY = "as=PartialObjectMetadataList"
 
@@ -82,6 +86,17 @@ class Request:
     accept: str
 
 
+def _asked_claim(namespace: str | None, name: str) -> dict[str, Any]:
+    """The claim a read names, Bound and ReadWriteMany."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteMany"]},
+        "status": {"phase": "Bound"},
+    }
+
+
 class OfflineCluster:
     def __init__(self, objects: list[dict[str, Any]]):
         self.objects = objects
@@ -102,9 +117,16 @@ class OfflineCluster:
         kind = RESOURCES.get(resource_parts[0]) if resource_parts else None
         if kind is None or len(resource_parts) > 2:
             return 404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
+        objects = self.objects
+        if (
+            kind == "PersistentVolumeClaim"
+            and len(resource_parts) == 2
+            and not any(o["kind"] == kind for o in objects)
+        ):
+            objects = [*objects, _asked_claim(namespace, resource_parts[1])]
         items = [
             o
-            for o in self.objects
+            for o in objects
             if o["kind"] == kind
             and (namespace is None or (o.get("metadata") or {}).get("namespace") == namespace)
             and _selected(o, query)

@@ -68,6 +68,13 @@ def test_a_job_on_a_type_without_a_known_price_costs_unknown(tmp_path):
     code, text = run(healthy(), tmp_path, *argv, outputs=unpriced)
     assert code == 0
     assert text.splitlines()[2].split()[-1] == "unknown"
+    assert text.splitlines()[-1] == (
+        "cost unknown: node group p5 has no price; set its hourlyUsd "
+        "(trainstack:gpuNodeGroups[<i>].hourlyUsd) and run `pulumi up`, or pass --hourly-usd"
+    )
+    code, out = run(healthy(), tmp_path, *argv, "--hourly-usd", "10", "--json", outputs=unpriced)
+    rows = {r["nodes"]: r for r in json.loads(out)["rows"]}
+    assert rows[2]["costUsd"] == pytest.approx(rows[2]["hours"] * 2 * 10)
     code, out = run(healthy(), tmp_path, *argv, "--json", outputs=unpriced)
     assert {r["costUsd"] for r in json.loads(out)["rows"]} == {None}
 

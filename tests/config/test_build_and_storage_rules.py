@@ -18,7 +18,7 @@ def test_image_rules():
         image={"context": "nowhere", "builder": "docker", "nightlyRebuild": True, "buildTimeoutMinutes": 2}
     )
     assert (
-        'trainstack:image.context = "nowhere": no Dockerfile in that directory; allowed: a directory of this project holding a Dockerfile'
+        'trainstack:image.context = "nowhere": no Dockerfile in that directory; allowed: a directory holding a Dockerfile'
         in msgs
     )
     assert any(

@@ -27,8 +27,8 @@ def test_a_described_group_needs_a_selector_and_a_known_instance_type():
         jobs=[],
     )
     assert found[0].startswith(
-        'trainstack:gpuNodeGroups[0].instanceType = "p9.huge": not an instance type EC2 sells (EC2: '
-        "InvalidInstanceType: The following supplied instance types do not exist: [p9.huge])"
+        'trainstack:gpuNodeGroups[0].instanceType = "p9.huge": not in the offline catalog; `pulumi preview` '
+        "asks EC2"
     )
 
 

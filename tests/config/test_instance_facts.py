@@ -16,9 +16,17 @@ from support.plans import EXISTING_CLUSTER, stack_values
 from support.verl import GRPO
 
 from config import parse_config
-from config.instance_facts import describe_groups, from_invoke
+from config.instance_facts import UnknownInstanceType, describe_groups, from_invoke
+from config.node_groups import GpuNodeGroupConfig
 from config.schema import ConfigError, Reader
-from domain.catalog import INSTANCE_TYPES, catalog_instance, priced
+from domain.catalog import (
+    GPU_INSTANCE_TYPES,
+    INSTANCE_TYPES,
+    SAGEMAKER_HOURLY_USD,
+    catalog_instance,
+    hardware_type,
+    priced,
+)
 from offline.cost import hourly_cost, total, unknown_items
 from offline.engine import close_event_loops, run_program
 from offline.engine.aws_answers import OfflineAws, instance_type_facts
@@ -80,9 +88,31 @@ def test_the_program_reads_back_what_the_offline_ec2_answers(name):
     assert priced(from_invoke(name, as_sdk_result(instance_type_facts(name))), name) == INSTANCE_TYPES[name]
 
 
-def test_an_ml_type_is_the_ec2_hardware_at_an_unknown_price():
+def test_an_ml_type_is_the_ec2_hardware_at_sagemakers_price():
     it = catalog_instance("ml.g5.8xlarge")
-    assert it == dataclasses.replace(INSTANCE_TYPES["g5.8xlarge"], name="ml.g5.8xlarge", hourly_usd=None)
+    assert it == dataclasses.replace(INSTANCE_TYPES["g5.8xlarge"], name="ml.g5.8xlarge", hourly_usd=3.06)
+    # A HyperPod type SageMaker's table lacks has no price: the group's hourlyUsd gives one.
+    assert catalog_instance("ml.p5en.48xlarge").hourly_usd is None
+
+
+def test_every_ml_price_is_of_a_type_whose_hardware_the_catalog_holds():
+    assert {hardware_type(t) for t in SAGEMAKER_HOURLY_USD} <= set(INSTANCE_TYPES)
+
+
+@pytest.mark.parametrize(
+    "family", ["g4dn", "g5", "g6", "g6e", "gr6", "p4d", "p4de", "p5", "p5e", "p5en", "p6"]
+)
+def test_the_offline_catalog_holds_every_gpu_family_ec2_sells(family):
+    assert any(t.partition(".")[0].partition("-")[0] == family for t in GPU_INSTANCE_TYPES)
+
+
+def test_a_type_outside_the_offline_catalog_is_said_so_offline_not_as_an_invented_ec2_error():
+    (msg,) = problems(gpuNodeGroups=[group(instanceType="g6f.xlarge")])
+    assert msg.startswith(
+        'trainstack:gpuNodeGroups[0].instanceType = "g6f.xlarge": not in the offline catalog; '
+        "`pulumi preview` asks EC2; allowed: "
+    )
+    assert "InvalidInstanceType" not in msg
 
 
 def test_hyperpod_g5_group_plans_from_ec2s_answer_asked_before_anything_is_registered():
@@ -130,10 +160,25 @@ def test_a_verl_job_plans_on_g5_8xlarge():
     assert run.outputs["jobs"]["grpo"]["gpus"] == 2
 
 
-def test_an_unknown_type_is_one_config_error_from_ec2s_answer_and_nothing_is_registered():
+def test_an_unknown_type_is_one_config_error_and_nothing_is_registered():
     with pytest.raises(ConfigError) as err:
         planned("dev", gpuNodeGroups=[group(instanceType="g5.9xlarge")], jobs=[{**GRPO, "nodes": 1}])
     assert [str(p) for p in err.value.problems] == [
+        'trainstack:gpuNodeGroups[0].instanceType = "g5.9xlarge": not in the offline catalog; `pulumi '
+        "preview` asks EC2; allowed: an NVIDIA GPU instance type, such as g5.xlarge, g5.8xlarge, g5.4xlarge"
+    ]
+
+
+def test_ec2s_own_answer_for_a_type_it_does_not_sell_is_quoted():
+    def ec2_says_no(_hardware):
+        raise UnknownInstanceType(
+            "not an instance type EC2 sells (EC2: InvalidInstanceType: The following supplied instance "
+            "types do not exist: [g5.9xlarge])"
+        )
+
+    reader = Reader()
+    describe_groups((GpuNodeGroupConfig(name="gpu", instance_type="g5.9xlarge"),), ec2_says_no, reader)
+    assert [str(p) for p in reader.problems] == [
         'trainstack:gpuNodeGroups[0].instanceType = "g5.9xlarge": not an instance type EC2 sells (EC2: '
         "InvalidInstanceType: The following supplied instance types do not exist: [g5.9xlarge]); "
         "allowed: an NVIDIA GPU instance type, such as g5.xlarge, g5.8xlarge, g5.4xlarge"
@@ -169,9 +214,9 @@ def test_an_ml_type_is_refused_for_a_group_the_stack_creates():
     )
 
 
-def g4dn_12xlarge(hardware: str):
-    """EC2's answer for a type the catalog lacks (g4dn.12xlarge: 4 T4, 48 vCPUs, 192 GiB, 1 EFA)."""
-    assert hardware == "g4dn.12xlarge"
+def p3_8xlarge(hardware: str):
+    """EC2's answer for a type the catalog lacks (here: 4 T4, 48 vCPUs, 192 GiB, 1 EFA)."""
+    assert hardware == "p3.8xlarge"
     return from_invoke(
         hardware,
         SimpleNamespace(
@@ -190,9 +235,9 @@ def test_a_type_only_ec2_knows_plans_with_its_price_unknown():
     cfg = parse_config(
         "dev", {**BASE, "trainstack:gpuNodeGroups": '[{"name": "gpu", "instanceType": "g6.xlarge"}]'}
     )
-    chosen = (dataclasses.replace(cfg.gpu_node_groups[0], instance_type="g4dn.12xlarge", min_nodes=1),)
+    chosen = (dataclasses.replace(cfg.gpu_node_groups[0], instance_type="p3.8xlarge", min_nodes=1),)
     reader = Reader()
-    cfg = dataclasses.replace(cfg, gpu_node_groups=describe_groups(chosen, g4dn_12xlarge, reader))
+    cfg = dataclasses.replace(cfg, gpu_node_groups=describe_groups(chosen, p3_8xlarge, reader))
     assert reader.problems == []
     (g,) = cfg.gpu_node_groups
     assert (g.instance.gpus, g.instance.gpu_model, g.instance.network_gbps, g.price_known) == (
@@ -202,7 +247,19 @@ def test_a_type_only_ec2_knows_plans_with_its_price_unknown():
         False,
     )
     lines = {line.item: line for line in hourly_cost(cfg, datetime.date(2026, 8, 1))}
-    line = lines["g4dn.12xlarge (node group gpu, ON_DEMAND)"]
-    assert (line.quantity, line.unit) == (1, "price unknown")
-    assert unknown_items(list(lines.values())) == ["g4dn.12xlarge (node group gpu, ON_DEMAND)"]
+    line = lines["p3.8xlarge (node group gpu, ON_DEMAND)"]
+    assert (line.quantity, line.unit) == (1, "price unknown: set trainstack:gpuNodeGroups[0].hourlyUsd")
+    assert unknown_items(list(lines.values())) == ["p3.8xlarge (node group gpu, ON_DEMAND)"]
     assert total(list(lines.values())) == total([v for v in lines.values() if not v.unknown])
+
+
+def test_a_kubeconfig_stack_says_its_catalog_is_all_it_knows():
+    values = stack_values(
+        "local", gpuNodeGroups=[{**group(instanceType="g6f.xlarge"), "nodeSelector": {"a": "b"}}]
+    )
+    with pytest.raises(ConfigError) as err:
+        parse_config("local", values)
+    assert str(err.value.problems[0]).startswith(
+        'trainstack:gpuNodeGroups[0].instanceType = "g6f.xlarge": not in trainstack\'s instance catalog, '
+        "which a kubeconfig stack reads instead of EC2; allowed: "
+    )

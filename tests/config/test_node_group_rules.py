@@ -14,12 +14,11 @@ from config import parse_config
 from config.schema import ConfigError
 
 
-def test_an_instance_type_ec2_does_not_sell_names_the_closest_ones():
+def test_an_instance_type_outside_the_offline_catalog_names_the_closest_ones():
     (msg,) = problems(gpuNodeGroups=[group(instanceType="g5.9xlarge")])
     assert msg == (
-        'trainstack:gpuNodeGroups[0].instanceType = "g5.9xlarge": not an instance type EC2 sells (EC2: '
-        "InvalidInstanceType: The following supplied instance types do not exist: [g5.9xlarge]); "
-        "allowed: an NVIDIA GPU instance type, such as g5.xlarge, g5.8xlarge, g5.4xlarge"
+        'trainstack:gpuNodeGroups[0].instanceType = "g5.9xlarge": not in the offline catalog; `pulumi '
+        "preview` asks EC2; allowed: an NVIDIA GPU instance type, such as g5.xlarge, g5.8xlarge, g5.4xlarge"
     )
 
 
@@ -27,7 +26,7 @@ def test_trainium_is_not_a_gpu_node_group():
     (msg,) = problems(gpuNodeGroups=[group(instanceType="trn1.32xlarge")])
     assert msg.startswith(
         'trainstack:gpuNodeGroups[0].instanceType = "trn1.32xlarge": not an NVIDIA GPU instance type '
-        "(EC2: 16 GPUs, AWS Trainium); allowed: an NVIDIA GPU instance type (families p6-b200, p5, p5e"
+        "(EC2: 16 GPUs, AWS Trainium); allowed: an NVIDIA GPU instance type (families p6-b300, p6-b200, p5, p5e"
     )
 
 

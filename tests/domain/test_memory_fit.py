@@ -18,6 +18,7 @@ import pytest
 from domain.catalog import INSTANCE_TYPES
 from domain.memory_fit import (
     GIB,
+    SUGGESTED_SHARE,
     JobShape,
     activation_bytes,
     gpu_fit_problem,
@@ -64,7 +65,10 @@ def test_1b_at_batch_2_fits_four_a10g():
     assert gpu_memory_need(ONE_B, 2, 2048, 4).total / GIB == pytest.approx(16.6, abs=0.05)
     assert largest_batch(ONE_B, 2048, 4, G5_12) == 3
     _, fits = gpu_fit_problem(JobShape("1b", 8, 2048, nodes=1), G5_12)
-    assert fits == "--batch-size 3 or less in args (the most that fits)"
+    # Batch 3 fits (21.2 of 22.35 GiB, 95%), too close to suggest: 2 leaves 10% of the GPU free.
+    assert gpu_fit_problem(JobShape("1b", 3, 2048, nodes=1), G5_12) is None
+    assert largest_batch(ONE_B, 2048, 4, G5_12, SUGGESTED_SHARE) == 2
+    assert fits == "--batch-size 2 or less in args (the most that leaves 10% of the GPU free)"
 
 
 def test_a_shorter_sequence_fits_a_larger_batch():

@@ -137,15 +137,14 @@ def test_the_scheduling_check_fits_both_jobs_on_hyperpod_labelled_nodes(stack):
     assert not report.never_start and not report.daemonset_problems
 
 
-def test_sagemakers_nodes_have_no_price_here_and_say_so(stack):
-    """No `ml.` price in the catalog: the jobs' cost is unknown, never $0; and the nodes are the
-    HyperPod cluster's, so a run adds nothing the stack pays for."""
+def test_sagemakers_nodes_cost_sagemakers_price_while_a_job_holds_them(stack):
+    """ml.g5.8xlarge at SageMaker's $3.06 an hour: the jobs' cost is the owner's nodes they hold."""
     run, cfg = stack
     jobs = run.outputs["jobs"]
-    assert {name: job["hourlyUsd"] for name, job in jobs.items()} == {"llama-1b-c4": None, "verl-grpo": None}
+    assert {name: job["hourlyUsd"] for name, job in jobs.items()} == {"llama-1b-c4": 12.24, "verl-grpo": 6.12}
     assert {j.name: job_cost(cfg, j).describe() for j in cfg.jobs} == {
-        "llama-1b-c4": "on the cluster owner's nodes",
-        "verl-grpo": "on the cluster owner's nodes",
+        "llama-1b-c4": "on the cluster owner's nodes (4 node(s), $12.24/h while it runs)",
+        "verl-grpo": "on the cluster owner's nodes (2 node(s), $6.12/h while it runs)",
     }
 
 

@@ -117,13 +117,15 @@ def test_more_steps_take_longer_and_cost_more():
     )
 
 
-def test_an_existing_clusters_job_runs_on_its_owners_nodes():
+def test_an_existing_clusters_job_costs_the_owners_nodes_it_holds_without_a_release_wait():
     text, _ = plan_text("existing")
     line, below = job_block(text, "llama-1b-fsdp")
-    assert "on the cluster owner's nodes" in line
-    assert below[-1].startswith("run: ") and below[-1].endswith(
-        "on the cluster owner's nodes, so the stack adds nothing"
-    )
+    price = 2 * INSTANCE_TYPES["p5.48xlarge"].hourly_usd
+    assert f"on the cluster owner's nodes (2 node(s), ${price:.2f}/h while it runs)" in line
+    held = float(re.search(r"\(2 node\(s\) x ([\d.]+) h\)$", below[-1]).group(1))
+    from_admission = float(re.search(r", ~([\d.]+) min from admission;", below[-1]).group(1))
+    assert held == pytest.approx(from_admission / 60, abs=0.01)  # no queueing.idleNodeMinutes
+    assert "of the cluster owner's node time" in below[-1]
 
 
 def test_run_estimate_counts_the_release_wait_and_an_unknown_price():
@@ -148,6 +150,9 @@ def test_run_estimate_counts_the_release_wait_and_an_unknown_price():
 
 def test_a_job_whose_node_price_is_unknown_says_so_never_zero():
     assert JobCost(2, None).describe() == "adds 2 node(s), price unknown while it runs"
+    assert JobCost(2, None, price_key="trainstack:gpuNodeGroups[1].hourlyUsd").describe() == (
+        "adds 2 node(s), price unknown: set trainstack:gpuNodeGroups[1].hourlyUsd while it runs"
+    )
     assert JobCost(2, None).hourly_usd is None and JobCost(0, None).hourly_usd == 0.0
 
 

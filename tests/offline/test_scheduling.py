@@ -312,3 +312,11 @@ def test_a_rayjobs_submitter_is_charged_to_the_system_flavor():
         "cpu 1 > 500m on flavor trainstack-system; trainstack-gpu: nodeSelector trainstack.dev/role=system is not "
         "its trainstack.dev/role=gpu)"
     )
+
+
+def test_a_daemonset_no_groups_nodes_need_says_so():
+    """DCGM serves GPU nodes: on a CPU-only stack it is not 'on no group', a line that reads as a fault."""
+    cpu_only = {"gpuNodeGroups": [], "jobs": [{"name": "t", "kind": "PyTorchJob", "nodeGroup": "system"}]}
+    report = checked("dev", **cpu_only)
+    assert "  DaemonSets: dcgm-server (eks-node-monitoring-agent): no group's nodes need it" in report.lines()
+    assert not any("on no group" in line for line in report.lines())

@@ -20,6 +20,9 @@ def reg(name: str, type_: str, deps: tuple[str, ...] = (), parent: str | None = 
     )
 
 
+POD = {"template": {"spec": {"containers": [{"name": "trainer", "image": "training"}]}}}
+
+
 def test_the_longest_weighted_chain_wins_not_the_longest_list():
     resources = [
         reg("vpc", "aws:ec2/vpc:Vpc"),
@@ -40,7 +43,7 @@ def test_waiting_on_a_component_waits_on_its_children():
         reg("ops", "trainstack:operators:ClusterOperators", custom=False),
         reg("slow", "kubernetes:helm.sh/v3:Release", parent="ops"),
         reg("fast", "kubernetes:core/v1:Namespace", parent="ops"),
-        reg("job", "kubernetes:kubeflow.org/v1:PyTorchJob", ("ops",)),
+        reg("job", "kubernetes:kubeflow.org/v1:PyTorchJob", ("ops",), metadata={"name": "job"}, spec=POD),
     ]
     chain = critical_path(resources, until={"urn:job"}, image_gb=17.5)
     assert [s.name for s in chain] == ["slow", "job"]
@@ -82,6 +85,7 @@ def test_a_job_on_a_group_at_zero_waits_for_nodes_and_pulls_the_image_every_time
                 "kubernetes:kubeflow.org/v1:PyTorchJob",
                 ("gpu",),
                 metadata={"name": name, "namespace": "training", "labels": {NODE_GROUP_LABEL: "p5"}},
+                spec=POD,
             )
             for name in ("first", "second")
         ),
@@ -102,3 +106,39 @@ def test_a_job_on_the_idle_prod_stack_trains_within_ten_minutes_of_admission(pro
         assert start.provision == 5.0 and start.total < 10
     # The devel base would pull ~6 GB more on every fresh node.
     assert image_compressed_gb("pytorch/pytorch:2.9.1-cuda12.8-cudnn9-devel") - cfg_image == 6.0
+
+
+def workload(name: str, *images: str, deps: tuple[str, ...] = ()) -> Registration:
+    containers = [{"name": f"c{i}", "image": image} for i, image in enumerate(images)]
+    return reg(
+        name,
+        "kubernetes:ray.io/v1:RayJob",
+        deps,
+        metadata={"name": name, "namespace": "training", "labels": {NODE_GROUP_LABEL: "g5"}},
+        spec={"template": {"spec": {"containers": containers}}},
+    )
+
+
+def test_each_image_is_pulled_at_its_own_size_once_per_group_with_nodes():
+    sizes = {"training": 7.0, "verl": 14.0}
+    resources = [workload("train", "training"), workload("grpo", "verl", "training")]
+    starts = job_start_minutes(resources, sizes.__getitem__, namespace="training")
+    assert starts["train"].pull == 2.0  # 7 GB at 3.5 GB a minute
+    # The training image is on the group's nodes already; VERL's is not: 14 GB, 4 minutes.
+    assert starts["grpo"].pull == 4.0
+
+
+def test_a_job_waits_for_its_datasets_preparation_and_the_first_up_counts_it_once():
+    resources = [
+        reg("prepare", "kubernetes:batch/v1:Job", metadata={"name": "data-c4-abc"}),
+        workload("train", "training", deps=("prepare",)),
+    ]
+    starts = job_start_minutes(resources, 7.0, namespace="training", prepare={"train": 30.0})
+    assert (starts["train"].prepare, starts["train"].after_admission) == (30.0, 2.5)
+    assert starts["train"].total == 32.5
+    assert (
+        starts["train"].describe()
+        == "dataset preparation ~30, first up only, image pull ~2.0, pod start ~0.5"
+    )
+    chain = critical_path(resources, image_gb=7.0, preparations={"data-c4-abc": 30.0})
+    assert [(s.name, s.minutes) for s in chain] == [("prepare", 30.0), ("train", 2.5)]
