@@ -125,12 +125,12 @@ class TrainingPodIdentity(pulumi.ComponentResource):
         self.namespace_name = args.namespace
         self.register_outputs({"roleArn": self.role_arn})
 
-    def job_identity(self, job: str, role_name: str) -> JobIdentity:
+    def job_identity(self, job: str, role_name: str, reads: tuple[str, ...] = ()) -> JobIdentity:
         """The service account `job`'s pods run as, with (on EKS) its own role: a role the user
-        brought, or one that reaches the job's own checkpoints and the datasets only."""
+        brought, or one that reaches the job's own checkpoints, the datasets and its `reads` only."""
         return JobIdentity(
             f"{self._name}-{job}",
-            JobIdentityArgs(self._args, self.namespace, job, role_name),
+            JobIdentityArgs(self._args, self.namespace, job, role_name, reads),
             pulumi.ResourceOptions(parent=self),
         )
 
@@ -157,6 +157,7 @@ class JobIdentityArgs:
     namespace: k8s.core.v1.Namespace | k8s.core.v1.NamespacePatch
     job: str
     role_name: str  # the stack's role for this job, fixed (IAM names are unique in the account)
+    reads: tuple[str, ...] = ()  # other S3 locations it may read (jobs[].s3Read)
 
 
 class JobIdentity(pulumi.ComponentResource):
@@ -192,7 +193,7 @@ class JobIdentity(pulumi.ComponentResource):
                 name,
                 f"Pods of the trainstack job {args.job} (EKS Pod Identity)",
                 pulumi.Output.all(pods.bucket_arn, pods.kms_key_arn).apply(
-                    lambda a: json.dumps(job_policy(a[0], a[1], args.job))
+                    lambda a: json.dumps(job_policy(a[0], a[1], args.job, args.reads))
                 ),
                 pods.eks,
                 args.namespace.metadata["name"],
@@ -220,11 +221,37 @@ def bucket_key_statements(kms_key_arn: str | None) -> list[dict]:
     ]
 
 
-def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str) -> dict:
+def read_statements(reads: tuple[str, ...]) -> list[dict]:
+    """Read-only access to other S3 locations (s3://bucket or s3://bucket/prefix): list within the
+    prefix, get its objects."""
+    statements = []
+    for i, location in enumerate(reads):
+        bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        listing = {
+            "Sid": f"ListRead{i}",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": f"arn:aws:s3:::{bucket}",
+        }
+        if prefix:
+            listing["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}*"]}}
+        statements += [
+            listing,
+            {
+                "Sid": f"GetRead{i}",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": f"arn:aws:s3:::{bucket}/{prefix}*",
+            },
+        ]
+    return statements
+
+
+def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str, reads: tuple[str, ...] = ()) -> dict:
     """What one job's pods do in the bucket: read and write its own checkpoints/<job>/, read
-    datasets/, nothing else. Another job's checkpoints are out of reach (a job could otherwise
-    delete them, or plant a `.metadata` that torch unpickles on that job's resume), and so are
-    build contexts, which the nightly image build reads."""
+    datasets/, nothing else; and read the other locations of its `reads`. Another job's checkpoints
+    are out of reach (a job could otherwise delete them, or plant a `.metadata` that torch unpickles
+    on that job's resume), and so are build contexts, which the nightly image build reads."""
     own = f"{CHECKPOINT_PREFIX}{job}/"
     statements = [
         {
@@ -248,7 +275,10 @@ def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str) -> dict:
             "Resource": f"{bucket_arn}/{DATASET_PREFIX}*",
         },
     ]
-    return {"Version": "2012-10-17", "Statement": [*statements, *bucket_key_statements(kms_key_arn)]}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [*statements, *bucket_key_statements(kms_key_arn), *read_statements(reads)],
+    }
 
 
 # What the autoscaler reads to discover groups and build node templates (any resource: describe

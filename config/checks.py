@@ -10,7 +10,7 @@ from collections import Counter
 from config.build import check_image, check_registry, check_storage
 from config.ci import check_ci
 from config.cluster import check_cluster
-from config.datasets import check_datasets, check_job_s3_args
+from config.datasets import check_datasets, check_job_s3_args, check_job_s3_read
 from config.existing import check_existing_cluster
 from config.job_inputs import check_build_context, check_job_command, check_job_mount_paths
 from config.jobs import (
@@ -184,8 +184,10 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         check_job_mount_paths(j, c.datasets, c.storage.datasets_mount, k, r)
         if c.image.builder != "none":
             check_job_command(j, c.image.context, k, r)
+        own_role = c.existing_cluster.uses_aws and c.existing_cluster.pod_role_arn is None
+        check_job_s3_read(j.s3_read, own_role, k, r)
         if c.existing_cluster.pod_role_arn is None:  # a role the user brings may reach any bucket
-            check_job_s3_args(j.name, j.args, _reachable_bucket(c), c.datasets, k, r)
+            check_job_s3_args(j.name, j.args, _reachable_bucket(c), c.datasets, k, r, j.s3_read)
         if j.verl is not None:
             _check_verl(j, by_name, k, r)
             if j.image is None and c.image.builder in ("none", "kind"):

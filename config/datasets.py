@@ -93,6 +93,31 @@ def check_datasets(datasets: tuple[DatasetConfig, ...], has_bucket: bool, r: Rea
         )
 
 
+S3_LOCATION = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/\S*)?")
+
+
+def readable(uri: str, reads: tuple[str, ...]) -> bool:
+    """Whether `uri` (s3://bucket/key) is within one of `reads` (s3://bucket or s3://bucket/prefix)."""
+    return any(uri == r or uri.startswith(r.rstrip("/") + "/") for r in reads)
+
+
+def check_job_s3_read(reads: tuple[str, ...], own_role: bool, k: str, r: Reader) -> None:
+    """`s3Read` is granted in the role the stack makes for the job: nowhere else to grant it."""
+    for i, location in enumerate(reads):
+        if not S3_LOCATION.fullmatch(location):
+            r.problem(
+                f"{k}.s3Read[{i}]", location, "not an S3 location", "s3://bucket or s3://bucket/prefix/"
+            )
+        elif not own_role:
+            r.problem(
+                f"{k}.s3Read[{i}]",
+                location,
+                "granted in the job's own Pod Identity role, which the stack makes only on EKS without "
+                "existingCluster.podRoleArn",
+                "unset (grant it in your own role instead)",
+            )
+
+
 def check_job_s3_args(
     job: str,
     args: tuple[str, ...],
@@ -100,13 +125,18 @@ def check_job_s3_args(
     datasets: tuple[DatasetConfig, ...],
     k: str,
     r: Reader,
+    reads: tuple[str, ...] = (),
 ) -> None:
     """A job's pods reach only what their identity allows: the stack's bucket (named at `pulumi up`,
-    so no arg can name it) for their own checkpoints and the declared datasets, or, on a kubeconfig
-    stack, the bucket of `existingCluster.s3`. `reachable`: that bucket, or None."""
+    so no arg can name it) for their own checkpoints and the declared datasets, the locations of
+    its `s3Read`, or, on a kubeconfig stack, the bucket of `existingCluster.s3`. `reachable`: that
+    bucket, or None."""
     for arg in args:
         found = _S3_ARG.search(arg)
         if found is None or found.group(1) == reachable:
+            continue
+        uri = S3_LOCATION.search(arg)
+        if uri is not None and readable(uri.group(0), reads):
             continue
         names = ", ".join(d.name for d in datasets) or "none declared"
         r.problem(
@@ -114,6 +144,6 @@ def check_job_s3_args(
             arg,
             f"job '{job}' reads {found.group(0)}, outside what its pods can reach (the stack's bucket: "
             "its datasets and the job's own checkpoints)",
-            f"a declared dataset named by jobs[].dataset (datasets: {names}), or /datasets/... with "
-            "storage.datasetsMount",
+            f"a declared dataset named by jobs[].dataset (datasets: {names}), /datasets/... with "
+            "storage.datasetsMount, or a location of the job's s3Read",
         )

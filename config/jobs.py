@@ -75,6 +75,13 @@ class JobConfig:
         "bucket, and waits for their preparation.",
         None,
     )
+    s3_read: tuple[str, ...] = setting(
+        "s3Read",
+        "Other S3 locations of yours the job may read (s3://bucket or s3://bucket/prefix/), read-only, in "
+        "the job's own Pod Identity role; its args may then name them. A bucket encrypted with its own KMS "
+        "key also needs kms:Decrypt on that key, which the stack does not grant.",
+        factory=tuple,
+    )
     env: dict[str, str] = setting(
         "env",
         "Extra environment variables (kept in a Kubernetes Secret if `jobs` is a secret); names that "

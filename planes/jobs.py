@@ -89,7 +89,9 @@ def jobs_plane(
         if group is not None and group.checks_efa:
             node_check = NodeCheck(placement.gpus, placement.efa, group.min_bus_bandwidth_gbps)
         provisioned = group is not None and cfg.autoscaled(group)
-        identity = pods.job_identity(j.name, fit(f"{PROJECT}-{cfg.stack}-job-{j.name}", IAM_ROLE_NAME_MAX))
+        identity = pods.job_identity(
+            j.name, fit(f"{PROJECT}-{cfg.stack}-job-{j.name}", IAM_ROLE_NAME_MAX), j.s3_read
+        )
         # Device plugins: a job's pods need the GPUs and EFA interfaces advertised.
         extra = [
             r for r in (hf_secret, env_secret, identity.ready, *operators.device_plugins, *policies) if r
