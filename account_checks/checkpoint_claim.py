@@ -2,9 +2,9 @@
 is registered on it: a pod mounts only a PersistentVolumeClaim of its own namespace (the stack's,
 `existingCluster.namespace`), an unbound claim leaves every pod that mounts it Pending, and a claim
 that is not ReadWriteMany is mounted by the pods of one node only, so a job across nodes would
-wait on it forever (Kubernetes core/v1 PersistentVolumeClaim: `status.phase` Pending, Bound or
-Lost; `spec.accessModes` ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod, as the
-official client's V1PersistentVolumeClaimSpec and V1PersistentVolumeClaimStatus carry them).
+wait on it forever (Kubernetes core/v1 types.go: `PersistentVolumeClaimPhase` ClaimPending,
+ClaimBound, ClaimLost; `PersistentVolumeAccessMode` ReadWriteOnce, ReadOnlyMany, ReadWriteMany,
+ReadWriteOncePod; read through the official client's list of the namespace's claims).
 Each failure is one sentence that names the key, what the cluster holds and the fix."""
 
 from __future__ import annotations
