@@ -31,8 +31,10 @@ def test_a_dataset_the_stack_does_not_declare_is_refused():
 
 
 def test_data_flags_beside_a_dataset_are_refused():
-    (found,) = config_problems(datasets=[C4], jobs=[{**JOB, "args": ["--data", "/datasets/x.bin"]}])
+    found, mount = config_problems(datasets=[C4], jobs=[{**JOB, "args": ["--data", "/datasets/x.bin"]}])
     assert found.startswith('trainstack:jobs[0].args = "--data": dataset c4-en gives the job --data')
+    # And the path itself: nothing is mounted at /datasets in the dev stack (issue #47).
+    assert mount.startswith('trainstack:jobs[0].args = "/datasets/x.bin": job ')
 
 
 def test_a_ray_jobs_own_auth_variables_are_refused():
