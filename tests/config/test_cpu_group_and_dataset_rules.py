@@ -119,8 +119,8 @@ def test_a_job_reading_another_bucket_is_refused_naming_the_job():
     assert msg == (
         "trainstack:jobs[0].args = \"s3://someone-else/c4/train.bin\": job 'train' reads s3://someone-else, "
         "outside what its pods can reach (the stack's bucket: its datasets and the job's own checkpoints); "
-        "allowed: a declared dataset named by jobs[].dataset (datasets: c4-en), or /datasets/... with "
-        "storage.datasetsMount"
+        "allowed: a declared dataset named by jobs[].dataset (datasets: c4-en), /datasets/... with "
+        "storage.datasetsMount, or a location of the job's s3Read"
     )
 
 
