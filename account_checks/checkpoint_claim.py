@@ -4,7 +4,7 @@ is registered on it: a pod mounts only a PersistentVolumeClaim of its own namesp
 that is not ReadWriteMany is mounted by the pods of one node only, so a job across nodes would
 wait on it forever (Kubernetes core/v1 types.go: `PersistentVolumeClaimPhase` ClaimPending,
 ClaimBound, ClaimLost; `PersistentVolumeAccessMode` ReadWriteOnce, ReadOnlyMany, ReadWriteMany,
-ReadWriteOncePod; read through the official client's list of the namespace's claims).
+ReadWriteOncePod; read with one GET of the claim by name, as the operators are read).
 Each failure is one sentence that names the key, what the cluster holds and the fix."""
 
 from __future__ import annotations
