@@ -37,6 +37,15 @@ EFA_LABEL = "vpc.amazonaws.com/efa.present"
 # What the NVIDIA device plugin's chart selects GPU nodes by when node feature discovery is absent.
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 
+# EKS's labels of a node's place in the EC2 network (layer 1 the broadest), on the instance types
+# EC2 describes it for (domain/topology.py), and the kubelet's own name label.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def network_layer_label(layer: int) -> str:
+    return f"topology.k8s.aws/network-node-layer-{layer}"
+
+
 # Pod labels.
 JOB_LABEL = "trainstack.dev/job"
 RAY_ROLE_LABEL = "trainstack.dev/ray-role"

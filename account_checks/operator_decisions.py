@@ -100,6 +100,23 @@ SIGNS = {
     # By repository, not by a part of the name: `aws-efa-k8s-device-plugin` contains `k8s-device-plugin`.
     "nvidiaDevicePlugin": Signs("the NVIDIA device plugin", "DaemonSet", "nvidia/k8s-device-plugin", {}),
     "efaDevicePlugin": Signs("the EFA device plugin", "DaemonSet", "aws-efa-k8s-device-plugin", {}),
+    # Trainer v2 and the JobSet its TrainJobs run on (kubeflow/trainer v2.3.0
+    # pkg/apis/trainer/v1alpha1; kubernetes-sigs/jobset v0.12.0 api/jobset/v1alpha2).
+    "trainer": Signs(
+        "Kubeflow Trainer",
+        "Deployment",
+        "kubeflow/trainer/trainer-controller-manager",
+        {
+            "trainjobs.trainer.kubeflow.org": ("v1alpha1", ("runtimeRef", "trainer", "runtimePatches", "suspend")),
+            "clustertrainingruntimes.trainer.kubeflow.org": ("v1alpha1", ("mlPolicy.torch", "template")),
+        },
+    ),
+    "jobset": Signs(
+        "JobSet",
+        "Deployment",
+        "jobset/jobset",
+        {"jobsets.jobset.x-k8s.io": ("v1alpha2", ("failurePolicy.rules", "replicatedJobs", "suspend"))},
+    ),
 }
 # Read and reported, never installed by the stack: a node health agent (EKS's, or HyperPod's).
 MONITORING_IMAGES = ("eks-node-monitoring-agent", "health-monitoring-agent")

@@ -1,4 +1,5 @@
-"""Cluster operators: NVIDIA and EFA device plugins, the Kubeflow training operator, KubeRay.
+"""Cluster operators: NVIDIA and EFA device plugins, the Kubeflow training operator, Kubeflow Trainer v2
+with JobSet, KubeRay.
 
 On a cluster the stack did not create, the operators plane decides per operator whether the stack
 installs it or reuses the cluster's (account_checks/operator_decisions.py): a reused one is not
@@ -71,6 +72,12 @@ def force_crd_apply(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransf
     return pulumi.ResourceTransformResult(props=props, opts=args.opts)
 
 
+# The JobSet subchart as git holds it names a staging image at `main`; the published 0.12.0 chart
+# names the release image (kubernetes-sigs/jobset hack/helm-chart-package.sh rewrites image.repository,
+# tag and pullPolicy when it packages). The stack pins the published values, so what runs is the
+# release whichever copy of the chart renders.
+JOBSET_IMAGE = {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.12.0", "pullPolicy": "IfNotPresent"}
+
 TRAINING_OPERATOR = KustomizeSource(
     "https://github.com/kubeflow/trainer.git",
     "manifests/overlays/standalone",
@@ -120,6 +127,8 @@ class ClusterOperatorsArgs:
     training_operator_enabled: bool
     training_operator_ref: str | None
     hyperpod: bool = False  # SageMaker HyperPod nodes: the training operator auto-resume supports
+    trainer: HelmOperator | None = None
+    jobset_installed: bool = True  # Trainer's chart installs JobSet (False: the cluster runs one)
     kueue: HelmOperator | None = None  # installed by the queueing plane; here as decided
     # A cluster the stack did not create: each GPU group's node labels as the config describes them
     # (EFA groups apart), and the stack's name, labelled on what it installs there.
@@ -177,6 +186,19 @@ def described_efa_values(groups: dict[str, dict[str, str]]) -> dict[str, Any]:
     return {
         "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_NODE_LABEL], "values": types},
         "tolerations": [GPU_TOLERATION],
+    }
+
+
+def trainer_values(system_selector: dict[str, str], install_jobset: bool) -> dict[str, Any]:
+    """Trainer's manager and, unless the cluster runs one, JobSet's controller on the system nodes.
+    No runtimes from the chart: the stack's jobs name the stack's own ClusterTrainingRuntime."""
+    return {
+        "manager": {"nodeSelector": dict(system_selector)},
+        "jobset": {
+            "install": install_jobset,
+            "image": dict(JOBSET_IMAGE),
+            "controller": {"nodeSelector": dict(system_selector)},
+        },
     }
 
 
@@ -243,10 +265,13 @@ class ClusterOperators(pulumi.ComponentResource):
                 ),
             )
         self._helm("kuberay", args.kuberay, kuberay_values(args.system_selector), crds=self.kuberay_crds)
+        if args.trainer is not None:
+            self._helm("trainer", args.trainer, trainer_values(args.system_selector, args.jobset_installed))
 
         self.installed_charts = {key: RELEASES[key] for key in self.releases}
         self.device_plugins = [r for k, r in self.releases.items() if k.endswith("DevicePlugin")]
         self.kuberay = self.releases.get("kuberay")
+        self.trainer = self.releases.get("trainer")
         self.training_operator = None
         self.training_operator_url = None
         if args.training_operator_enabled:

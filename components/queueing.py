@@ -36,6 +36,7 @@ from conventions import (
 )
 from domain.operators import KUEUE_API, RELEASES, HelmChart
 from domain.quota import QueueSpec, quantity
+from domain.topology import levels, topology_name
 
 # The autoscaler's minor version follows the cluster's (git tags cluster-autoscaler-1.3x.y).
 AUTOSCALER_IMAGE_TAGS = {"1.33": "v1.33.0", "1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
@@ -48,16 +49,28 @@ PROVISIONING_REQUEST_CRD_URL = (
 PROVISIONING_CHECK = "trainstack-provisioning"
 # Kueue's integrations: PyTorchJob is off in the 0.19 chart's defaults (Kubeflow is moving to
 # Trainer v2's TrainJob), so it is named here; a Kueue without it would leave PyTorchJobs unqueued.
-KUEUE_FRAMEWORKS = ("batch/job", *(kind.kueue_framework for kind in KINDS.values()))
+# TrainJob's too, for Trainer's TrainJobs (Kueue sets an integration up once its CRD is served:
+# kueue v0.19.2 pkg/controller/jobframework/setup.go WaitForAPI). JobSet is not among them: a
+# TrainJob's JobSet is its child, admitted with it (pkg/controller/jobs/trainjob: the TrainJob's
+# PodSets are its JobSet's).
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+KUEUE_FRAMEWORKS = ("batch/job", *(kind.kueue_framework for kind in KINDS.values()), TRAINJOB_FRAMEWORK)
 
 
 def flavor_spec(q: QueueSpec) -> dict[str, Any]:
     """Pods given this flavor get its node labels and tolerations; the stack's pods already carry
-    exactly these, so Kueue's injection at admission changes nothing Pulumi applied."""
+    exactly these, so Kueue's injection at admission changes nothing Pulumi applied. A group whose
+    nodes EKS labels with their network place names the Topology of those labels."""
     spec: dict[str, Any] = {"nodeLabels": dict(q.placement.node_selector)}
     if q.placement.gpus:
         spec["tolerations"] = [GPU_TOLERATION]
+    if q.network_layers:
+        spec["topologyName"] = topology_name(q.network_layers)
     return spec
+
+
+def topology_spec(layers: int) -> dict[str, Any]:
+    return {"levels": [{"nodeLabel": label} for label in levels(layers)]}
 
 
 def cluster_queue_spec(q: QueueSpec, namespace: str) -> dict[str, Any]:
@@ -143,7 +156,9 @@ def kueue_manager_config(pods_ready_timeout_minutes: int) -> dict[str, Any]:
 
 
 def kueue_values(
-    pods_ready_timeout_minutes: int, system_selector: dict[str, str], provisioning: bool
+    pods_ready_timeout_minutes: int,
+    system_selector: dict[str, str],
+    provisioning: bool,
 ) -> dict[str, Any]:
     annotation = {PROVISIONING_ANNOTATION: "enabled" if provisioning else "disabled"}
     return {
@@ -279,9 +294,14 @@ class Queueing(pulumi.ComponentResource):
                 },
                 [config],
             )
+        self.topologies = {
+            layers: self._kueue_object("Topology", topology_name(layers), topology_spec(layers))
+            for layers in sorted({q.network_layers for q in args.queues if q.network_layers})
+        }
         flavors = {}
         for q in sorted(args.queues, key=lambda q: q.group != SYSTEM_GROUP):
-            flavors[q.flavor] = self._kueue_object("ResourceFlavor", q.flavor, flavor_spec(q))
+            topology = [self.topologies[q.network_layers]] if q.network_layers else []
+            flavors[q.flavor] = self._kueue_object("ResourceFlavor", q.flavor, flavor_spec(q), topology)
         self.cluster_queues = {}
         for q in args.queues:
             used = [flavors[f] for f in q.quota()]

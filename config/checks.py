@@ -21,12 +21,13 @@ from config.jobs import (
     check_job_ray_auth_env,
     check_job_run,
     check_job_secret_env,
+    check_job_topology,
 )
 from config.names import PROJECT
 from config.network import check_network
 from config.node_groups import GpuNodeGroupConfig, check_node_groups
 from config.operators import OperatorsConfig, check_operators
-from config.placements import catalog_placement, config_system_placement
+from config.placements import catalog_placement, config_system_placement, group_network_layers
 from config.queueing import check_queueing
 from config.schema import Reader
 from config.stack_config import StackConfig
@@ -203,6 +204,9 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
             check_job_hyperpod(j, group.instance_type, k, r)
             if c.existing_cluster.named:  # an `ml.` group on a created cluster is refused on its own
                 _check_auto_resume_namespace(j, group.instance_type, c.training_namespace, r)
+        if by_name is not None:
+            layers = group_network_layers(c, group) if group is not None else 0
+            check_job_topology(j, layers, group.instance_type if group else "", k, r)
 
 
 def _reachable_bucket(c: StackConfig) -> str | None:

@@ -11,6 +11,7 @@ from typing import Literal
 from config.names import LABEL, NAME_RULE
 from config.schema import Reader, setting
 from domain.catalog import SAGEMAKER_PREFIX, is_sagemaker_type
+from domain.topology import JobPlacement
 from domain.model_facts import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHECKPOINT_EVERY,
@@ -105,6 +106,14 @@ class JobConfig:
         "timeoutMinutes",
         "How long `pulumi up` waits (1-10080), plus queueing.maxNodeProvisionMinutes on an autoscaled group.",
         60,
+    )
+    placement: JobPlacement | None = setting(
+        "placement",
+        "Where in the EC2 network its nodes may be, on a group whose instance type EKS labels with its "
+        "network place (p4d, p5, p6-b200, g6e, trn...): required (one network node above the bottom "
+        "layer for the whole gang, or Kueue does not admit it), preferred (the bottom layer's, or as "
+        "close as the nodes allow) or any (default: preferred on EFA groups, any elsewhere).",
+        None,
     )
     verl: VerlConfig | None = setting(
         "verl", "Run VERL (GRPO/PPO) instead of the default trainer: RayJob or RayCluster only.", None
@@ -210,6 +219,19 @@ def check_job_hyperpod(j: JobConfig, instance_type: str, k: str, r: Reader) -> N
             "(set)",
             f"node group '{j.node_group}' ({instance_type}) is not a HyperPod group",
             f"unset, or a group whose instanceType starts with {SAGEMAKER_PREFIX}",
+        )
+
+
+def check_job_topology(j: JobConfig, layers: int, instance_type: str, k: str, r: Reader) -> None:
+    """`placement` asks Kueue for a network level only the labelled nodes of a created cluster have."""
+    if j.placement in ("required", "preferred") and not layers:
+        r.problem(
+            f"{k}.placement",
+            j.placement,
+            f"node group '{j.node_group}' ({instance_type or 'system nodes'}) has no network topology "
+            "labels the stack knows (an instance type EC2 describes the topology of, on a cluster the "
+            "stack creates)",
+            "any, or unset",
         )
 
 

@@ -51,6 +51,18 @@ class TrainingOperatorConfig:
 
 
 @dataclass(frozen=True)
+class TrainerConfig(ClusterOperatorConfig):
+    """Kubeflow Trainer v2 (TrainJob), whose chart brings JobSet, the API its TrainJobs run on."""
+
+    enabled: bool = setting("enabled", "Run it at all (off: no TrainJob).", True)
+    jobset_mode: str = setting(
+        "jobsetMode",
+        "JobSet, which the Trainer chart installs beside it (its subchart). " + _MODE_DOC,
+        "auto",
+    )
+
+
+@dataclass(frozen=True)
 class OperatorsConfig:
     nvidia_device_plugin: ClusterOperatorConfig = setting(
         "nvidiaDevicePlugin", "NVIDIA device plugin (Helm), on GPU nodes.", factory=ClusterOperatorConfig
@@ -64,6 +76,11 @@ class OperatorsConfig:
         "trainingOperator",
         "Kubeflow training operator v1 (PyTorchJob), on system nodes.",
         factory=TrainingOperatorConfig,
+    )
+    trainer: TrainerConfig = setting(
+        "trainer",
+        "Kubeflow Trainer v2 (Helm, with JobSet; TrainJob), on system nodes.",
+        factory=TrainerConfig,
     )
     kuberay: ClusterOperatorConfig = setting(
         "kuberay",
@@ -86,6 +103,9 @@ class OperatorsConfig:
         """The operators a cluster may already run, by config key."""
         return {
             "trainingOperator": self.training_operator,
+            "trainer": self.trainer,
+            # Its chart's subchart: run whenever Trainer is, installed or reused on its own.
+            "jobset": ClusterOperatorConfig(enabled=self.trainer.enabled, mode=self.trainer.jobset_mode),
             "kuberay": self.kuberay,
             "kueue": self.kueue,
             "nvidiaDevicePlugin": self.nvidia_device_plugin,
@@ -110,10 +130,12 @@ def check_operators(o: OperatorsConfig, r: Reader) -> None:
         )
     for key, op in o.on_any_cluster().items():
         if op.mode not in MODES:
-            r.problem(f"{k}.{key}.mode", op.mode, "not a mode", ", ".join(MODES))
+            field = "trainer.jobsetMode" if key == "jobset" else f"{key}.mode"
+            r.problem(f"{k}.{field}", op.mode, "not a mode", ", ".join(MODES))
     for key, op in (
         ("nvidiaDevicePlugin", o.nvidia_device_plugin),
         ("efaDevicePlugin", o.efa_device_plugin),
+        ("trainer", o.trainer),
         ("kuberay", o.kuberay),
         ("kueue", o.kueue),
         ("clusterAutoscaler", o.cluster_autoscaler),

@@ -10,6 +10,7 @@ from config.stack_config import StackConfig
 from domain.catalog import INSTANCE_TYPES
 from domain.node_roles import group_selector
 from domain.placement import Placement, gpu_placement, system_placement
+from domain.topology import network_layers
 
 
 def config_system_placement(c: StackConfig) -> Placement | None:
@@ -37,3 +38,10 @@ def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float | None = 0.0) -> 
     return gpu_placement(
         g.name, g.instance_type, gpus, efa, it.vcpus, it.memory_gib, hourly_usd, selector=selector
     )
+
+
+def group_network_layers(c: StackConfig, g: GpuNodeGroupConfig) -> int:
+    """The network layers EKS labels the group's nodes with, where the stack makes those nodes: on a
+    cluster it did not create nothing says its nodes carry the labels (a node without them is no
+    capacity to Kueue's topology-aware scheduling, so its jobs would never be admitted)."""
+    return 0 if c.existing_cluster.named else network_layers(g.instance_type)

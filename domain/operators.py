@@ -44,6 +44,11 @@ RELEASES = {
         "1.7.0",
         "kuberay-system",
     ),
+    # Trainer v2 (TrainJob, ClusterTrainingRuntime); JobSet 0.12.0 is its subchart. Its CRDs are
+    # chart templates (crds.enabled), so an upgrade updates them.
+    "trainer": HelmChart(
+        "kubeflow-trainer", "kubeflow-trainer", "oci://ghcr.io/kubeflow/charts", "2.3.0", "kubeflow-system"
+    ),
     # The queueing plane's (components/queueing.py).
     "kueue": HelmChart("kueue", "kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", "kueue-system"),
     "clusterAutoscaler": HelmChart(

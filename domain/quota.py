@@ -55,6 +55,7 @@ class QueueSpec:
     placement: Placement
     max_nodes: int
     provisioned: bool  # the autoscaler brings its nodes per job: admission waits for them
+    network_layers: int = 0  # its nodes' EC2 network layers as EKS labels them (0: no Kueue Topology)
 
     @property
     def group(self) -> str:

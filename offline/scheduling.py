@@ -28,6 +28,7 @@ from offline.engine import PlanRun
 from offline.nodes import Node, NotChecked, plan_daemonsets, plan_nodes
 from offline.predicates import Amounts, add, placement_problem, pod_requests, taint_text, untolerated_taint
 from offline.predicates import unmatched_affinity as _unmatched_affinity
+from offline.topology import TopologyBroken, placement_words, tas_problem
 
 KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:"
 JOB_TYPES = (
@@ -204,6 +205,7 @@ def _admission(job: dict, queues: dict, local: dict, flavors: dict) -> tuple[str
     order = [f["name"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]]
     used: dict[str, Amounts] = {}
     assigned: dict[str, str] = {}
+    every_tas = all(flavors.get(f, {}).get("spec", {}).get("topologyName") for f in order)
     for name, template, count in named_pod_sets(job):
         need = {k: v * count for k, v in requests(template).items() if v}
         missing = sorted(set(need) - covered)
@@ -214,6 +216,7 @@ def _admission(job: dict, queues: dict, local: dict, flavors: dict) -> tuple[str
         why = []
         for f in order:
             problem = flavor_problem(template, flavors[f]) if f in flavors else "no such ResourceFlavor"
+            problem = problem or tas_problem(template, flavors[f], every_tas, set(need), covered)
             if problem:
                 why.append(f"{f}: {problem}")
                 continue
@@ -335,9 +338,29 @@ def _job_chain(job: dict, ctx: dict) -> Chain:
             else "device plugins: " + ("; ".join(devices) if devices else "none needed")
         )
         _pods(placed, ctx)
+        _topology(job, assigned, placed, ctx, chain)
     except _Broken as err:
         chain.broken = str(err)
     return chain
+
+
+def _topology(job: dict, assigned: dict[str, str], placed: list, ctx: dict, chain: Chain) -> None:
+    """Where Kueue's topology-aware scheduling puts the pod sets on flavors with a Topology."""
+    queue = ctx["queues"][ctx["local"][job["metadata"]["labels"][QUEUE_LABEL]]["spec"]["clusterQueue"]]
+    provisioned = bool((queue["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks"))
+    words = []
+    for (name, template, count), (*_, node) in zip(named_pod_sets(job), placed, strict=True):
+        topology = ctx["topologies"].get(ctx["flavors"][assigned[name]]["spec"].get("topologyName"))
+        if topology is None:
+            continue
+        layers = len(topology["spec"]["levels"]) - 1
+        sets = ctx["account"].instance_topology(node.group, node.max_nodes, layers)
+        try:
+            words.append(placement_words(name, template, count, node.group, topology, sets, provisioned))
+        except TopologyBroken as err:
+            raise _Broken(f"topology: {err}") from None
+    if words:
+        chain.links.append("topology: " + "; ".join(words))
 
 
 def _node(ctx: dict, group: str) -> Node:
@@ -452,6 +475,8 @@ def check(run: PlanRun, cfg=None) -> Report:
         "flavors": _objects(run, "ResourceFlavor"),
         "queues": _objects(run, "ClusterQueue"),
         "local": _objects(run, "LocalQueue"),
+        "topologies": _objects(run, "Topology"),
+        "account": run.account,
         "nodes": plan_nodes(run, cfg),
         "not_checked": None,
         "daemonsets": None,

@@ -16,6 +16,8 @@ answers, so a test or a user can see each failure:
         nodeGroups: {trainstack-dev-gpu: us-east-1a}}  # a running cluster: its subnets' AZs,
                                                        # its node groups' AZs
     log-group:/aws/eks/trainstack-dev/cluster: {}  # a log group that exists, and its tags
+    instance-topology:p5: [[nn-a, nn-b, nn-c], [nn-a, nn-b, nn-d]]  # DescribeInstanceTopology's
+        # NetworkNodes of the group's instances at its largest size, top layer first
 
 Reservations and source credentials are read with boto3 (Pulumi has no data source for them):
 `botocore_answers` answers those calls inside the program, before any request is signed or sent.
@@ -58,6 +60,7 @@ FACT_KINDS = (
     "eks-cluster:<name>",
     "log-group:/<name>",
     "cluster-objects:<cluster>",
+    "instance-topology:<node group>",
 )
 
 
@@ -129,6 +132,14 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         elif kind == "cluster-objects":
             if not isinstance(value, list) or not all(isinstance(o, dict) and "kind" in o for o in value):
                 raise FactError(f"cluster fact {key}: a list of Kubernetes objects (each with a kind)")
+        elif kind == "instance-topology" and what:
+            if not isinstance(value, list) or not all(
+                isinstance(n, list) and n and all(isinstance(i, str) for i in n) for n in value
+            ):
+                raise FactError(
+                    f"account fact {key}: a list of network node sets, one per instance, each a list of "
+                    "network node IDs, top layer first (DescribeInstanceTopology's NetworkNodes)"
+                )
         elif kind == "log-group" and what.startswith("/"):
             if not isinstance(value, dict):
                 raise FactError(f"account fact {key} = {value!r}: a map of its tags ({{}} for none)")
@@ -152,6 +163,16 @@ class OfflineAccount:
         ids = ZONE_IDS.get(region, tuple(f"{prefix}-az{i + 1}" for i in range(len(LETTERS))))
         self.zones = [(f"{region}{c}", zone_id) for c, zone_id in zip(LETTERS, ids, strict=True)]
         self.subnets: dict[str, str] = {}  # subnet id -> AZ, of what a running cluster holds
+
+    def instance_topology(self, group: str, count: int, layers: int) -> list[list[str]]:
+        """DescribeInstanceTopology's NetworkNodes for a group's `count` instances. Before they run
+        nothing says where EC2 puts them: unless a fact says otherwise, they share every network
+        node but the bottom layer's, each under its own there (as near as no two are promised)."""
+        given = self.facts.get(f"instance-topology:{group}")
+        if given is not None:
+            return [list(nodes) for nodes in given]
+        shared = [f"nn-{group}-{layer}" for layer in range(1, layers)]
+        return [[*shared, f"nn-{group}-{layers}-{i}"] for i in range(count)]
 
     def zone_id(self, name: str) -> str:
         return dict(self.zones)[name]

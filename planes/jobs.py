@@ -13,8 +13,10 @@ from components.operators import ClusterOperators
 from components.queueing import Queueing
 from components.tracking_users import PROVISIONER_SELECTOR
 from config import StackConfig
+from config.placements import group_network_layers
 from conventions import SYSTEM_GROUP
 from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
+from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
 from planes.storage import checkpoints, storage_claims
@@ -89,6 +91,8 @@ def jobs_plane(
         if group is not None and group.checks_efa:
             node_check = NodeCheck(placement.gpus, placement.efa, group.min_bus_bandwidth_gbps)
         provisioned = group is not None and cfg.autoscaled(group)
+        layers = group_network_layers(cfg, group) if group is not None else 0
+        topology = pod_annotations(j.placement or default_placement(placement.efa > 0), layers)
         identity = pods.job_identity(
             j.name, fit(f"{PROJECT}-{cfg.stack}-job-{j.name}", IAM_ROLE_NAME_MAX), j.s3_read
         )
@@ -139,6 +143,7 @@ def jobs_plane(
                     node_check=node_check,
                     head_selector=dict(by_group[SYSTEM_GROUP].node_selector),
                     tracking=job_tracking,
+                    topology=topology,
                 ),
             )
         )

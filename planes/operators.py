@@ -1,4 +1,5 @@
-"""Operators plane: device plugins, the training operator and KubeRay, on the system nodes. On a
+"""Operators plane: device plugins, the training operator, Trainer v2 with JobSet and KubeRay, on the
+system nodes. On a
 cluster the stack did not create, what the cluster already runs is read first, and each operator is
 installed, reused as it is, or the program stops before registering anything on the cluster."""
 
@@ -83,6 +84,8 @@ def operators_plane(
             nvidia_device_plugin=helm("nvidiaDevicePlugin", ops.nvidia_device_plugin),
             efa_device_plugin=helm("efaDevicePlugin", ops.efa_device_plugin),
             kuberay=helm("kuberay", ops.kuberay),
+            trainer=helm("trainer", ops.trainer),
+            jobset_installed=installs("jobset", ops.on_any_cluster()["jobset"]),
             training_operator_enabled=installs("trainingOperator", ops.training_operator),
             training_operator_ref=ops.training_operator.ref,
             hyperpod=any(is_sagemaker_type(g.instance_type) for g in cfg.gpu_node_groups),

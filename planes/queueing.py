@@ -4,8 +4,9 @@ autoscaler for the groups it scales per job."""
 from __future__ import annotations
 
 from components.operators import ClusterOperators
-from components.queueing import Queueing, QueueingArgs
+from components.queueing import Queueing, QueueingArgs, kueue_frameworks
 from config import StackConfig
+from config.placements import group_network_layers
 from conventions import SYSTEM_GROUP
 from domain.names import eks_cluster_name
 from domain.quota import QueueSpec
@@ -17,7 +18,13 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
     by_group = compute.placements
     specs = [QueueSpec(by_group[SYSTEM_GROUP], cfg.system_node_count, provisioned=False)]
     specs += [
-        QueueSpec(by_group[g.name], g.node_count, provisioned=cfg.autoscaled(g)) for g in cfg.gpu_node_groups
+        QueueSpec(
+            by_group[g.name],
+            g.node_count,
+            provisioned=cfg.autoscaled(g),
+            network_layers=group_network_layers(cfg, g),
+        )
+        for g in cfg.gpu_node_groups
     ]
     q, cc = cfg.queueing, cfg.cluster
     pods = compute.pod_identity
@@ -26,7 +33,11 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
         QueueingArgs(
             provider=compute.provider,
             system_nodes=compute.system_nodes,
-            operators=[r for r in (operators.training_operator, operators.kuberay_crds) if r is not None],
+            operators=[
+                r
+                for r in (operators.training_operator, operators.trainer, operators.kuberay_crds)
+                if r is not None
+            ],
             namespace=pods.namespace,
             namespace_name=pods.namespace_name,
             queues=specs,
@@ -42,5 +53,8 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
             autoscaler_identity=compute.autoscaler_identity.association
             if compute.autoscaler_identity
             else None,
+            frameworks=kueue_frameworks(
+                cfg.operators.training_operator.enabled, cfg.operators.trainer.enabled
+            ),
         ),
     )

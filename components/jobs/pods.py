@@ -191,6 +191,8 @@ class TrainingJobArgs:
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
     tracking: JobTracking | None = None  # MLflow, when the stack has a tracking server
     prep_image: pulumi.Input[str] | None = None  # the stack's image: prepares a VERL job's data
+    # Kueue's topology request on the pods of the job's group (domain.topology.pod_annotations).
+    topology: dict[str, str] = field(default_factory=dict)
 
 
 def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
@@ -267,6 +269,8 @@ def pod_template(
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
+    if args.topology:
+        metadata["annotations"] = dict(args.topology)
     placement = args.placement.pod_placement()
     if hyperpod.on_hyperpod(args.placement):
         placement["affinity"] = hyperpod.affinity(args.spec.hyperpod)

@@ -63,6 +63,9 @@ class PlanRun:
     cluster_objects: list[dict[str, Any]] = field(default_factory=list)
     # What the program asked that cluster (offline/engine/cluster_answers.py Request).
     cluster_requests: list[Any] = field(default_factory=list)
+    # The account the run deployed into: the scheduling check asks it where instances would sit in
+    # the EC2 network (OfflineAccount.instance_topology).
+    account: Any = None
 
     def by_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]

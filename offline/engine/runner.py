@@ -62,7 +62,13 @@ def run_program(
     with account.botocore_answers(), use_clients(cluster.connect):
         pulumi_wire.run_stack(program_main)
     return PlanRun(
-        stack, monitor.registrations, pulumi_wire.stack_outputs(), messages, objects, cluster.requests
+        stack,
+        monitor.registrations,
+        pulumi_wire.stack_outputs(),
+        messages,
+        objects,
+        cluster.requests,
+        account,
     )
 
 
