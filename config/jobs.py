@@ -11,13 +11,13 @@ from typing import Literal
 from config.names import LABEL, NAME_RULE
 from config.schema import Reader, setting
 from domain.catalog import SAGEMAKER_PREFIX, is_sagemaker_type
-from domain.topology import JobPlacement
 from domain.model_facts import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHECKPOINT_EVERY,
     DEFAULT_CHECKPOINT_MINUTES,
     MODEL_SHAPES,
 )
+from domain.topology import JobPlacement
 
 JobKind = Literal["PyTorchJob", "RayJob", "RayCluster"]
 WaitMode = Literal["none", "admitted", "running", "succeeded"]

@@ -40,7 +40,9 @@ def requested(template: dict) -> dict[str, str]:
     return {k: v for k, v in found.items() if k in TOPOLOGY_ANNOTATIONS}
 
 
-def tas_problem(template: dict, flavor: dict, every_flavor_tas: bool, requests: set[str], covered: set[str]) -> str | None:
+def tas_problem(
+    template: dict, flavor: dict, every_flavor_tas: bool, requests: set[str], covered: set[str]
+) -> str | None:
     """Why Kueue passes `flavor` over for this PodSet on topology grounds (None: it may take it)."""
     asks = bool(requested(template)) or every_flavor_tas
     has_topology = bool(flavor["spec"].get("topologyName"))
@@ -74,7 +76,9 @@ def placement_words(
         return f"pod set {name}: any of group {group}'s nodes{when}"
     level = asked.get(REQUIRED_ANNOTATION) or asked[PREFERRED_ANNOTATION]
     if level not in labels:
-        raise TopologyBroken(f"pod set {name} asks for level {level}, which Topology {topology['metadata']['name']} lacks")
+        raise TopologyBroken(
+            f"pod set {name} asks for level {level}, which Topology {topology['metadata']['name']} lacks"
+        )
     depth = labels.index(level) + 1
 
     def largest(d: int) -> int:

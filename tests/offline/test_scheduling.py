@@ -48,7 +48,9 @@ def test_every_job_of_every_template_fits(stack):
     for c in report.chains:
         assert c.fits, c.line()
         assert c.line().endswith("→ pods: fits")
-        assert [link.split(":")[0] for link in c.links] == ["admission", "nodes", "device plugins"]
+        # A group whose nodes EKS labels with their network place (prod's p5) adds the topology link.
+        links = ["admission", "nodes", "device plugins", *(["topology"] if stack == "prod" else [])]
+        assert [link.split(":")[0] for link in c.links] == links
     assert report.daemonset_problems == []
 
 
@@ -59,6 +61,9 @@ def test_prods_chains_name_the_flavors_nodes_and_devices():
         "admission: trainstack-p5 (worker on trainstack-p5)",
         "nodes: p5 (p5.48xlarge x2, from the ASG's node-template tags)",
         "device plugins: p5 nvidia.com/gpu 8, vpc.amazonaws.com/efa 32",
+        "topology: pod set worker: prefers one network-node-layer-3 domain; the closest that holds its 2 "
+        "pods is one network-node-layer-2 domain (simulated DescribeInstanceTopology of 2 nodes; fact "
+        "instance-topology:p5 gives yours) once the provisioned nodes are Ready",
     ]
     # The RayJob's submitter is a PodSet of its own, on the system flavor beside the head.
     assert (

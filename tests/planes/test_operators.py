@@ -34,8 +34,13 @@ def chart_dir(release: str) -> Any:
 QUEUEING = {"kueue", "cluster-autoscaler"}
 
 
-def test_dev_installs_gpu_plugin_kuberay_and_training_operator_but_no_efa_plugin(dev_plan):
-    assert set(releases(dev_plan)) == {"nvidia-device-plugin", "kuberay-operator", *QUEUEING}
+def test_dev_installs_gpu_plugin_kuberay_trainer_and_training_operator_but_no_efa_plugin(dev_plan):
+    assert set(releases(dev_plan)) == {
+        "nvidia-device-plugin",
+        "kuberay-operator",
+        "kubeflow-trainer",
+        *QUEUEING,
+    }
     assert len(dev_plan.by_type(DIRECTORY)) == 1
 
 
@@ -43,6 +48,7 @@ def test_prod_with_efa_adds_the_efa_plugin(prod_plan):
     assert set(releases(prod_plan)) == {
         "nvidia-device-plugin",
         "kuberay-operator",
+        "kubeflow-trainer",
         "aws-efa-k8s-device-plugin",
         *QUEUEING,
     }
@@ -57,6 +63,7 @@ def test_every_operator_can_be_turned_off():
             "efaDevicePlugin": off,
             "kuberay": off,
             "trainingOperator": off,
+            "trainer": off,
             "kueue": off,
             "clusterAutoscaler": off,
         },
@@ -81,12 +88,16 @@ def test_releases_are_pinned_real_helm_releases(prod_plan):
     }
     for name, release in releases(prod_plan).items():
         i = release.inputs
-        if name == "kueue":  # published only as an OCI chart: named by its full reference
-            assert (i["chart"], i["version"], i["namespace"]) == (
-                "oci://registry.k8s.io/kueue/charts/kueue",
-                "0.19.2",
-                "kueue-system",
-            )
+        oci = {  # published only as OCI charts: named by their full reference
+            "kueue": ("oci://registry.k8s.io/kueue/charts/kueue", "0.19.2", "kueue-system"),
+            "kubeflow-trainer": (
+                "oci://ghcr.io/kubeflow/charts/kubeflow-trainer",
+                "2.3.0",
+                "kubeflow-system",
+            ),
+        }
+        if name in oci:
+            assert (i["chart"], i["version"], i["namespace"]) == oci[name]
             assert "repositoryOpts" not in i
         else:
             assert (i["repositoryOpts"]["repo"], i["version"], i["namespace"]) == expected[name]
@@ -257,11 +268,18 @@ def unknown_keys(values: dict, chart_values: dict) -> list[str]:
     return unknown
 
 
+def chart_values(release: str) -> dict:
+    """The chart's values.yaml, each subchart's under its name (how Helm passes them down)."""
+    found = yaml.safe_load((chart_dir(release) / "values.yaml").read_text())
+    for sub in sorted((chart_dir(release) / "charts").glob("*/values.yaml")):
+        found[sub.parent.name] = {**yaml.safe_load(sub.read_text()), **(found.get(sub.parent.name) or {})}
+    return found
+
+
 def test_every_values_key_exists_in_the_chart(prod_plan):
     """Helm ignores a misspelt values key silently; the chart's own values.yaml is the reference."""
     for name, release in releases(prod_plan).items():
-        chart_values = yaml.safe_load((chart_dir(name) / "values.yaml").read_text())
-        assert unknown_keys(release.inputs["values"], chart_values) == [], name
+        assert unknown_keys(release.inputs["values"], chart_values(name)) == [], name
 
 
 def test_the_values_check_catches_a_misspelt_key():

@@ -12,7 +12,7 @@ from support.crds import crd_errors
 from support.paths import shared_dir
 from support.plans import plan, policy_of
 
-from components.queueing import AUTOSCALER_IMAGE_TAGS, KUEUE_FRAMEWORKS
+from components.queueing import AUTOSCALER_IMAGE_TAGS
 from config import EKS_ADDON_VERSIONS
 from conventions import (
     GPU_TOLERATION,
@@ -165,6 +165,7 @@ def test_every_kueue_object_validates_against_the_kueue_crds(prod_plan, mixed_pl
             "LocalQueue",
             "AdmissionCheck",
             "ProvisioningRequestConfig",
+            "Topology",
         }
 
 
@@ -173,6 +174,7 @@ def test_flavors_carry_the_groups_labels_and_gpu_toleration(prod_plan):
     assert flavors["trainstack-p5"]["spec"] == {
         "nodeLabels": {"trainstack.dev/role": "gpu", "trainstack.dev/node-group": "p5"},
         "tolerations": [GPU_TOLERATION],
+        "topologyName": "trainstack-network-3",  # EKS labels a p5's place in the EC2 network
     }
     assert flavors["trainstack-system"]["spec"] == {"nodeLabels": SYSTEM_NODE_LABEL}
     # Every label a flavor names is on its group's nodes.
@@ -302,8 +304,13 @@ def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_the_char
         if o["kind"] == "ConfigMap" and "controller_manager_config.yaml" in o.get("data", {})
     ]
     config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
-    assert config["integrations"]["frameworks"] == list(KUEUE_FRAMEWORKS)
-    assert "kubeflow.org/pytorchjob" in config["integrations"]["frameworks"]
+    assert config["integrations"]["frameworks"] == [
+        "batch/job",
+        "kubeflow.org/pytorchjob",
+        "trainer.kubeflow.org/trainjob",
+        "ray.io/rayjob",
+        "ray.io/raycluster",
+    ]
     # 20 minutes to be ready once the nodes exist, after the autoscaler's 30 to bring them (AWS
     # marks a ProvisioningRequest provisioned before its nodes join).
     assert config["waitForPodsReady"]["timeout"] == "50m"

@@ -1,0 +1,95 @@
+"""Kubeflow Trainer v2 in the operators plane: the 2.3.0 chart with JobSet 0.12.0 as Helm renders it
+from ../shared/charts, its controllers on the system nodes running the released images; a cluster
+that runs JobSet already keeps it; Kueue's integrations follow the operators the stack runs."""
+
+from __future__ import annotations
+
+import yaml
+from support.charts import render
+from support.cluster_objects import as_facts, charts, installed, keys
+from support.plans import EXISTING_CLUSTER, plan
+
+from components.operators import JOBSET_IMAGE
+from conventions import SYSTEM_NODE_LABEL
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def release(run, name: str):
+    (found,) = [r for r in run.by_type(RELEASE) if r.inputs["name"] == name]
+    return found
+
+
+def deployments(objects: list[dict]) -> dict[str, dict]:
+    """Pod spec of each Deployment, by its container's image."""
+    found = {}
+    for o in objects:
+        if o["kind"] == "Deployment":
+            spec = o["spec"]["template"]["spec"]
+            found[spec["containers"][0]["image"]] = spec
+    return found
+
+
+def frameworks(run) -> list[str]:
+    values = release(run, "kueue").inputs["values"]
+    config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    return config["integrations"]["frameworks"]
+
+
+def test_trainer_and_jobset_run_on_system_nodes_with_the_released_images(prod_plan, tmp_path):
+    """The JobSet subchart as git holds it names a staging image at `main`: the stack's values name
+    the one the published chart does."""
+    objects = render(prod_plan, "kubeflow-trainer", tmp_path)
+    found = deployments(objects)
+    jobset = f"{JOBSET_IMAGE['repository']}:{JOBSET_IMAGE['tag']}"
+    assert set(found) == {"ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0", jobset}
+    for spec in found.values():
+        assert spec["nodeSelector"] == SYSTEM_NODE_LABEL
+    assert found[jobset]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+    crds = {o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"}
+    assert {
+        "trainjobs.trainer.kubeflow.org",
+        "clustertrainingruntimes.trainer.kubeflow.org",
+        "jobsets.jobset.x-k8s.io",
+    } <= crds
+    # No runtimes of the chart's: no installer Job, no ClusterTrainingRuntime.
+    assert not [o for o in objects if o["kind"] in ("Job", "ClusterTrainingRuntime")]
+    # Kueue starts once Trainer's CRDs and webhooks serve: it sets up the TrainJob integration then.
+    kueue = release(prod_plan, "kueue")
+    assert release(prod_plan, "kubeflow-trainer").urn in kueue.dependencies
+
+
+def test_kueue_manages_trainjob_and_pytorchjob_where_their_operators_run(prod_plan):
+    assert frameworks(prod_plan) == [
+        "batch/job",
+        "kubeflow.org/pytorchjob",
+        "trainer.kubeflow.org/trainjob",
+        "ray.io/rayjob",
+        "ray.io/raycluster",
+    ]
+    no_trainer = plan("prod", operators={"trainer": {"enabled": False}})
+    assert "trainer.kubeflow.org/trainjob" not in frameworks(no_trainer)
+    assert not [r for r in no_trainer.by_type(RELEASE) if r.inputs["name"] == "kubeflow-trainer"]
+    no_v1 = plan("prod", operators={"trainingOperator": {"enabled": False}}, jobs=[])
+    assert "kubeflow.org/pytorchjob" not in frameworks(no_v1)
+    assert "trainer.kubeflow.org/trainjob" in frameworks(no_v1)
+
+
+def test_a_cluster_that_runs_jobset_keeps_it_and_trainer_comes_without_its_own(tmp_path):
+    there = installed(
+        charts() / "kubeflow-trainer-2.3.0" / "charts" / "jobset",
+        "jobset",
+        "jobset-system",
+        tmp_path,
+        {"image": dict(JOBSET_IMAGE)},
+    )
+    run = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("jobset", there)})
+    lines = next(m for m in run.messages if m.startswith("Cluster operators")).splitlines()
+    (jobset,) = [x for x in lines if " jobset: " in x]
+    assert jobset.startswith("  reuse    jobset: found Deployment jobset-system/")
+    (trainer,) = [x for x in lines if " trainer: " in x]
+    assert trainer.startswith("  install  trainer: found nothing")
+    assert release(run, "kubeflow-trainer").inputs["values"]["jobset"]["install"] is False
+    ours = render(run, "kubeflow-trainer", tmp_path)
+    assert keys(ours) & keys(there) == set()
+    assert "jobset" not in run.one("kubernetes:core/v1:ConfigMap", "operators-own-record").inputs["data"]
