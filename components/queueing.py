@@ -4,7 +4,9 @@ nodes an admitted job needs (Kueue's ProvisioningRequest admission check).
 Per node group the stack derives a ResourceFlavor (the group's node labels and GPU toleration), a
 ClusterQueue whose quota is what the group holds at its largest size, as the jobs request it, and a
 LocalQueue in the training namespace; the system group gets one for CPU jobs. Ray heads run on the
-system nodes, so each GPU queue also holds a little system-flavor quota for them. Both upstream
+system nodes, so each GPU queue also holds a little system-flavor quota for them. A group whose nodes
+EKS labels with their EC2 network place gets a flavor naming a Kueue Topology of those labels
+(domain/topology.py), which jobs' PodSets ask to be placed in. Both upstream
 pieces are installed from their official charts at pinned versions, on the system nodes.
 
 What AWS does not give: the autoscaler's AWS provider has no atomic scale-up
