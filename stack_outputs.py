@@ -54,6 +54,7 @@ class Operators(TypedDict, total=False):
     nvidiaDevicePlugin: str
     efaDevicePlugin: str
     kuberay: str
+    trainer: str
     kueue: str
     clusterAutoscaler: str
     trainingOperator: Required[str | None]

@@ -50,6 +50,7 @@ def test_plan_exits_zero_and_writes_files(planned):
             "configgroup-queueing-provisioning-request-crd.yaml",
             *(["helm-aws-efa-k8s-device-plugin.yaml"] if prod else []),
             "helm-cluster-autoscaler.yaml",
+            "helm-kubeflow-trainer.yaml",
             "helm-kuberay-operator.yaml",
             "helm-kueue.yaml",
             "helm-nvidia-device-plugin.yaml",
@@ -75,6 +76,7 @@ def test_plan_exits_zero_and_writes_files(planned):
             ),
             *(["rayjob-training-llama-1b-ray.yaml"] if prod else []),
             f"resourceflavor-trainstack-{group}.yaml",
+            *(["topology-trainstack-network-3.yaml"] if prod else []),
             "resourceflavor-trainstack-system.yaml",
             *(
                 [

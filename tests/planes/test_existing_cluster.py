@@ -253,7 +253,7 @@ def test_local_jobs_are_cpu_jobs_with_checkpoints_on_the_nodes_shared_path(local
         assert "--s3-checkpoints" not in json.dumps(job["spec"])
     # No GPU nodes, no device plugin to install; the operators the jobs need are there.
     releases = {r.inputs["name"] for r in local_plan.by_type("kubernetes:helm.sh/v3:Release")}
-    assert releases == {"kuberay-operator", "kueue"}
+    assert releases == {"kuberay-operator", "kueue", "kubeflow-trainer"}
     assert local_plan.by_type("kubernetes:kustomize/v2:Directory")
 
 
@@ -289,7 +289,12 @@ def test_only_the_stacks_own_namespaces_and_objects_are_touched(local_plan, exis
                     meta
                 )
         for r in run.by_type("kubernetes:helm.sh/v3:Release"):
-            assert r.inputs["namespace"] in ("kube-system", "kuberay-system", "kueue-system"), r.name
+            assert r.inputs["namespace"] in (
+                "kube-system",
+                "kuberay-system",
+                "kueue-system",
+                "kubeflow-system",
+            ), r.name
 
 
 def test_kubeconfig_stacks_can_keep_checkpoints_in_s3_with_the_users_secret():

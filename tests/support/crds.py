@@ -21,6 +21,7 @@ CRD_FILES = {
     "AdmissionCheck": "kueue.x-k8s.io_admissionchecks.yaml",
     "ProvisioningRequestConfig": "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
     "Workload": "kueue.x-k8s.io_workloads.yaml",
+    "Topology": "kueue.x-k8s.io_topologies.yaml",
     "ProvisioningRequest": "autoscaling.x-k8s.io_provisioningrequests.yaml",
 }
 
