@@ -107,7 +107,10 @@ SIGNS = {
         "Deployment",
         "kubeflow/trainer/trainer-controller-manager",
         {
-            "trainjobs.trainer.kubeflow.org": ("v1alpha1", ("runtimeRef", "trainer", "runtimePatches", "suspend")),
+            "trainjobs.trainer.kubeflow.org": (
+                "v1alpha1",
+                ("runtimeRef", "trainer", "runtimePatches", "suspend"),
+            ),
             "clustertrainingruntimes.trainer.kubeflow.org": ("v1alpha1", ("mlPolicy.torch", "template")),
         },
     ),

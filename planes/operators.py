@@ -1,6 +1,5 @@
 """Operators plane: device plugins, the training operator, Trainer v2 with JobSet and KubeRay, on the
-system nodes. On a
-cluster the stack did not create, what the cluster already runs is read first, and each operator is
+system nodes. On a cluster the stack did not create, what the cluster already runs is read first, and each operator is
 installed, reused as it is, or the program stops before registering anything on the cluster."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ autoscaler for the groups it scales per job."""
 from __future__ import annotations
 
 from components.operators import ClusterOperators
-from components.queueing import Queueing, QueueingArgs, kueue_frameworks
+from components.queueing import Queueing, QueueingArgs
 from config import StackConfig
 from config.placements import group_network_layers
 from conventions import SYSTEM_GROUP
@@ -53,8 +53,5 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
             autoscaler_identity=compute.autoscaler_identity.association
             if compute.autoscaler_identity
             else None,
-            frameworks=kueue_frameworks(
-                cfg.operators.training_operator.enabled, cfg.operators.trainer.enabled
-            ),
         ),
     )

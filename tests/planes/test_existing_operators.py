@@ -68,7 +68,7 @@ def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyper
         gpuNodeGroups=[HYPERPOD_GROUP],
     )
     assert run.by_type(DIRECTORY) == []
-    assert releases(run) == {"kuberay-operator", "kueue"}
+    assert releases(run) == {"kuberay-operator", "kueue", "kubeflow-trainer"}
     lines = decision_lines(run)
     assert lines[0].startswith(
         "  reuse    trainingOperator: found Deployment kubeflow/hyperpod-dependencies-training-operators "
@@ -95,6 +95,11 @@ def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyper
         "sh.helm.release.v1.kueue.v1": {
             "name": "sh.helm.release.v1.kueue.v1",
             "namespace": "kueue-system",
+            "labels": {STACK_LABEL: "existing"},
+        },
+        "sh.helm.release.v1.kubeflow-trainer.v1": {
+            "name": "sh.helm.release.v1.kubeflow-trainer.v1",
+            "namespace": "kubeflow-system",
             "labels": {STACK_LABEL: "existing"},
         },
     }

@@ -307,9 +307,9 @@ def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_the_char
     assert config["integrations"]["frameworks"] == [
         "batch/job",
         "kubeflow.org/pytorchjob",
-        "trainer.kubeflow.org/trainjob",
         "ray.io/rayjob",
         "ray.io/raycluster",
+        "trainer.kubeflow.org/trainjob",
     ]
     # 20 minutes to be ready once the nodes exist, after the autoscaler's 30 to bring them (AWS
     # marks a ProvisioningRequest provisioned before its nodes join).

