@@ -136,7 +136,7 @@ def test_helm_releases_are_read_as_metadata_in_the_release_namespaces_only():
     secrets = [r for r in cluster.requests if r.path.endswith("/secrets")]
     assert [(r.path, r.query, r.accept) for r in secrets] == [
         (f"/api/v1/namespaces/{ns}/secrets", {"labelSelector": "owner=helm"}, METADATA_ONLY)
-        for ns in ("kube-system", "kuberay-system", "kueue-system")
+        for ns in ("kube-system", "kubeflow-system", "kuberay-system", "kueue-system")
     ]
     # Everything else it asks for is a named CRD, the operators' workloads, or Kueue's ConfigMap.
     others = {r.path for r in cluster.requests} - {r.path for r in secrets}
@@ -149,6 +149,9 @@ def test_helm_releases_are_read_as_metadata_in_the_release_namespaces_only():
                 "pytorchjobs.kubeflow.org",
                 "rayjobs.ray.io",
                 "rayclusters.ray.io",
+                "trainjobs.trainer.kubeflow.org",
+                "clustertrainingruntimes.trainer.kubeflow.org",
+                "jobsets.jobset.x-k8s.io",
                 *(
                     f"{p}.kueue.x-k8s.io"
                     for p in ("clusterqueues", "localqueues", "resourceflavors", "workloads")
