@@ -135,6 +135,11 @@ def read_operators(connect: KubeClients, address: ClusterAddress, stack: str) ->
         reader.close()
 
 
+def mode_key(key: str) -> str:
+    """The config key of an operator's mode (JobSet's is its Trainer's `jobsetMode`)."""
+    return f"{PROJECT}:operators.trainer.jobsetMode" if key == "jobset" else f"{PROJECT}:operators.{key}.mode"
+
+
 @dataclass(frozen=True)
 class OperatorDecision:
     key: str
@@ -252,7 +257,7 @@ def _ownership(
     if own is None:
         return None
     name, labels = own
-    switch = f"{PROJECT}:operators.{key}.mode"
+    switch = mode_key(key)
     owner = labels.get(STACK_LABEL)
     if owner == stack:
         if mode == "reuse":
@@ -295,7 +300,7 @@ def decide(
     owned = _ownership(key, mode, cfg.stack, inventory, found)
     if owned is not None:
         return owned
-    switch = f"{PROJECT}:operators.{key}.mode"
+    switch = mode_key(key)
     if not there:
         if mode == "reuse":
             return OperatorDecision(

@@ -94,6 +94,7 @@ def test_a_second_run_keeps_what_the_first_installed(first):
         "aws-efa-k8s-device-plugin",
         "kuberay-operator",
         "kueue",
+        "kubeflow-trainer",
     }
     second = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("first-run", cluster)})
     assert {(r.type, r.name) for r in second.resources} == {(r.type, r.name) for r in run.resources}
@@ -113,7 +114,7 @@ def test_a_changed_namespace_keeps_every_operator_the_stack_installed(first):
     assert {(r.type, r.name) for r in moved.resources if r.type in kept} == {
         (r.type, r.name) for r in run.resources if r.type in kept
     }
-    assert [line.split(":")[0].split()[0] for line in decision_lines(moved)][:-1] == ["install"] * 5
+    assert [line.split(":")[0].split()[0] for line in decision_lines(moved)][:-1] == ["install"] * 7
 
 
 def test_an_operator_the_stack_installed_but_did_not_label_is_never_reused_on_auto(first, tmp_path):
@@ -130,6 +131,8 @@ def test_an_operator_the_stack_installed_but_did_not_label_is_never_reused_on_au
         "  - trainstack:operators.kueue.mode",
         "  - trainstack:operators.nvidiaDevicePlugin.mode",
         "  - trainstack:operators.efaDevicePlugin.mode",
+        "  - trainstack:operators.trainer.mode",
+        "  - trainstack:operators.trainer.jobsetMode",
     ]
     assert problems[2] == (
         "  - trainstack:operators.kueue.mode = auto: the cluster has Helm release kueue in kueue-system under "
