@@ -48,7 +48,8 @@ def test_a_grpo_rayjob_gets_what_verl_needs_from_its_group(verl_plan):
     assert o["actor_rollout_ref.model.path"] == "Qwen/Qwen2.5-0.5B-Instruct"
     assert o["trainer.default_local_dir"] == "/checkpoints/grpo" and o["trainer.resume_mode"] == "auto"
     assert o["data.train_files"] == "/data/gsm8k/train.parquet"
-    assert o["trainer.logger"] == "['console','mlflow']" and o["trainer.project_name"] == "dev"
+    # VERL's project is the MLflow experiment: the job's own, the only one its MLflow user may edit.
+    assert o["trainer.logger"] == "['console','mlflow']" and o["trainer.project_name"] == "dev/grpo"
     # Nothing installed when the job starts: verl is baked into the stack's VERL image.
     runtime = json.loads(m["spec"]["runtimeEnvYAML"])
     assert runtime == {"env_vars": {"TOKENIZERS_PARALLELISM": "true", "VLLM_LOGGING_LEVEL": "WARN"}}
