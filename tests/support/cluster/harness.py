@@ -17,6 +17,12 @@ from support.cluster.control_plane import ControlPlane
 from support.cluster.kwok import DevicePlugins, create_nodes, start_kwok
 from support.cluster.objects import Objects
 
+# The taint the API server's TaintNodesByCondition admission puts on every new node, and that the node
+# lifecycle controller (kube-controller-manager) removes once it has seen the node Ready.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+SEEN_LABEL = "trainstack.test/seen"  # the scheduler's cache barrier (`scheduler_has_seen`)
+PROBE_NAMESPACE = "default"
+
 
 class Cluster:
     def __init__(self, directory: Path):
@@ -25,6 +31,7 @@ class Cluster:
         self.kubeconfig = self.control_plane.kubeconfig
         self.processes = self.control_plane.processes
         self.bin_dir = BIN
+        self._rounds = 0
 
     def start(self) -> None:
         self.control_plane.start()
@@ -47,14 +54,60 @@ class Cluster:
         self.control_plane.stop()
 
     def add_nodes(self, node: Node, count: int | None = None) -> list[str]:
-        """`count` (default: the group's most) kwok nodes shaped like `node`, once Ready."""
+        """`count` (default: the group's most) kwok nodes shaped like `node`, once Ready, untainted by
+        the node lifecycle controller (so in kube-controller-manager's node cache, which the
+        DaemonSet controller shares), and in the scheduler's cache."""
         names = create_nodes(self.core, node, node.max_nodes if count is None else count)
-        self.wait("nodes Ready", lambda: all(self._ready(n) for n in names))
+        self.wait("nodes Ready and untainted", lambda: all(self._ready(n) for n in names))
+        self.scheduler_has_seen(names)
         return names
 
     def _ready(self, name: str) -> bool:
-        conditions = self.core.read_node(name).status.conditions or []
-        return any(c.type == "Ready" and c.status == "True" for c in conditions)
+        node = self.core.read_node(name)
+        conditions = node.status.conditions or []
+        taints = node.spec.taints or []
+        return any(c.type == "Ready" and c.status == "True" for c in conditions) and not any(
+            t.key == NOT_READY_TAINT for t in taints
+        )
+
+    def scheduler_has_seen(self, names: list[str], timeout: float = 120) -> None:
+        """Returns once the scheduler's cache holds each node as it is now. A node written to the API
+        server reaches the scheduler later, through its watch: a pod sent before then is found
+        unschedulable against the old node, and only retried when the node's event arrives. So each
+        node gets a label written after every earlier change, and a pod that only a node carrying
+        that label can take (it asks for nothing and tolerates every taint); the scheduler reads a
+        node's events in order, so once the pod is bound, its cache has every earlier change too."""
+        self._rounds += 1
+        mark = str(self._rounds)
+        for name in names:
+            self.core.patch_node(name, {"metadata": {"labels": {SEEN_LABEL: mark}}})
+        probes = {}
+        for name in names:
+            probe = f"seen-{mark}-{name}"
+            probes[probe] = name
+            self.core.create_namespaced_pod(
+                PROBE_NAMESPACE,
+                {
+                    "metadata": {"name": probe, "labels": {SEEN_LABEL: mark}},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": name, SEEN_LABEL: mark},
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "probe", "image": "probe"}],
+                    },
+                },
+            )
+
+        def probes_now() -> dict[str, str | None]:
+            listed = self.core.list_namespaced_pod(PROBE_NAMESPACE, label_selector=f"{SEEN_LABEL}={mark}")
+            return {p.metadata.name: p.spec.node_name for p in listed.items}
+
+        try:
+            self.wait("the scheduler's cache up to date", lambda: probes_now() == probes, timeout)
+        finally:
+            self.core.delete_collection_namespaced_pod(
+                PROBE_NAMESPACE, label_selector=f"{SEEN_LABEL}={mark}", grace_period_seconds=0
+            )
+            self.wait("the scheduler's probes gone", lambda: not probes_now())
 
     def remove_nodes(self, names: list[str]) -> None:
         for name in names:
