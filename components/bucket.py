@@ -17,6 +17,10 @@ DATASET_PREFIX = "datasets/"
 # Multipart uploads of large checkpoints that never complete still cost storage.
 ABORT_MULTIPART_AFTER_DAYS = 7
 NONCURRENT_VERSION_DAYS = 7
+# The default trainer deletes the checkpoints it no longer keeps (storage.checkpointsKept): on a
+# versioned bucket each delete leaves a noncurrent version, which would hold a pruned checkpoint's
+# bytes for NONCURRENT_VERSION_DAYS; a day (the lifecycle's least) keeps a slip recoverable.
+CHECKPOINT_NONCURRENT_DAYS = 1
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ def lifecycle_rules(args: ArtifactBucketArgs) -> list[dict]:
         "id": "checkpoint-retention",
         "status": "Enabled",
         "filter": {"prefix": CHECKPOINT_PREFIX},
-        "noncurrent_version_expiration": {"noncurrent_days": NONCURRENT_VERSION_DAYS},
+        "noncurrent_version_expiration": {"noncurrent_days": CHECKPOINT_NONCURRENT_DAYS},
     }
     if args.checkpoint_retention_days > 0:
         checkpoints["expiration"] = {"days": args.checkpoint_retention_days}

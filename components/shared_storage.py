@@ -33,11 +33,11 @@ FSX_CLAIM = "fsx-checkpoints"
 DATASETS_CLAIM = "s3-datasets"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 S3_CSI_SERVICE_ACCOUNT = "s3-csi-driver-sa"
-# The bucket's lifecycle owns how long checkpoints live: the trainer prunes old ones off the volume,
-# and an exported DELETED would delete their S3 copies with them (AWS FSx API reference,
-# AutoExportPolicy: "DELETED - Files and directories are automatically deleted on the data
-# repository when they are deleted on the file system").
-EXPORT_EVENTS = ["NEW", "CHANGED"]
+# S3 keeps what the volume keeps: the trainer prunes the checkpoints it no longer keeps
+# (storage.checkpointsKept, checkpointKeepEvery) off the volume, and DELETED carries each deletion
+# to S3 (AWS FSx API reference, AutoExportPolicy: "DELETED - Files and directories are
+# automatically deleted on the data repository when they are deleted on the file system").
+EXPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
 # What S3 removes (the lifecycle's expiry) leaves the volume too (AutoImportPolicy: "DELETED -
 # Amazon FSx automatically deletes files on the file system as corresponding files are deleted in
 # the data repository").

@@ -93,6 +93,17 @@ class StorageConfig:
     checkpoint_retention_days: int = setting(
         "checkpointRetentionDays", "Expire checkpoints after N days (0 keeps them).", 30
     )
+    checkpoints_kept: int = setting(
+        "checkpointsKept",
+        "The default trainer keeps its newest N complete checkpoints, on its volume and in S3, "
+        "and deletes older ones as it saves (1-100).",
+        3,
+    )
+    checkpoint_keep_every: int = setting(
+        "checkpointKeepEvery",
+        "Also keep every checkpoint whose step is a multiple of M (0: none beyond the newest).",
+        0,
+    )
     build_context_retention_days: int = setting(
         "buildContextRetentionDays", "Keep superseded build contexts N days (the current one stays).", 14
     )
@@ -191,6 +202,15 @@ def check_storage(st: StorageConfig, r: Reader) -> None:
             st.checkpoint_retention_days,
             "out of range",
             "0 (keep) to 3650",
+        )
+    if not 1 <= st.checkpoints_kept <= 100:
+        r.problem(f"{p}:storage.checkpointsKept", st.checkpoints_kept, "out of range", "1-100")
+    if not 0 <= st.checkpoint_keep_every <= 10_000_000:
+        r.problem(
+            f"{p}:storage.checkpointKeepEvery",
+            st.checkpoint_keep_every,
+            "out of range",
+            "0 (none) to 10000000",
         )
     if not 1 <= st.build_context_retention_days <= 365:
         r.problem(

@@ -35,6 +35,7 @@ from config.tracking import check_tracking
 from conventions import SYSTEM_GROUP
 from domain.catalog import image_compressed_gb, image_pull_minutes, is_sagemaker_type
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
+from domain.model_facts import has_bf16_tensor_cores
 from domain.quota import QueueSpec, job_demand, shortfall
 from domain.verl_fit import verl_fits
 
@@ -187,6 +188,7 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
             check_job_command(j, c.image.context, k, r)
         own_role = c.existing_cluster.uses_aws and c.existing_cluster.pod_role_arn is None
         check_job_s3_read(j.s3_read, own_role, k, r)
+        _check_job_retention_args(j, k, r)
         if c.existing_cluster.pod_role_arn is None:  # a role the user brings may reach any bucket
             check_job_s3_args(j.name, j.args, _reachable_bucket(c), c.datasets, k, r, j.s3_read)
         if j.verl is not None:
@@ -217,11 +219,22 @@ def _reachable_bucket(c: StackConfig) -> str | None:
 
 
 def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:
-    """The default trainer's model trains on the group's GPUs (domain/memory_fit.py models the
-    peak), and each node can pin its ranks' checkpoint staging."""
+    """The default trainer's model trains on the group's GPUs: in bf16 (Ampere or newer), within
+    their memory (domain/memory_fit.py models the peak), and each node can pin its ranks'
+    checkpoint staging."""
     group = (by_name or {}).get(j.node_group)
     instance = group.facts if group is not None else None
     if instance is None or not j.runs_default_trainer or not instance.has_nvidia_gpus or j.nodes < 1:
+        return
+    if not has_bf16_tensor_cores(instance.gpu_model or ""):
+        r.problem(
+            f"{k}.nodeGroup",
+            j.node_group,
+            f"job '{j.name}' runs the default trainer, which computes in bf16, and the group's "
+            f"{instance.gpu_model} ({instance.name}) predates Ampere: it has no bf16 tensor cores",
+            "a group of an Ampere or newer GPU (g5, g6, g6e, p4d, p5, p6), or `command:` with a trainer "
+            "of your own in fp16 or fp32",
+        )
         return
     run = j.trainer_settings()
     job = JobShape(j.model, run.batch_size, run.seq_len, j.nodes)
@@ -248,6 +261,19 @@ def _check_auto_resume_namespace(j: JobConfig, instance_type: str, namespace: st
             namespace,
             f"job '{j.name}' runs on HyperPod, whose auto-resume watches only kubeflow and hyperpod* namespaces",
             "a namespace starting with hyperpod (hyperpod-training, say)",
+        )
+
+
+def _check_job_retention_args(j: JobConfig, k: str, r: Reader) -> None:
+    """What the default trainer keeps is the stack's (storage.checkpointsKept, checkpointKeepEvery):
+    the plan counts what S3 holds from it."""
+    given = [a for a in j.args if a.split("=", 1)[0] in ("--keep-checkpoints", "--keep-every")]
+    if given and j.runs_default_trainer:
+        r.problem(
+            f"{k}.args",
+            " ".join(given),
+            "the stack sets what the trainer keeps",
+            "storage.checkpointsKept and storage.checkpointKeepEvery",
         )
 
 

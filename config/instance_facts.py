@@ -96,6 +96,8 @@ def from_invoke(hardware: str, r: Any) -> InstanceType:
         network=r.network_performance or "",
         instance_store_disks=sum(int(d.count) for d in disks),
         instance_store_disk_gb=int(disks[0].size) if disks else 0,
+        # Sustained, per card, summed: NetworkPerformance's "Up to 20 Gigabit" is the burst.
+        baseline_gbps=sum(float(c.baseline_bandwidth or 0) for c in r.network_cards or []),
     )
 
 

@@ -20,6 +20,13 @@ EFA interface (EC2 puts one EFA on each card), which is the figure used for the 
 g4dn, gr6 and p6-b300 (hardware and us-east-1 prices) are from the same two karpenter files at the
 same commit; gr6f (a fraction of a GPU) is left out.
 
+Sustained network bandwidth (`baseline_gbps`): the baseline, never the burst ("up to 20 Gbps" on
+g6e.xlarge is a burst it holds for minutes; it sustains 2.5), from aws/karpenter-provider-aws
+`pkg/providers/instancetype/zz_generated.bandwidth.go` (same commit), which its generator
+(`hack/code/bandwidth_gen/main.go`) reads from the baseline column of the EC2 instance types'
+network specifications (docs.aws.amazon.com/ec2/latest/instancetypes/ac.html). A live run reads
+the same figure from DescribeInstanceTypes (NetworkCards' BaselineBandwidthInGbps).
+
 SageMaker HyperPod names its nodes `ml.<EC2 type>`: the hardware is the EC2 type's, the price is
 SageMaker's (`SAGEMAKER_HOURLY_USD`): SageMaker AI's us-east-1 on-demand list prices per instance
 hour as a public price table read them on 2026-09-27 (found through the code search; AWS's pricing
@@ -53,6 +60,7 @@ class InstanceType:
     instance_store_disks: int = 0  # NVMe instance store disks (0: EBS only)
     instance_store_disk_gb: int = 0  # size of each, GB
     capacity_blocks_only: bool = False  # not sold on demand or as Spot
+    baseline_gbps: float = 0.0  # sustained network bandwidth, Gbit/s (0: unknown)
 
     @property
     def instance_store_gb(self) -> int:
@@ -85,8 +93,71 @@ class InstanceType:
 
 def _t(name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks=0, disk_gb=0, **kw):
     return InstanceType(
-        name, price, vcpus, mem, gpus, model, maker, gpu_mib, efa, cards, network, disks, disk_gb, **kw
+        name,
+        price,
+        vcpus,
+        mem,
+        gpus,
+        model,
+        maker,
+        gpu_mib,
+        efa,
+        cards,
+        network,
+        disks,
+        disk_gb,
+        baseline_gbps=BASELINE_MBPS[name] / 1000,
+        **kw,
     )
+
+
+# Baseline bandwidth in Mbit/s, as karpenter's zz_generated.bandwidth.go writes it (see above).
+BASELINE_MBPS = {
+    "p6-b300.48xlarge": 6400000,
+    "p6-b200.48xlarge": 3200000,
+    "p5.48xlarge": 3200000,
+    "p5.4xlarge": 100000,
+    "p5e.48xlarge": 3200000,
+    "p5en.48xlarge": 3200000,
+    "p4d.24xlarge": 400000,
+    "p4de.24xlarge": 400000,
+    "g4dn.xlarge": 5000,
+    "g4dn.2xlarge": 10000,
+    "g4dn.4xlarge": 20000,
+    "g4dn.8xlarge": 50000,
+    "g4dn.12xlarge": 50000,
+    "g4dn.16xlarge": 50000,
+    "g4dn.metal": 100000,
+    "g5.xlarge": 2500,
+    "g5.2xlarge": 5000,
+    "g5.4xlarge": 10000,
+    "g5.8xlarge": 25000,
+    "g5.12xlarge": 40000,
+    "g5.16xlarge": 25000,
+    "g5.24xlarge": 50000,
+    "g5.48xlarge": 100000,
+    "g6.xlarge": 2500,
+    "g6.2xlarge": 5000,
+    "g6.4xlarge": 10000,
+    "g6.8xlarge": 25000,
+    "g6.12xlarge": 40000,
+    "g6.16xlarge": 25000,
+    "g6.24xlarge": 50000,
+    "g6.48xlarge": 100000,
+    "gr6.4xlarge": 10000,
+    "gr6.8xlarge": 25000,
+    "g6e.xlarge": 2500,
+    "g6e.2xlarge": 5000,
+    "g6e.4xlarge": 20000,
+    "g6e.8xlarge": 25000,
+    "g6e.12xlarge": 100000,
+    "g6e.16xlarge": 35000,
+    "g6e.24xlarge": 200000,
+    "g6e.48xlarge": 400000,
+    "trn1.32xlarge": 800000,
+    "m5.large": 750,
+    "m6i.large": 781,
+}
 
 
 A10G, L4, L40S, H100, H200, A100, T4 = (

@@ -2,7 +2,7 @@
 checkpoint is staged, written to the node's disk and uploaded to S3.
 
 Between two saves the job trains for an interval (`--checkpoint-every` steps of the modeled step
-time, or `--checkpoint-minutes`, whichever comes first). A save then stalls training while each
+time, domain/step_time.py, or `--checkpoint-minutes`, whichever comes first). A save then stalls training while each
 rank copies its shard into its pinned host buffer (`dcp.async_save`'s staging); the write to the
 node's checkpoint disk and the upload to S3 run in the background. The next save waits for both
 (the trainer's `PendingSave.finish` settles the previous upload first, and the one staging buffer
@@ -11,14 +11,17 @@ is reused), so a write or upload longer than the interval stalls it:
     cycle = stage + max(interval, write, upload)        goodput = interval / cycle
 
 Figures the model assumes, named so a measured run can replace them:
-- ASSUMED_MFU: the share of the GPU's dense bf16 peak a step reaches. 0.38: torchtitan's Llama 3 8B
-  on p5 with torch.compile reached 39.7% (../shared/reference/aws-gpu-facts.md); the 1b model,
-  read from the code, should reach about the same on H100.
 - STAGING_GB_PER_S: device-to-host copy per GPU into pinned memory. PCIe Gen4 x16 moves ~25 GB/s
   one way and Gen5 twice that; DCP copies tensor by tensor and GPUs share PCIe switches: 10.
 - S3_UPLOAD_GB_PER_S: the most one node uploads whatever its network: 8 GB/s, the highest S3
   throughput measured from one instance with many parallel transfers (dvassallo/s3-benchmark,
   c5n.18xlarge, 8,003 MB/s).
+- SAVE_FIXED_S: what a save stalls beyond its copy, however small the state: DCP plans it with
+  collectives over every rank (the save plans gathered and scattered on the gloo control group),
+  and the previous save's barriers and marker. 0.2 s, assumed.
+- UPLOAD_FIXED_S: what an upload takes beyond its bytes: each file and the marker is a PUT whose
+  round trip is tens of milliseconds, the marker waits for every rank's files. 0.5 s, assumed.
+  Without these two a tiny model's save would cost microseconds.
 """
 
 from __future__ import annotations
@@ -28,15 +31,11 @@ from dataclasses import dataclass
 from domain.memory_fit import CHECKPOINT_BYTES_PER_PARAM
 from domain.model_facts import ModelShape
 
-ASSUMED_MFU = 0.38
 STAGING_GB_PER_S = 10.0
 S3_UPLOAD_GB_PER_S = 8.0
+SAVE_FIXED_S = 0.2
+UPLOAD_FIXED_S = 0.5
 GB = 1e9
-
-
-def step_seconds(shape: ModelShape, batch_size: int, seq_len: int, peak_flops: float) -> float:
-    """FLOPs of one rank's step over the GPU's peak at the assumed MFU."""
-    return shape.flops_per_token(seq_len) * batch_size * seq_len / (peak_flops * ASSUMED_MFU)
 
 
 @dataclass(frozen=True)
@@ -73,22 +72,20 @@ class CheckpointPath:
     """Where a node's checkpoints go: its disk's write throughput and its network to S3."""
 
     write_gb_per_s: float
-    network_gbps: float
+    network_gbps: float  # sustained: the instance's baseline, not its burst
     uploads: bool = True  # mirrored to S3 (--s3-checkpoints)
 
 
 def modeled_goodput(
     shape: ModelShape,
-    batch_size: int,
-    seq_len: int,
+    step: float,
     world_size: int,
     ranks_per_node: int,
-    peak_flops: float,
     checkpoint_every: int,
     checkpoint_minutes: float,
     path: CheckpointPath,
 ) -> Goodput:
-    step = step_seconds(shape, batch_size, seq_len, peak_flops)
+    """The save cycle of a job whose modeled step takes `step` seconds."""
     intervals = [checkpoint_every * step] if checkpoint_every > 0 else []
     intervals += [checkpoint_minutes * 60] if checkpoint_minutes > 0 else []
     rank_bytes = CHECKPOINT_BYTES_PER_PARAM * shape.parameters / world_size
@@ -98,7 +95,7 @@ def modeled_goodput(
         checkpoint_gb_per_node=node_bytes / GB,
         step_s=step,
         interval_s=min(intervals, default=0.0),
-        stage_s=rank_bytes / GB / STAGING_GB_PER_S,
+        stage_s=SAVE_FIXED_S + rank_bytes / GB / STAGING_GB_PER_S,
         write_s=node_bytes / GB / path.write_gb_per_s,
-        upload_s=node_bytes / GB / upload_gb_per_s if path.uploads else 0.0,
+        upload_s=UPLOAD_FIXED_S + node_bytes / GB / upload_gb_per_s if path.uploads else 0.0,
     )

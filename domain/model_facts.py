@@ -77,6 +77,7 @@ DEFAULT_CHECKPOINT_MINUTES = 30.0  # --checkpoint-minutes (0: by steps only)
 # Dense bf16 peak FLOP/s per GPU (vendor datasheets), matched in order against the GPU's name:
 # the same table as trainer.metrics.PEAK_BF16_FLOPS, which matches CUDA device names.
 PEAK_BF16_FLOPS = (
+    ("B200", 2.25e15),  # HGX B200: 4.5 PFLOP/s with sparsity, half that dense
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
     ("H100", 989e12),  # SXM
@@ -92,3 +93,13 @@ PEAK_BF16_FLOPS = (
 def peak_bf16_flops(gpu_name: str) -> float | None:
     """The first entry whose key the name contains (catalog names such as "H100" or "A10G")."""
     return next((v for k, v in PEAK_BF16_FLOPS if k in gpu_name), None)
+
+
+# GPUs EC2 still sells that predate Ampere, so have no bf16 tensor cores: T4 (g4dn; T4g on g5g),
+# V100 (p3), K80 (p2), M60 (g3). The default trainer computes in bf16 (its FSDP2 param_dtype):
+# there it would run on emulated bf16, many times slower, or not at all.
+PRE_AMPERE_GPUS = ("T4", "V100", "K80", "M60")
+
+
+def has_bf16_tensor_cores(gpu_name: str) -> bool:
+    return not any(k in gpu_name for k in PRE_AMPERE_GPUS)

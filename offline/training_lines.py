@@ -1,21 +1,24 @@
-"""The plan's lines for what a job trains and the datasets it reads: a default-trainer job's memory
-per GPU, checkpoints, step time, goodput and its run's time and cost (domain/memory_fit.py,
-domain/goodput.py, domain/run_estimate.py); each declared dataset's size and preparation time."""
+"""The plan's lines for what a job trains and the datasets it reads. A default-trainer job: its
+memory per GPU, its checkpoints per node and disk, its step (compute, the network between its
+nodes, the launch floor: domain/step_time.py), its goodput (domain/goodput.py), what its
+checkpoints leave in S3 (domain/retention.py), and the time and cost of its steps
+(domain/run_estimate.py); each declared dataset's size and preparation time."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from components.bucket import CHECKPOINT_NONCURRENT_DAYS
+from domain.catalog import INSTANCE_TYPES
 from domain.datasets import ASSUMED_TOKENS_PER_SECOND, preparation_minutes, prepared_size_gb
-from domain.goodput import ASSUMED_MFU, CheckpointPath, modeled_goodput, step_seconds
-from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
+from domain.goodput import GB, CheckpointPath, modeled_goodput
+from domain.memory_fit import CHECKPOINT_BYTES_PER_PARAM, GIB, gpu_memory_bytes, gpu_memory_need
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
+from domain.retention import checkpoints_left
 from domain.run_estimate import RunEstimate
+from domain.step_time import ASSUMED_MFU, ASSUMED_OVERLAP, Link, StepTime, ddp_node_bytes, step_time
 from offline.cost import JobCost, job_cost
 from planes.storage import checkpoint_home
-
-# Below this, a step's time is its kernel launches and Python, which FLOPs over a peak do not model.
-SHORTEST_MODELED_STEP_S = 0.01
 
 
 def dataset_lines(cfg) -> list[str]:
@@ -36,17 +39,15 @@ def dataset_lines(cfg) -> list[str]:
 
 
 def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list[str]:
-    """What the plan models of a job that runs the default trainer on a GPU group: its memory per
-    GPU, its checkpoints per node and disk, its step time and goodput (domain/memory_fit.py,
-    domain/goodput.py), and the time and cost of its `steps` (domain/run_estimate.py), the job
-    admitted `start_minutes` before its first step. Nothing for a command, VERL, a RayCluster or a
-    CPU job."""
+    """The job's modeled lines, the job admitted `start_minutes` before its first step. Nothing for
+    a command, VERL, a RayCluster or a CPU job."""
     j = next((j for j in cfg.jobs if j.name == job_name), None)
     group = next((g for g in cfg.gpu_node_groups if j is not None and g.name == j.node_group), None)
     if j is None or group is None or not j.runs_default_trainer or not group.instance.has_nvidia_gpus:
         return []
     instance, run, shape = group.instance, j.trainer_settings(), MODEL_SHAPES[j.model]
-    world = max(1, j.nodes) * instance.gpus
+    nodes = max(1, j.nodes)
+    world = nodes * instance.gpus
     need = gpu_memory_need(shape, run.batch_size, run.seq_len, world)
     memory = (
         f"memory: the {j.model} model at batch {run.batch_size} x {run.seq_len} tokens needs "
@@ -59,10 +60,12 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
             f"modeled: no bf16 peak figure for {instance.gpu_model}; step time, goodput and the run's "
             "time and cost not modeled",
         ]
+    link = Link(instance.baseline_gbps, group.efa)
+    step = step_time(shape, run.batch_size, run.seq_len, peak, nodes, instance.gpus, link)
     cost = job_cost(cfg, j)
     estimate = RunEstimate(
         steps=j.steps,
-        step_s=step_seconds(shape, run.batch_size, run.seq_len, peak),
+        step_s=step.step_s,
         tokens_per_step=run.batch_size * run.seq_len * world,
         goodput=1.0,
         start_minutes=start_minutes,
@@ -72,31 +75,28 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
         release_minutes=0 if cost.owners_nodes else cfg.queueing.idle_node_minutes,
     )
     home = checkpoint_home(cfg, group.name)
-    if home == "fsx":
+    kept = s3_line(cfg, j, run.checkpoint_every, CHECKPOINT_BYTES_PER_PARAM * shape.parameters / GB, home)
+    warning = network_warning(j, group, step, run, world)
+    if home in ("fsx", "claim"):
+        where = "FSx for Lustre" if home == "fsx" else f"the claim {cfg.existing_cluster.checkpoint_claim}"
         return [
             memory,
-            "checkpoints: on FSx for Lustre, shared by the nodes; goodput not modeled",
-            run_line(estimate, cost, modeled_goodput=False),
-        ]
-    if home == "claim":
-        claim = cfg.existing_cluster.checkpoint_claim
-        return [
-            memory,
-            f"checkpoints: on the claim {claim}, shared by the nodes; goodput not modeled",
-            run_line(estimate, cost, modeled_goodput=False),
+            f"checkpoints: on {where}, shared by the nodes; goodput not modeled",
+            *kept,
+            step_line(step, link, nodes, ""),
+            *warning,
+            run_line(estimate, step, cost, modeled_goodput=False),
         ]
     disk = group.checkpoint_disk
     uploads = home == "s3"
     g = modeled_goodput(
         shape,
-        batch_size=run.batch_size,
-        seq_len=run.seq_len,
+        step=step.step_s,
         world_size=world,
         ranks_per_node=instance.gpus,
-        peak_flops=peak,
         checkpoint_every=run.checkpoint_every,
         checkpoint_minutes=run.checkpoint_minutes,
-        path=CheckpointPath(disk.write_gb_per_s, instance.network_gbps, uploads),
+        path=CheckpointPath(disk.write_gb_per_s, instance.baseline_gbps, uploads),
     )
     cadence = [f"{run.checkpoint_every} steps"] if run.checkpoint_every > 0 else []
     if run.checkpoint_minutes > 0:
@@ -110,21 +110,84 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
             + f", staging stall {_duration(g.stage_s)}"
         )
     bound = f" (bound by the checkpoint {g.bottleneck})" if cadence and g.bottleneck != "training" else ""
-    if g.step_s < SHORTEST_MODELED_STEP_S:
-        bound += "; a step this short is bound by kernel launches, not FLOPs, so both are floors"
     return [
         memory,
         saves,
-        f"modeled: step {_duration(g.step_s)} at {ASSUMED_MFU:.0%} MFU (assumed), goodput {g.goodput:.1%}{bound}",
-        run_line(dataclasses.replace(estimate, goodput=g.goodput), cost, modeled_goodput=True),
+        *kept,
+        step_line(step, link, nodes, f"; goodput {g.goodput:.1%}{bound}"),
+        *warning,
+        run_line(dataclasses.replace(estimate, goodput=g.goodput), step, cost, modeled_goodput=True),
     ]
 
 
-def run_line(e: RunEstimate, cost: JobCost, modeled_goodput: bool) -> str:
-    """The time to finish the job's steps and what the run adds to the idle stack's bill."""
-    short = e.step_s < SHORTEST_MODELED_STEP_S  # launch-bound: the time is a floor, the pace a ceiling
-    floor, ceiling = ("at least ", "at most ") if short else ("~", "~")
-    pace = f"{ceiling}{e.tokens_per_s:,.0f} tokens/s at {ASSUMED_MFU:.0%} MFU (assumed)"
+def step_line(step: StepTime, link: Link, nodes: int, goodput: str) -> str:
+    """The step, what bounds it, and each of its three figures."""
+    network = "n/a (one node)"
+    if step.communication_s is not None:
+        network = f"{_duration(step.communication_s)} over {link.description}"
+    bound = {"compute": "compute", "network": "the network", "launch": "kernel launches"}[step.bound]
+    return (
+        f"modeled: step {_duration(step.step_s)}, bound by {bound}: compute {_duration(step.compute_s)} "
+        f"at {ASSUMED_MFU:.0%} MFU (assumed), network {network}, launch floor {_duration(step.launch_s)}"
+        + (f" ({ASSUMED_OVERLAP}: assumed)" if nodes > 1 else "")
+        + goodput
+    )
+
+
+def network_warning(j, group, step: StepTime, run, world: int) -> list[str]:
+    """A multi-node job whose step waits on a link without EFA: say so, and what would not."""
+    if step.bound != "network" or group.efa:
+        return []
+    instance, shape = group.instance, MODEL_SHAPES[j.model]
+    efa_types = sorted(
+        (t for t in INSTANCE_TYPES.values() if t.gpu_model == instance.gpu_model and t.efa_supported),
+        key=lambda t: (t.gpus, t.vcpus),
+    )
+    efa = f"an EFA type ({efa_types[0].name} or larger, efa: true)" if efa_types else "an EFA type"
+    fixes = [efa, "fewer nodes (one node sends nothing between nodes)"]
+    # DDP keeps a whole replica per GPU: a fix only for a model whose unsharded state fits one.
+    if gpu_memory_need(shape, run.batch_size, run.seq_len, 1).total <= gpu_memory_bytes(instance):
+        ddp_s = ddp_node_bytes(shape, world) / (instance.baseline_gbps / 8 * GB)
+        fixes.append(
+            f"for a model this small, DDP with bf16 gradients in a trainer of your own (`command:`): "
+            f"{_duration(ddp_s)} per step"
+        )
+    return [
+        f"WARNING: job {j.name}: {j.nodes} nodes of {instance.name} without EFA spend "
+        f"{_duration(step.communication_s or 0.0)} per step on FSDP's traffic over the "
+        f"{instance.baseline_gbps:g} Gbps baseline, against {_duration(step.compute_s)} of compute; "
+        f"fix: {', or '.join(fixes)}"
+    ]
+
+
+def s3_line(cfg, j, checkpoint_every: int, checkpoint_gb: float, home: str) -> list[str]:
+    """What the job's checkpoints leave in the bucket after its run: the trainer prunes its S3 copy
+    (or, on FSx, the volume, whose deletions are exported)."""
+    if home not in ("s3", "fsx"):
+        return []
+    st = cfg.storage
+    count = checkpoints_left(j.steps, checkpoint_every, st.checkpoints_kept, st.checkpoint_keep_every)
+    rule = f"the newest {st.checkpoints_kept} (storage.checkpointsKept)"
+    if st.checkpoint_keep_every:
+        rule += f" and every {st.checkpoint_keep_every}th step (storage.checkpointKeepEvery)"
+    return [
+        f"S3: keeps {rule}: {count} checkpoint(s), {_size(count * checkpoint_gb)} after {j.steps:,} steps; "
+        f"each pruned one stays {CHECKPOINT_NONCURRENT_DAYS} day(s) as noncurrent versions (the bucket is versioned)"
+    ]
+
+
+def run_line(e: RunEstimate, step: StepTime, cost: JobCost, modeled_goodput: bool) -> str:
+    """The time to finish the job's steps and what the run adds to the idle stack's bill. A step
+    bound by launches or the network is a floor (the overlap is assumed whole): the time is then
+    at least, the pace at most, and the assumed MFU is not what the GPUs reach."""
+    floor_only = step.bound != "compute"
+    floor, ceiling = ("at least ", "at most ") if floor_only else ("~", "~")
+    mfu = {
+        "compute": f"at {ASSUMED_MFU:.0%} MFU (assumed)",
+        "network": f"MFU at most {ASSUMED_MFU * step.compute_s / step.step_s:.0%} (the GPUs wait on the network)",
+        "launch": "MFU n/a (launch-bound)",
+    }[step.bound]
+    pace = f"{ceiling}{e.tokens_per_s:,.0f} tokens/s, {mfu}"
     pace += f", goodput {e.goodput:.1%}" if modeled_goodput else ", checkpoint stalls not counted"
     time = (
         f"run: {e.steps:,} steps in {floor}{_span(e.training_s)} ({pace}), "

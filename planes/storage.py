@@ -119,17 +119,21 @@ def checkpoints_die_with_pods(cfg: StackConfig, job: JobConfig) -> bool:
 def checkpoints(
     cfg: StackConfig, build: BuildPlane, storage: SharedStorage | None, group: str, job: str
 ) -> Checkpoints:
-    """A job's checkpoints, one directory per job: a relaunch finds them under the same job name."""
+    """A job's checkpoints, one directory per job: a relaunch finds them under the same job name;
+    the default trainer keeps those storage.checkpointsKept and checkpointKeepEvery name."""
     e = cfg.existing_cluster
     home = checkpoint_home(cfg, group)
+    keep = {"keep": cfg.storage.checkpoints_kept, "keep_every": cfg.storage.checkpoint_keep_every}
     if home == "fsx" and storage is not None and storage.fsx is not None:
         # The file system exports to S3 itself: no per-rank upload, and a relaunch finds them there.
-        return Checkpoints(claim=storage.fsx.claim_name, sub_path=f"{CHECKPOINT_PREFIX}{job}")
+        return Checkpoints(claim=storage.fsx.claim_name, sub_path=f"{CHECKPOINT_PREFIX}{job}", **keep)
     if home == "claim" and e.checkpoint_claim:
         # The kubelet creates the sub-directory on the claim's volume when it is missing.
-        return Checkpoints(claim=e.checkpoint_claim, sub_path=f"{CHECKPOINT_PREFIX}{job}")
+        return Checkpoints(claim=e.checkpoint_claim, sub_path=f"{CHECKPOINT_PREFIX}{job}", **keep)
     if home == "host_path" and e.checkpoint_host_path:
-        return Checkpoints(host_path=f"{e.checkpoint_host_path.rstrip('/')}/{job}")
+        return Checkpoints(host_path=f"{e.checkpoint_host_path.rstrip('/')}/{job}", **keep)
     if e.s3:
-        return Checkpoints(f"{e.s3.uri.rstrip('/')}/{CHECKPOINT_PREFIX}{job}/", e.s3.credentials_secret)
-    return Checkpoints(pulumi.Output.concat("s3://", build.bucket.bucket_name, f"/{CHECKPOINT_PREFIX}{job}/"))
+        uri = f"{e.s3.uri.rstrip('/')}/{CHECKPOINT_PREFIX}{job}/"
+        return Checkpoints(uri, e.s3.credentials_secret, **keep)
+    uri = pulumi.Output.concat("s3://", build.bucket.bucket_name, f"/{CHECKPOINT_PREFIX}{job}/")
+    return Checkpoints(uri, **keep)

@@ -105,6 +105,8 @@ class Checkpoints:
     host_path: str | None = None  # <path>/<job> on every node, instead of S3
     claim: str | None = None  # a shared file system (the stack's FSx, or the user's claim), and
     sub_path: str | None = None  # the job's directory in it
+    keep: int = 3  # the default trainer keeps the newest `keep` (storage.checkpointsKept)
+    keep_every: int = 0  # and every multiple of this step (storage.checkpointKeepEvery)
 
     def volume(self) -> dict[str, Any]:
         if self.claim:
@@ -196,8 +198,8 @@ class TrainingJobArgs:
 
 
 def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
-    """The default trainer's flags: size, length, checkpoints on a volume mirrored to S3, and the
-    check of its own nodes where the group asks for one."""
+    """The default trainer's flags: size, length, checkpoints on a volume mirrored to S3 and what
+    of them it keeps, and the check of its own nodes where the group asks for one."""
     spec = args.spec
     return [
         "--model",
@@ -207,6 +209,10 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
         "--checkpoint-dir",
         CHECKPOINT_DIR,
         *(["--s3-checkpoints", args.checkpoints.uri] if args.checkpoints.uri else []),
+        "--keep-checkpoints",
+        str(args.checkpoints.keep),
+        "--keep-every",
+        str(args.checkpoints.keep_every),
         *(args.node_check.args() if args.node_check else []),
         *args.data,
         *spec.args,

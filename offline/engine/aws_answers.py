@@ -226,6 +226,12 @@ def instance_type_facts(name: str) -> dict[str, Any]:
         "maximumNetworkCards": it.network_cards,
         "efaMaximumInterfaces": it.max_efa_interfaces,
         "networkPerformance": it.network,
+        # One entry per card, each with its share of the baseline (DescribeInstanceTypes'
+        # NetworkInfo.NetworkCards, which the provider reads as network_cards); the burst is not used.
+        "networkCards": [
+            {"index": i, "baselineBandwidth": it.baseline_gbps / it.network_cards}
+            for i in range(it.network_cards)
+        ],
         "gpuses": (
             [
                 {

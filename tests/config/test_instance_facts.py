@@ -226,6 +226,7 @@ def p3_8xlarge(hardware: str):
             efa_maximum_interfaces=1,
             maximum_network_cards=1,
             network_performance="50 Gigabit",
+            network_cards=[SimpleNamespace(baseline_bandwidth=50.0)],
             instance_disks=[SimpleNamespace(count=1, size=900, type="ssd")],
         ),
     )
@@ -263,3 +264,38 @@ def test_a_kubeconfig_stack_says_its_catalog_is_all_it_knows():
         'trainstack:gpuNodeGroups[0].instanceType = "g6f.xlarge": not in trainstack\'s instance catalog, '
         "which a kubeconfig stack reads instead of EC2; allowed: "
     )
+
+
+def test_a_live_answer_gives_the_sustained_baseline_not_the_burst():
+    """EC2 says g6e.xlarge is "Up to 20 Gigabit": its burst. Its network card's baseline, 2.5, is
+    what the step and upload models use (NetworkCards' BaselineBandwidthInGbps)."""
+    facts = instance_type_facts("g6e.xlarge")
+    facts["networkPerformance"] = "Up to 20 Gigabit"
+    it = from_invoke("g6e.xlarge", as_sdk_result(facts))
+    assert (it.network_gbps, it.baseline_gbps) == (20.0, 2.5)
+
+
+def test_the_default_trainer_is_refused_on_a_gpu_without_bf16_tensor_cores():
+    """g4dn's T4 (Turing) has no bf16 tensor cores; the default trainer computes in bf16."""
+    found = problems(
+        gpuNodeGroups=[group(instanceType="g4dn.12xlarge")], jobs=[job(name="tiny", nodeGroup="gpu")]
+    )
+    assert found == [
+        "trainstack:jobs[0].nodeGroup = \"gpu\": job 'tiny' runs the default trainer, which computes "
+        "in bf16, and the group's T4 (g4dn.12xlarge) predates Ampere: it has no bf16 tensor cores; allowed: "
+        "a group of an Ampere or newer GPU (g5, g6, g6e, p4d, p5, p6), or `command:` with a trainer of "
+        "your own in fp16 or fp32"
+    ]
+
+
+def test_a_command_job_on_a_gpu_without_bf16_tensor_cores_is_allowed():
+    """The refusal is the default trainer's: a `command:` job on g4dn brings its own precision."""
+    cfg = parse_config(
+        "dev",
+        {
+            **BASE,
+            "trainstack:gpuNodeGroups": json.dumps([group(instanceType="g4dn.12xlarge")]),
+            "trainstack:jobs": json.dumps([job(name="tiny", command=["python", "-m", "trainer.train"])]),
+        },
+    )
+    assert cfg.gpu_node_groups[0].instance.gpu_model == "T4"

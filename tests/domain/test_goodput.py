@@ -1,4 +1,4 @@
-"""The goodput model (domain/goodput.py): step time from FLOPs, the save cycle, and what bounds it.
+"""The goodput model (domain/goodput.py): the save cycle, and what bounds it.
 
 The issue's case: the 1b model on 2 x p5 (16 H100) writes 6.6 GB per node every 50 steps. On the
 root gp3 volume at gp3's unset 125 MiB/s that takes ~51 s per ~15 s of training (goodput ~30%);
@@ -11,8 +11,9 @@ import pytest
 
 from domain.catalog import INSTANCE_TYPES
 from domain.disks import checkpoint_disk
-from domain.goodput import ASSUMED_MFU, CheckpointPath, Goodput, modeled_goodput, step_seconds
+from domain.goodput import SAVE_FIXED_S, UPLOAD_FIXED_S, CheckpointPath, Goodput, modeled_goodput
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
+from domain.step_time import compute_seconds
 
 ONE_B = MODEL_SHAPES["1b"]
 P5, G5 = INSTANCE_TYPES["p5.48xlarge"], INSTANCE_TYPES["g5.xlarge"]
@@ -20,14 +21,8 @@ H100 = peak_bf16_flops("H100")
 
 
 def p5_goodput(write_gb_per_s: float, every: int = 50, minutes: float = 0.0) -> Goodput:
-    path = CheckpointPath(write_gb_per_s, P5.network_gbps)
-    return modeled_goodput(ONE_B, 8, 2048, 16, 8, H100, every, minutes, path)
-
-
-def test_step_time_is_flops_over_the_assumed_share_of_peak():
-    flops = ONE_B.flops_per_token(2048) * 8 * 2048  # one rank's step: 1.15e14
-    assert step_seconds(ONE_B, 8, 2048, H100) == flops / (989e12 * ASSUMED_MFU)
-    assert step_seconds(ONE_B, 8, 2048, H100) == pytest.approx(0.307, abs=0.001)
+    path = CheckpointPath(write_gb_per_s, P5.baseline_gbps)
+    return modeled_goodput(ONE_B, compute_seconds(ONE_B, 8, 2048, H100), 16, 8, every, minutes, path)
 
 
 def test_root_gp3_at_its_default_throughput_spends_most_of_the_time_writing():
@@ -37,6 +32,16 @@ def test_root_gp3_at_its_default_throughput_spends_most_of_the_time_writing():
     assert g.write_s == pytest.approx(50.5, abs=0.1)
     assert g.bottleneck == "write"
     assert g.goodput == pytest.approx(0.30, abs=0.01)
+
+
+def test_a_save_of_a_tiny_state_still_costs_its_fixed_stall_and_upload():
+    """Without the fixed costs a tiny model's save took microseconds, and its goodput looked
+    bound by nothing: each save stalls SAVE_FIXED_S, each upload takes UPLOAD_FIXED_S at least."""
+    tiny = MODEL_SHAPES["tiny"]
+    g = modeled_goodput(tiny, 0.007, 1, 1, 50, 0.0, CheckpointPath(1.0, 2.5))
+    assert g.stage_s > SAVE_FIXED_S and g.upload_s > UPLOAD_FIXED_S
+    assert g.bottleneck == "upload"  # 0.5 s of requests outlasts 50 steps of 7 ms
+    assert g.goodput == pytest.approx(0.35 / (g.stage_s + g.upload_s))
 
 
 def test_p5_nvme_raid0_keeps_goodput_over_95_percent():
@@ -58,10 +63,9 @@ def test_a_time_cadence_shorter_than_the_steps_sets_the_interval():
 def test_upload_is_bounded_by_the_nodes_network():
     """g5.xlarge's 2.5 Gbps baseline uploads the small model's checkpoint at 0.3125 GB/s."""
     small = MODEL_SHAPES["small"]
-    g = modeled_goodput(small, 8, 1024, 1, 1, peak_bf16_flops("A10G"), 50, 0.0, CheckpointPath(1.0, 2.5))
-    assert g.upload_s == pytest.approx(12 * small.parameters / 1e9 / 0.3125)
+    step = compute_seconds(small, 8, 1024, peak_bf16_flops("A10G"))
+    g = modeled_goodput(small, step, 1, 1, 50, 0.0, CheckpointPath(1.0, 2.5))
+    assert g.upload_s == pytest.approx(UPLOAD_FIXED_S + 12 * small.parameters / 1e9 / 0.3125)
     assert g.write_s == pytest.approx(12 * small.parameters / 1e9)
-    no_s3 = modeled_goodput(
-        small, 8, 1024, 1, 1, peak_bf16_flops("A10G"), 50, 0.0, CheckpointPath(1.0, 2.5, uploads=False)
-    )
+    no_s3 = modeled_goodput(small, step, 1, 1, 50, 0.0, CheckpointPath(1.0, 2.5, uploads=False))
     assert no_s3.upload_s == 0.0

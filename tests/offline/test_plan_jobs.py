@@ -1,6 +1,7 @@
 """The plan's job lines: per default-trainer job, its modeled memory per GPU, checkpoint size per
-node and disk, step time and goodput (offline/training_lines.py `training_model_lines`). The prod template
-is sized to model at least 95% goodput (issue #35)."""
+node and disk, what S3 keeps, its step (compute, network, launch) and goodput
+(offline/training_lines.py `training_model_lines`). The prod template is sized to model at least 95%
+goodput (issue #35)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,22 @@ import re
 from pathlib import Path
 
 import pytest
+from support.jobs import body, job
 from support.plans import EXISTING_CLUSTER, job_block, plan, stack_values
 
 from config import parse_config
 from offline.plan import summary
+
+# examples/llama-c4.yaml's job, the issue's newcomer example.
+C4_JOB = {
+    "name": "llama-1b-c4",
+    "kind": "PyTorchJob",
+    "nodeGroup": "l40s",
+    "nodes": 4,
+    "model": "1b",
+    "steps": 2000,
+    "args": ["--batch-size", "4"],
+}
 
 
 def job_lines(stack: str, run, job: str) -> list[str]:
@@ -26,7 +39,7 @@ def goodput_percent(line: str) -> float:
 
 @pytest.mark.parametrize("job", ["llama-1b-fsdp", "llama-1b-ray"])
 def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
-    memory, saves, modeled, _ = job_lines("prod", prod_plan, job)
+    memory, saves, kept, modeled, _ = job_lines("prod", prod_plan, job)
     assert memory == "memory: the 1b model at batch 8 x 2048 tokens needs ~39.8 of 80.0 GiB per H100"
     cfg = parse_config("prod", stack_values("prod"))
     (p5,) = cfg.gpu_node_groups
@@ -34,21 +47,76 @@ def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
         "checkpoints: 6.63 GB per node every 50 steps or 30 min (15.34 s of training) to "
         f"{p5.checkpoint_disk.description}: write "
     )
-    assert modeled.startswith("modeled: step 0.31 s at 38% MFU (assumed), goodput ")
+    # Two p5 over EFA: FSDP's 8 GB per node per step take 20 ms of 3200 Gbps, under the compute.
+    assert modeled.startswith(
+        "modeled: step 0.31 s, bound by compute: compute 0.31 s at 38% MFU (assumed), "
+        "network 20 ms over 3200 Gbps EFA, launch floor 21 ms ("
+    )
+    assert "communication fully overlapped with compute, at the link's nominal rate: assumed" in modeled
     assert goodput_percent(modeled) >= 95.0
+    # 6.63 GB per node on 2 nodes, 3 kept of the run's 40 saves.
+    assert kept.startswith(
+        "S3: keeps the newest 3 (storage.checkpointsKept): 3 checkpoint(s), 39.75 GB after 2,000 steps"
+    )
 
 
-def test_dev_prints_what_it_models(dev_plan):
-    memory, saves, modeled, _ = job_lines("dev", dev_plan, "llama-tiny")
+def test_dev_prints_plausible_figures(dev_plan):
+    """The tiny model's FLOPs make a 0.02 ms step: its launches (7 ms) bound it instead, and its
+    saves cost their fixed stall and upload. Before: "step 0.02 ms", 51,857,767 tokens/s."""
+    memory, saves, kept, modeled, run = job_lines("dev", dev_plan, "llama-tiny")
     assert memory == "memory: the tiny model at batch 8 x 128 tokens needs ~2.0 of 22.4 GiB per L4"
-    assert saves.startswith("checkpoints: 1.6 MB per node every 50 steps")
-    # FLOPs over a peak make a microsecond step of the tiny model: the line says what that means.
-    assert modeled.endswith("a step this short is bound by kernel launches, not FLOPs, so both are floors")
-    assert 0 < goodput_percent(modeled) < 100
+    assert saves.startswith("checkpoints: 1.6 MB per node every 50 steps or 30 min (0.35 s of training)")
+    assert modeled.startswith(
+        "modeled: step 7 ms, bound by kernel launches: compute 0.02 ms at 38% MFU (assumed), "
+        "network n/a (one node), launch floor 7 ms; goodput "
+    )
+    assert 30 < goodput_percent(modeled) < 70
+    assert "(at most 146,286 tokens/s, MFU n/a (launch-bound)," in run
+    assert kept.startswith(
+        "S3: keeps the newest 3 (storage.checkpointsKept): 2 checkpoint(s), 3.2 MB after 100 steps"
+    )
+
+
+def test_a_multi_node_job_without_efa_says_it_waits_on_the_network():
+    """The issue's newcomer: Llama 1b FSDP on 4 x g6e.xlarge printed a 0.42 s step."""
+    overrides = {
+        "gpuNodeGroups": [{"name": "l40s", "instanceType": "g6e.xlarge", "nodeCount": 4}],
+        "jobs": [C4_JOB],
+    }
+    run, cfg = plan("dev", **overrides), parse_config("dev", stack_values("dev", **overrides))
+    _, below = job_block(summary(run, cfg, 0, Path("build/plan/dev")), "llama-1b-c4")
+    modeled, warning, run_line = below[3:]
+    assert modeled.startswith(
+        "modeled: step 20.59 s, bound by the network: compute 0.42 s at 38% MFU (assumed), "
+        "network 20.59 s over 2.5 Gbps baseline, no EFA"
+    )
+    assert warning == (
+        "WARNING: job llama-1b-c4: 4 nodes of g6e.xlarge without EFA spend 20.59 s per step on FSDP's "
+        "traffic over the 2.5 Gbps baseline, against 0.42 s of compute; fix: an EFA type (g6e.8xlarge "
+        "or larger, efa: true), or fewer nodes (one node sends nothing between nodes), or for a model "
+        "this small, DDP with bf16 gradients in a trainer of your own (`command:`): 10.60 s per step"
+    )
+    assert run_line.startswith("run: 2,000 steps in at least 11.4 h (at most 1,591 tokens/s, MFU at most 1%")
+
+
+def test_the_retention_keys_set_the_trainers_flags_and_the_footprint():
+    storage = {"checkpointsKept": 2, "checkpointKeepEvery": 1000}
+    run, cfg = plan("prod", storage=storage), parse_config("prod", stack_values("prod", storage=storage))
+    worker = body(job(run, "llama-1b-fsdp"))["spec"]["pytorchReplicaSpecs"]["Worker"]
+    args = worker["template"]["spec"]["containers"][0]["args"]
+    assert (
+        args[args.index("--keep-checkpoints") + 1] == "2" and args[args.index("--keep-every") + 1] == "1000"
+    )
+    _, below = job_block(summary(run, cfg, 0, Path("build/plan/prod")), "llama-1b-fsdp")
+    assert below[2] == (
+        "S3: keeps the newest 2 (storage.checkpointsKept) and every 1000th step (storage.checkpointKeepEvery): "
+        "3 checkpoint(s), 39.75 GB after 2,000 steps; each pruned one stays 1 day(s) as noncurrent versions "
+        "(the bucket is versioned)"
+    )
 
 
 def test_existing_cluster_job_is_modeled_too():
     run = plan("existing", facts=EXISTING_CLUSTER)
-    memory, _, modeled, _ = job_lines("existing", run, "llama-1b-fsdp")
+    memory, _, _, modeled, _ = job_lines("existing", run, "llama-1b-fsdp")
     assert memory == "memory: the 1b model at batch 8 x 2048 tokens needs ~39.8 of 80.0 GiB per H100"
     assert goodput_percent(modeled) >= 95.0

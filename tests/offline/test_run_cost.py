@@ -14,9 +14,9 @@ from support.plans import EXISTING_CLUSTER, job_block, plan, stack_values
 
 from config import parse_config
 from domain.catalog import INSTANCE_TYPES
-from domain.goodput import step_seconds
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
 from domain.run_estimate import RunEstimate
+from domain.step_time import compute_seconds as step_seconds
 from offline.cost import JobCost, hourly_cost, job_cost
 from offline.plan import summary
 from offline.timeline import job_start_minutes
@@ -81,7 +81,7 @@ def test_prod_prints_the_time_and_cost_of_its_steps(prod_plan):
     goodput = float(re.search(r"goodput (\d+\.\d)%", run_line).group(1)) / 100
     start = job_start_minutes(prod_plan.resources, 0.0)
     assert run_line.startswith(f"run: {job.steps:,} steps in ~{job.steps * step / goodput / 60:.1f} min (")
-    assert "at 38% MFU (assumed), goodput" in run_line
+    assert ", at 38% MFU (assumed), goodput" in run_line
     tokens_per_s = run.batch_size * run.seq_len * 16 / step
     assert f"~{tokens_per_s:,.0f} tokens/s" in run_line
     cost = float(re.search(r"; ~\$([\d,.]+) for 2 added node\(s\)", run_line).group(1).replace(",", ""))

@@ -1,6 +1,7 @@
-"""FSx keeps what the bucket is told to keep: the trainer prunes old checkpoints off the shared
-Lustre volume, and the data repository association must not carry those deletions to S3, where
-the bucket's lifecycle (storage.checkpointRetentionDays) owns how long checkpoints live.
+"""S3 keeps what the volume keeps: the trainer prunes the checkpoints it no longer keeps
+(storage.checkpointsKept, checkpointKeepEvery) off the shared Lustre volume, and the data repository
+association carries those deletions to S3. Before, it did not, and S3 kept every save of a run
+until the lifecycle (storage.checkpointRetentionDays) expired it.
 
 The association is modelled offline as the FSx API reference describes AutoExportPolicy: each
 file system change of a configured event type (NEW, CHANGED, DELETED) is applied to the linked
@@ -73,7 +74,7 @@ def save(job_dir: Path, step: int) -> None:
     (path / checkpoint.MARKER).write_text(f'{{"step": {step}}}')
 
 
-def test_a_prune_on_the_volume_leaves_the_s3_copy(fsx_prod, tmp_path, monkeypatch):
+def test_a_prune_on_the_volume_prunes_the_s3_copy_too(fsx_prod, tmp_path, monkeypatch):
     dra = fsx_prod.one(DRA).inputs
     assert dra["fileSystemPath"] == "/checkpoints"
     bucket = dra["dataRepositoryPath"].removeprefix("s3://").partition("/")[0]
@@ -84,27 +85,29 @@ def test_a_prune_on_the_volume_leaves_the_s3_copy(fsx_prod, tmp_path, monkeypatc
         s3.create_bucket(Bucket=bucket)
         association = Association(dra, tmp_path, s3)
         job_dir = tmp_path / JOB  # the job's subPath checkpoints/<job> of the file system
-        for step in (100, 200, 300):
+        for step in (100, 200, 300, 400):
             save(job_dir, step)
             association.sync()
-        checkpoint.prune(job_dir, keep=1)  # what every node does after a save
+        checkpoint.prune(job_dir, keep=1, every=200)  # what the volume's writer does after a save
         association.sync()
 
-        assert checkpoint.complete_steps(job_dir) == [300]
+        assert checkpoint.complete_steps(job_dir) == [200, 400]
         keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="checkpoints/")["Contents"]}
-        for step in (100, 200, 300):
+        steps = {int(k.split("/")[2].removeprefix("step_")) for k in keys}
+        assert steps == {200, 400}
+        for step in steps:
             assert f"checkpoints/{JOB}/step_{step:08d}/{checkpoint.MARKER}" in keys
             assert f"checkpoints/{JOB}/step_{step:08d}/__0_0.distcp" in keys
         # A checkpoint saved again (a resumed run rewrites its newest step) is exported again.
-        (checkpoint.step_dir(job_dir, 300) / "__0_0.distcp").write_bytes(b"weights 300, again")
+        (checkpoint.step_dir(job_dir, 400) / "__0_0.distcp").write_bytes(b"weights 400, again")
         association.sync()
-        body = s3.get_object(Bucket=bucket, Key=f"checkpoints/{JOB}/step_00000300/__0_0.distcp")["Body"]
-        assert body.read() == b"weights 300, again"
+        body = s3.get_object(Bucket=bucket, Key=f"checkpoints/{JOB}/step_00000400/__0_0.distcp")["Body"]
+        assert body.read() == b"weights 400, again"
 
 
-def test_the_bucket_lifecycle_owns_retention_and_s3_deletions_reach_the_volume(fsx_prod):
+def test_deletions_go_both_ways_and_pruned_versions_expire_in_a_day(fsx_prod):
     dra = fsx_prod.one(DRA).inputs["s3"]
-    assert dra["autoExportPolicy"]["events"] == ["NEW", "CHANGED"]
+    assert dra["autoExportPolicy"]["events"] == ["NEW", "CHANGED", "DELETED"]
     # What the lifecycle expires in S3 leaves the volume too, so it never outlives retention there.
     assert dra["autoImportPolicy"]["events"] == ["NEW", "CHANGED", "DELETED"]
     rules = fsx_prod.one(
@@ -112,3 +115,5 @@ def test_the_bucket_lifecycle_owns_retention_and_s3_deletions_reach_the_volume(f
     ).inputs["rules"]
     (retention,) = [r for r in rules if r["id"] == "checkpoint-retention"]
     assert retention["filter"] == {"prefix": "checkpoints/"} and retention["expiration"] == {"days": 90}
+    # A prune leaves noncurrent versions on the versioned bucket: they go a day later, not in 7.
+    assert retention["noncurrentVersionExpiration"] == {"noncurrentDays": 1}

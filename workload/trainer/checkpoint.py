@@ -97,15 +97,20 @@ def rank_files(path: Path, rank: int) -> list[Path]:
     return own
 
 
-def prune(root: Path, keep: int) -> None:
-    """Keep the newest `keep` complete checkpoints locally; drop torn ones older than the newest.
+def retained(steps: list[int], keep: int, every: int) -> set[int]:
+    """The steps a run keeps: the newest `keep`, and each multiple of `every` (0: none). The plan's
+    copy is domain/retention.py (tests/workload/test_retention.py holds them equal)."""
+    ordered = sorted(steps)
+    return set(ordered[-keep:]) | {s for s in ordered if every and s % every == 0}
 
-    S3 copies are left alone: the bucket's lifecycle rule decides how long they live.
-    """
+
+def prune(root: Path, keep: int, every: int = 0) -> None:
+    """Keep the complete checkpoints `retained` names on this volume; drop torn ones older than
+    the newest. On FSx the volume's deletions are exported to S3, which so keeps the same ones."""
     steps = complete_steps(root)
     if not steps:
         return
-    for old in steps[:-keep]:
+    for old in sorted(set(steps) - retained(steps, keep, every)):
         shutil.rmtree(step_dir(root, old), ignore_errors=True)
     for child in root.iterdir():
         m = _STEP_DIR.fullmatch(child.name)
@@ -120,6 +125,21 @@ def s3_complete_steps(s3_uri: str) -> list[int]:
         for name in storage.list_prefixes(bucket, prefix)
         if (m := _STEP_DIR.fullmatch(name)) and storage.exists(bucket, f"{prefix}/{name}/{MARKER}")
     )
+
+
+def prune_s3(s3_uri: str, keep: int, every: int) -> None:
+    """Delete the S3 checkpoints `retained` no longer names, and torn ones older than the newest
+    complete step (an upload a fault cut short). On a versioned bucket each delete leaves a
+    noncurrent version, which the bucket's lifecycle removes a day later (components/bucket.py)."""
+    bucket, prefix = storage.split_s3_uri(s3_uri)
+    complete = s3_complete_steps(s3_uri)
+    if not complete:
+        return
+    keep_steps = retained(complete, keep, every)
+    for name in storage.list_prefixes(bucket, prefix):
+        m = _STEP_DIR.fullmatch(name)
+        if m and int(m.group(1)) < complete[-1] and int(m.group(1)) not in keep_steps:
+            storage.delete_prefix(bucket, f"{prefix}/{name}")
 
 
 def _install(path: Path, fill: Callable[[Path], None]) -> None:
@@ -195,10 +215,18 @@ def staging_options() -> StagingOptions:
 class CheckpointStore:
     """Collective: every rank constructs it and calls its methods in the same order."""
 
-    def __init__(self, root: Path, control: dist.ProcessGroup | None, s3_uri: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        control: dist.ProcessGroup | None,
+        s3_uri: str | None = None,
+        keep: int = 3,
+        keep_every: int = 0,
+    ):
         self.root = root
         self.control = control
         self.s3_uri = s3_uri
+        self.keep, self.keep_every = keep, keep_every  # what `retained` keeps, here and in S3
         self.rank = dist.get_rank()
         # Each rank's volume, named by the lowest rank that sees it: one per node, or one in all.
         self.volumes = self._volumes()
@@ -351,9 +379,10 @@ class CheckpointStore:
         if self.rank == 0:
             bucket, prefix = storage.split_s3_uri(self.s3_uri)
             storage.upload_file(path / MARKER, bucket, f"{prefix}/{path.name}/{MARKER}")
+            prune_s3(self.s3_uri, self.keep, self.keep_every)  # a newer step is complete in S3 now
         self._barrier()
 
-    def save(self, step: int, model, optimizer, keep: int = 3, background: bool = False) -> PendingSave:
+    def save(self, step: int, model, optimizer, background: bool = False) -> PendingSave:
         """Start writing `step`; with `background` the files are written while training goes on.
         The returned save must be finished (marker, S3, pruning) before the next one starts."""
         path = step_dir(self.root, step)
@@ -380,7 +409,7 @@ class CheckpointStore:
         else:
             dcp.save(state, checkpoint_id=str(path), process_group=self.control, planner=planner)
             future = None
-        return PendingSave(self, step, path, keep, future)
+        return PendingSave(self, step, path, future)
 
     def close(self) -> None:
         """Release the staging buffer for the end of the run. Safe on an error path too: a write
@@ -389,8 +418,8 @@ class CheckpointStore:
 
 
 class PendingSave:
-    def __init__(self, store: CheckpointStore, step: int, path: Path, keep: int, future):
-        self.store, self.step, self.path, self.keep, self.future = store, step, path, keep, future
+    def __init__(self, store: CheckpointStore, step: int, path: Path, future):
+        self.store, self.step, self.path, self.future = store, step, path, future
 
     def written(self) -> bool:
         """This rank's files are on disk (never blocks)."""
@@ -409,7 +438,7 @@ class PendingSave:
             _write_marker(self.path, self.step)
         store._barrier()
         if store.volume_writer:  # every node prunes its own copies (never the newest, uploading now)
-            prune(store.root, self.keep)
+            prune(store.root, store.keep, store.keep_every)
         if store.s3_uri:
             store.start_upload(self.path)
             if not background_upload:

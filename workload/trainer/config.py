@@ -40,6 +40,7 @@ class TrainConfig:
     checkpoint_every: int
     checkpoint_minutes: float
     keep_checkpoints: int
+    keep_every: int
     s3_checkpoints: str
     log_every: int
     seed: int
@@ -99,7 +100,12 @@ def parser() -> argparse.ArgumentParser:
         default=30.0,
         help="also checkpoint every N minutes (0: steps only)",
     )
-    p.add_argument("--keep-checkpoints", type=int, default=3)
+    p.add_argument(
+        "--keep-checkpoints", type=int, default=3, help="newest complete checkpoints kept, on disk and in S3"
+    )
+    p.add_argument(
+        "--keep-every", type=int, default=0, help="also keep steps that are multiples of N (0: none)"
+    )
     p.add_argument("--s3-checkpoints", default="", help="s3://bucket/prefix to mirror checkpoints to")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=0, help="weight init, data order")

@@ -22,6 +22,7 @@ from trainer.distributed import DistContext
 # "NVIDIA A100-SXM4-80GB" both contain "A10", so A100 and A10G come before A10. The plan's copy
 # is domain/model_facts.py (tests/workload/test_model_facts.py holds them equal).
 PEAK_BF16_FLOPS = (
+    ("B200", 2.25e15),  # NVIDIA HGX B200 datasheet: 4.5 PFLOP/s with sparsity, half that dense
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
     ("H100", 989e12),  # SXM

@@ -273,8 +273,8 @@ def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
             storage_filesystem=filesystem,
             storage_path=path,
             failure_config=FailureConfig(max_failures=ray_args.max_failures),
-            # The S3 copies are left to the bucket's lifecycle rule, as under torchrun: Ray would
-            # delete the ones it no longer keeps.
+            # The store prunes the S3 copies itself (trainer.checkpoint.prune_s3), keeping every
+            # `--keep-every` step too, as under torchrun: Ray would keep the newest only.
             checkpoint_config=CheckpointConfig(
                 num_to_keep=None if cfg.s3_checkpoints else cfg.keep_checkpoints
             ),

@@ -54,6 +54,16 @@ def list_prefixes(bucket: str, prefix: str) -> list[str]:
     return found
 
 
+def delete_prefix(bucket: str, prefix: str) -> None:
+    """Delete every object under prefix/ (a delete marker each, on a versioned bucket)."""
+    s3 = client()
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:  # a page holds at most 1,000 keys, DeleteObjects' limit
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+
+
 def exists(bucket: str, key: str) -> bool:
     response = client().list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
     return any(o["Key"] == key for o in response.get("Contents", []))

@@ -136,7 +136,9 @@ class Loop:
             weight_decay=0.1,
             fused=ctx.device.type == "cuda",
         )
-        self.store = checkpoint.CheckpointStore(cfg.checkpoint_dir, ctx.control, cfg.s3_checkpoints or None)
+        self.store = checkpoint.CheckpointStore(
+            cfg.checkpoint_dir, ctx.control, cfg.s3_checkpoints or None, cfg.keep_checkpoints, cfg.keep_every
+        )
         self.start = self.store.load_latest(self.model, self.optimizer)
         log(
             ctx,
@@ -268,9 +270,7 @@ class Loop:
         with self.watchdog.pause():
             if self.pending is not None:
                 self.finish(self.pending)
-            self.pending = self.store.save(
-                self.step, self.model, self.optimizer, self.cfg.keep_checkpoints, background=not last
-            )
+            self.pending = self.store.save(self.step, self.model, self.optimizer, background=not last)
             if last:
                 self.finish(self.pending, last=True)
                 self.pending = None
