@@ -40,6 +40,7 @@ class JobSummary(TypedDict):
     gpus: int  # nodes x the group's GPUs per node
     hourlyUsd: float | None  # while it runs: nodes x the instance's on-demand price; None: unknown
     queue: str  # its Kueue LocalQueue
+    retries: NotRequired[str]  # what stops it when it keeps failing (a sentence; older stacks lack it)
     # kubectl commands to follow it
     watch: str
     logs: str

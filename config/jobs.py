@@ -118,6 +118,14 @@ class JobConfig:
     verl: VerlConfig | None = setting(
         "verl", "Run VERL (GRPO/PPO) instead of the default trainer: RayJob or RayCluster only.", None
     )
+    max_recreations: int = setting(
+        "maxRecreations",
+        "How often a failing job is started again before it fails (0-100). PyTorchJob running the "
+        "default trainer: times a pod may be recreated after a retryable exit (a signal, an OOM kill) "
+        "without a newer checkpoint; RayJob: KubeRay's backoffLimit, attempts on a new Ray cluster. "
+        "A command, VERL or RayCluster is not bounded by it.",
+        2,
+    )
     hyperpod: HyperPodJobConfig = setting(
         "hyperpod",
         "On a HyperPod group (an `ml.` instance type): its health checks and auto-resume for this job.",
@@ -197,6 +205,8 @@ def check_job_run(j: JobConfig, k: str, r: Reader) -> None:
         r.problem(f"{k}.steps", j.steps, "out of range", "1-10000000")
     if j.image is not None and (not j.image.strip() or any(c.isspace() for c in j.image)):
         r.problem(f"{k}.image", j.image, "not an image reference", "registry/repository:tag or @sha256:...")
+    if not 0 <= j.max_recreations <= 100:
+        r.problem(f"{k}.maxRecreations", j.max_recreations, "out of range", "0-100")
     h = j.hyperpod
     if not 1 <= h.max_retries <= MAX_AUTO_RESUME_RETRIES:
         r.problem(f"{k}.hyperpod.maxRetries", h.max_retries, "out of range", f"1-{MAX_AUTO_RESUME_RETRIES}")

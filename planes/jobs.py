@@ -121,6 +121,7 @@ def jobs_plane(
                         j.wait,
                         j.timeout_minutes,
                         j.verl,
+                        max_recreations=j.max_recreations,
                     ),
                     placement=placement,
                     nodes=compute.group_nodes.get(j.node_group),

@@ -44,6 +44,15 @@ def job_phase(kind: str, obj: dict | None) -> Phase:
     return Phase(name, failed=state == "failed")
 
 
+def retry_state(kind: str, obj: dict | None, bound: str | None) -> str | None:
+    """What stops the job when it keeps failing (the stack's sentence), with KubeRay's count of a
+    RayJob's failed attempts (status.failed) once there is one."""
+    if bound is None:
+        return None
+    failed = ((obj or {}).get("status") or {}).get("failed") or 0
+    return f"{bound}; {failed} attempt(s) failed so far" if kind == "RayJob" and failed else bound
+
+
 def expected_pods(kind: str, obj: dict | None) -> int:
     if obj is None:
         return 0

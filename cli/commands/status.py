@@ -12,7 +12,7 @@ from cli.analysis.phases import GroupStatus
 from cli.commands.common import job_run, metric_records
 from cli.errors import EXIT_FAILED
 from cli.output import Output, age
-from cli.stack import connect, job_kinds, load_outputs
+from cli.stack import connect, load_outputs, stack_jobs
 
 
 @dataclass
@@ -31,7 +31,8 @@ def fetch(args: argparse.Namespace, out: Output) -> Status:
     cluster = connect(args, outputs)
     jobs, failed = [], False
     workloads, requests = cluster.workloads(), cluster.provisioning_requests()
-    for name, kind in job_kinds(outputs).items():
+    for name, summary in stack_jobs(outputs).items():
+        kind = summary["kind"]
         out.progress(f"reading {kind} {name} ...")
         obj = cluster.job(kind, name)
         phase = phases.job_phase(kind, obj)
@@ -49,6 +50,7 @@ def fetch(args: argparse.Namespace, out: Output) -> Status:
                 "podsReady": sum(phases.pod_ready(p) for p in pods),
                 "podsExpected": phases.expected_pods(kind, obj),
                 "restarts": sum(phases.restarts(p) for p in pods),
+                "retries": phases.retry_state(kind, obj, summary.get("retries")),
                 "age": age((obj or {}).get("metadata", {}).get("creationTimestamp")),
                 "metrics": {k: latest.get(k) for k in ("step", "loss", "tokens_per_s", "mfu")}
                 if latest
@@ -100,6 +102,10 @@ def render(status: Status, out: Output) -> int:
         )
         if queue["state"] not in ("admitted", "finished", "-"):
             out.line(f"{'':24} {queue['detail']}")
+        # What stops it, once it has failed or is failing again.
+        failing = j["failed"] or j["restarts"] or j["phase"] == "Restarting" or "(Retrying)" in j["phase"]
+        if j["retries"] and (failing or "failed so far" in j["retries"]):
+            out.line(f"{'':24} retries: {j['retries']}")
         if mlflow := j["mlflowRun"]:
             out.line(
                 f"{'':24} MLflow: "

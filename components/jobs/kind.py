@@ -50,6 +50,10 @@ class JobKind(ABC):
         """The operator that runs the kind (None: installed outside the stack)."""
 
     @abstractmethod
+    def retries(self, args: TrainingJobArgs) -> str:
+        """What stops a job of this kind that keeps failing, in a sentence `trainstack status` prints."""
+
+    @abstractmethod
     def logs_command(self, name: str, namespace: str) -> str:
         """The kubectl command that follows the job's logs."""
 

@@ -92,6 +92,7 @@ class JobSpec:
     wait: str  # none | admitted | running | succeeded
     timeout_minutes: int
     verl: VerlConfig | None = None  # VERL instead of the default trainer (Ray kinds)
+    max_recreations: int = 2  # jobs[].maxRecreations
     hyperpod: HyperPodJobConfig = field(default_factory=HyperPodJobConfig)  # on a HyperPod group
 
 
@@ -227,7 +228,9 @@ def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     ]
 
 
-def container_env(args: TrainingJobArgs, kind_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def container_env(
+    args: TrainingJobArgs, kind_env: dict[str, pulumi.Input[str]] | None = None
+) -> list[dict[str, Any]]:
     """The placement's fixed environment, the kind's own (`kind_env`), the user's S3 credentials,
     the HF token, tracking, and the job's env (by Secret when it is secret)."""
     env: list[dict[str, Any]] = [*placement_env(args.placement)]
@@ -271,7 +274,7 @@ def pod_template(
     args: TrainingJobArgs,
     container: dict[str, Any],
     labels: dict[str, str] | None = None,
-    kind_env: dict[str, str] | None = None,
+    kind_env: dict[str, pulumi.Input[str]] | None = None,
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
     metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}

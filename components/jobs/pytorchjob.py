@@ -3,6 +3,7 @@ replacement node, and on HyperPod nodes HyperPod's auto-resume."""
 
 from __future__ import annotations
 
+import hashlib
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,19 @@ if TYPE_CHECKING:
 
 # torchrun's environment in a PyTorchJob's pods (see LAUNCHER_SHUTDOWN_SECONDS).
 LAUNCHER_ENV = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHER_SHUTDOWN_SECONDS)}
+# What bounds a default-trainer PyTorchJob's pod recreations (trainer.recreations, whose names a
+# test holds equal): the limit, and the run the count belongs to, which a new image or other flags
+# start again.
+RECREATIONS_LIMIT_ENV = "TRAINSTACK_MAX_RECREATIONS"
+RECREATIONS_RUN_ENV = "TRAINSTACK_RUN"
+
+
+def recreation_env(args: TrainingJobArgs) -> dict[str, pulumi.Input[str]]:
+    """The launcher's bound on its pod's recreations, and this run's id: its image and flags."""
+    run = pulumi.Output.all(args.image, *trainer_args(args)).apply(
+        lambda parts: hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+    )
+    return {RECREATIONS_LIMIT_ENV: str(args.spec.max_recreations), RECREATIONS_RUN_ENV: run}
 
 
 def worker_restarts(args: TrainingJobArgs) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -81,7 +95,7 @@ class PyTorchJob(JobKind):
                     "template": pod_template(
                         args,
                         {"name": "pytorch", "command": command, "args": container_args},
-                        kind_env=LAUNCHER_ENV,
+                        kind_env=LAUNCHER_ENV if spec.command else {**LAUNCHER_ENV, **recreation_env(args)},
                     ),
                 }
             },
@@ -101,6 +115,23 @@ class PyTorchJob(JobKind):
 
     def operator(self, operators: ClusterOperators) -> pulumi.Resource | None:
         return operators.training_operator
+
+    def retries(self, args: TrainingJobArgs) -> str:
+        spec = args.spec
+        if hyperpod.on_hyperpod(args.placement):
+            return (
+                f"fails once its containers have restarted {spec.hyperpod.max_retries} times "
+                "(runPolicy.backoffLimit under OnFailure); HyperPod resumes it as often after a node fault"
+            )
+        if spec.command:
+            return (
+                "none: a command's pods are recreated after every retryable exit (128+) under ExitCode, "
+                "where the operator's backoffLimit counts nothing"
+            )
+        return (
+            f"fails once a pod has been recreated {spec.max_recreations} time(s) without a newer checkpoint "
+            "(jobs[].maxRecreations; its launcher exits 4); the operator itself bounds nothing under ExitCode"
+        )
 
     def logs_command(self, name: str, namespace: str) -> str:
         return f"kubectl -n {namespace} logs -f --prefix -l training.kubeflow.org/job-name={name}"

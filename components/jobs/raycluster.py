@@ -36,6 +36,9 @@ class RayCluster(JobKind):
     def operator(self, operators: ClusterOperators) -> pulumi.Resource | None:
         return operators.kuberay
 
+    def retries(self, args: TrainingJobArgs) -> str:
+        return "none: KubeRay recreates a RayCluster's pods for as long as it exists"
+
     def logs_command(self, name: str, namespace: str) -> str:
         return f"kubectl -n {namespace} logs -f --prefix -l ray.io/cluster={name}"
 

@@ -90,7 +90,9 @@ class RayJob(JobKind):
             "submitterPodTemplate": submitter_template(args),
             # The cluster goes when the job ends; the RayJob object stays, so the stack does not drift.
             "shutdownAfterJobFinishes": True,
-            "backoffLimit": 2,
+            # Whole attempts, each on a new cluster: KubeRay 1.7.0 retries a failed RayJob while
+            # status.failed < backoffLimit + 1 (rayjob_controller.go, checkBackoffLimitAndUpdateStatusIfNeeded).
+            "backoffLimit": args.spec.max_recreations,
             "rayClusterSpec": ray_cluster_spec(args),
         }
 
@@ -101,6 +103,13 @@ class RayJob(JobKind):
 
     def operator(self, operators: ClusterOperators) -> pulumi.Resource | None:
         return operators.kuberay
+
+    def retries(self, args: TrainingJobArgs) -> str:
+        spec, n = args.spec, args.spec.max_recreations
+        within = (
+            "" if spec.verl or spec.command else "; within one, Ray Train restarts its workers up to 3 times"
+        )
+        return f"at most {n + 1} attempt(s), each on a new Ray cluster (backoffLimit {n}){within}"
 
     def logs_command(self, name: str, namespace: str) -> str:
         return f"kubectl -n {namespace} logs -f job/{name}"

@@ -73,6 +73,7 @@ class TrainingJob(pulumi.ComponentResource):
             "gpus": spec.nodes * p.gpus,
             "hourlyUsd": None if p.hourly_usd is None else round(spec.nodes * p.hourly_usd, 4),
             "queue": args.queue,
+            "retries": kind.retries(args),
             **kind.watch_commands(spec.name, args.namespace),
         }
         if args.tracking is not None:

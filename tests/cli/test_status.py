@@ -81,6 +81,7 @@ def test_status_table_with_pods_restarts_metrics_and_node_groups(tmp_path):
         "queue": {"state": "admitted", "detail": "queue p5", "failed": False, "fix": ""},
         "metrics": {"step": 20, "loss": 3.9, "tokensPerS": 1300000.0, "mfu": 0.44},
         "mlflowRun": None,  # the stack tracks nothing
+        "retries": None,  # outputs written before the stack said what bounds its retries
     }  # fmt: skip
     (group,) = data["nodeGroups"]
     assert group == {"name": "p5", "nodes": 2, "ready": 2, "minimum": 0, "maximum": 2, "gpus": [8, 8],
@@ -90,6 +91,37 @@ def test_status_table_with_pods_restarts_metrics_and_node_groups(tmp_path):
     assert "fsdp" in text and "step 20 loss 3.9 1,300,000 tok/s MFU 44.0%" in text and "2/2" in text
     assert "admitted" in text and "0-2" in text
     assert "\033[" not in text  # piped: no colours
+
+
+BOUND = "fails once a pod has been recreated 2 time(s) without a newer checkpoint (jobs[].maxRecreations; its launcher exits 4); the operator itself bounds nothing under ExitCode"  # fmt: skip
+
+
+def test_a_failed_job_says_what_stopped_its_retries(tmp_path):
+    """The stack's sentence (the job's outputs) under a job that failed; not under a healthy one."""
+    outputs = copy.deepcopy(OUTPUTS)
+    outputs["jobs"]["fsdp"]["retries"] = BOUND
+    c = healthy()
+    code, text = run(c, tmp_path, "status", outputs=outputs)
+    assert code == 0 and "retries:" not in text
+    c.custom[("pytorchjobs", "fsdp")] = pytorchjob("fsdp", 2, ("Running", "False"), ("Failed", "True"))
+    code, text = run(c, tmp_path, "status", outputs=outputs)
+    assert code == 1 and f"retries: {BOUND}" in text
+
+
+def test_a_rayjob_counts_its_failed_attempts(tmp_path):
+    """KubeRay counts a RayJob's failed attempts in status.failed (rayjob_controller.go)."""
+    bound = "at most 3 attempt(s), each on a new Ray cluster (backoffLimit 2)"
+    obj = rayjob("j", "FAILED", "Retrying")
+    obj["status"]["failed"] = 1
+    c = healthy()
+    c.custom = {(kube.KINDS["RayJob"][2], "j"): obj}
+    c.workloads = [workload("j", "p5", *ADMITTED, kind="RayJob")]
+    c.pods = [pod("j-0", "j", "p5", ray="head")]
+    outputs = copy.deepcopy(OUTPUTS)
+    outputs["jobs"] = {"j": {"kind": "RayJob", "nodeGroup": "p5", "nodes": 1, "gpus": 8, "hourlyUsd": 55.04,
+                             "queue": "p5", "retries": bound}}  # fmt: skip
+    _, text = run(c, tmp_path, "status", outputs=outputs)
+    assert f"retries: {bound}; 1 attempt(s) failed so far" in text
 
 
 def test_status_fails_when_a_node_group_lacks_devices(tmp_path):

@@ -15,6 +15,9 @@ Two things stand between torchrun and a job that survives a node loss under the 
   recreate the pod: it meets worker-0's replacement in a new rendezvous and resumes from the newest
   complete checkpoint.
 
+A pod the operator keeps recreating without progress (an OOM kill at every start) ends the job
+after the stack's limit (trainer.recreations): the operator itself bounds nothing under ExitCode.
+
 A drain (node repair, a version roll, a Spot reclaim) is the kubelet's SIGTERM to the pod's PID 1,
 this launcher. torchrun's handler raises SignalException (torch/distributed/elastic/multiprocessing/
 api.py), its agent forwards SIGTERM to the workers and waits for them up to its shutdown timeout
@@ -33,11 +36,27 @@ from torch.distributed import run
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-from trainer.resilience import RETRYABLE_EXIT_CODE, signal_exit_code
+from trainer import recreations
+from trainer.resilience import RECREATIONS_EXIT_CODE, RETRYABLE_EXIT_CODE, signal_exit_code
+
+
+def over_recreation_limit(argv: list[str]) -> bool:
+    """Whether this pod was recreated too often without progress (trainer.recreations). A count
+    that cannot be read or written never stops the job: it is a bound, not a health check."""
+    try:
+        sentence = recreations.check(argv)
+    except Exception as err:  # S3 unreachable, a record from elsewhere: train, and say so
+        print(f"launch: could not count this pod's starts ({err!r}); not bounded this time", file=sys.stderr)
+        return False
+    if sentence:
+        print(sentence, file=sys.stderr, flush=True)
+    return sentence is not None
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if over_recreation_limit(sys.argv[1:] if argv is None else argv):
+        return RECREATIONS_EXIT_CODE
     try:
         run.main(argv)
     except RendezvousConnectionError as exc:

@@ -33,6 +33,9 @@ PREFLIGHT_EXIT_CODE = 3
 # A complete checkpoint exists that the ranks cannot load (CheckpointUnavailable): permanent, since a
 # retry would meet the same missing file, and starting from step 0 would silently lose every step.
 CHECKPOINT_UNAVAILABLE_EXIT_CODE = 4
+# The launcher's, when its pod was recreated more often than the stack allows without a newer
+# checkpoint (trainer.recreations): permanent, so the operator stops recreating it.
+RECREATIONS_EXIT_CODE = 5
 # A rank that stopped making progress (a hung collective, a dead peer, a stuck loader) exits with
 # this, after dumping every thread's stack: torchrun restarts the workers, which resume from the
 # newest complete checkpoint.

@@ -54,6 +54,18 @@ def list_prefixes(bucket: str, prefix: str) -> list[str]:
     return found
 
 
+def read_text(bucket: str, key: str) -> str | None:
+    """A small object's text; None when there is none."""
+    try:
+        return client().get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    except client().exceptions.NoSuchKey:
+        return None
+
+
+def write_text(text: str, bucket: str, key: str) -> None:
+    client().put_object(Bucket=bucket, Key=key, Body=text.encode())
+
+
 def delete_prefix(bucket: str, prefix: str) -> None:
     """Delete every object under prefix/ (a delete marker each, on a versioned bucket)."""
     s3 = client()
