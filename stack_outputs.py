@@ -73,6 +73,7 @@ class StackOutputs(TypedDict, total=False):
     operators: Operators
     jobs: dict[str, JobSummary]
     gpusTotal: int  # GPUs at every GPU node group's maximum size
+    driverNeeded: int  # the least NVIDIA driver major the training image needs (absent: unknown)
     # How to reach the cluster: a kubeconfig (a secret; YAML or JSON text, or the object), or
     # (a cluster of the user's, such as kind) the user's own kubeconfig file and its context.
     kubeconfig: str | dict[str, Any]

@@ -157,7 +157,7 @@ def summary(
     checks = [m for m in run.messages if m.startswith("Account checks")]
     if not checks and not cfg.existing_cluster.uses_aws:
         checks = ["Account checks: none; a kubeconfig stack uses no AWS account."]
-    checks += [m for m in run.messages if m.startswith(("Cluster operators", "CI access"))]
+    checks += [m for m in run.messages if m.startswith(("Cluster operators", "CI access", "Node drivers"))]
     if checks:
         lines += ["", *checks]
     # A kind image is loaded onto the nodes, never pulled.

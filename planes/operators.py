@@ -8,6 +8,7 @@ import pulumi_aws as aws
 
 from account_checks.checkpoint_claim import check_checkpoint_claim
 from account_checks.cluster_access import ClusterAddress, kube_clients
+from account_checks.node_drivers import check_drivers, read_nodes
 from account_checks.operator_decisions import (
     OperatorDecision,
     decide_operators,
@@ -43,15 +44,18 @@ def cluster_address(cfg: StackConfig, account: Account | None) -> ClusterAddress
 
 def existing_operators(cfg: StackConfig, account: Account | None) -> dict[str, OperatorDecision]:
     """What the cluster runs, read with the stack's credentials through the client factory the
-    program was given, and each operator's decision; stops (ClusterReadError, ClusterOperatorsError)
-    on a cluster it cannot read, a collision or an operator the jobs cannot use. Called before
-    anything is registered (stacks.attached)."""
+    program was given, and each operator's decision; stops (ClusterReadError, ClusterOperatorsError,
+    NodeDriverError) on a cluster it cannot read, a collision, an operator the jobs cannot use, or
+    GPU nodes whose driver the training image cannot use. Called before anything is registered
+    (stacks.attached)."""
     connect = kube_clients(boto3_session(cfg))
     address = cluster_address(cfg, account)
     inventory = read_operators(connect, address, cfg.stack)
     check_checkpoint_claim(connect, address, cfg)
     frameworks = tuple(sorted({KINDS[j.kind].kueue_framework for j in cfg.jobs}))
-    return decide_operators(cfg, inventory, frameworks)
+    decisions = decide_operators(cfg, inventory, frameworks)
+    check_drivers(cfg, read_nodes(connect, address, cfg.stack))
+    return decisions
 
 
 def operators_plane(

@@ -7,6 +7,7 @@ from components.jobs.training_job import TrainingJob
 from components.operators import ClusterOperators
 from components.queueing import Queueing
 from config import StackConfig
+from domain.drivers import least_driver
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
 from stack_outputs import GpuNodeGroup, StackOutputs
@@ -35,6 +36,9 @@ def outputs(
         "jobs": {j.spec_name: j.summary for j in jobs},
         "gpusTotal": sum(compute.placements[g.name].gpus * g.node_count for g in cfg.gpu_node_groups),
     }
+    needed = least_driver(cfg.image.base_image)
+    if needed is not None:
+        found["driverNeeded"] = needed
     if compute.kubeconfig is not None:
         found["kubeconfig"] = compute.kubeconfig
     if compute.kubeconfig_file is not None:  # the user's own file: `trainstack` reads it from there

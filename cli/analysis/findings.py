@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from cli.analysis.drivers import check_drivers
 from cli.analysis.node_findings import check_gpu_faults, check_hyperpod_health, check_node_health
 from cli.analysis.phases import allocatable, node_ready
 from cli.analysis.queues import queue_state
@@ -322,6 +323,7 @@ def check_queues(view: ClusterView) -> list[Finding]:
 def doctor(view: ClusterView) -> list[Finding]:
     return [
         *check_nodes(view),
+        *check_drivers(view),
         *check_node_health(view),
         *check_hyperpod_health(view),
         *check_gpu_faults(view),

@@ -35,3 +35,4 @@ class ClusterView:
     workloads: list[dict] = field(default_factory=list)  # Kueue's, one per queued job
     provisioning_requests: list[dict] = field(default_factory=list)
     node_events: list[dict] = field(default_factory=list)
+    driver_needed: int | None = None  # stack outputs: the least NVIDIA driver major the image needs

@@ -35,6 +35,7 @@ def fetch(args: argparse.Namespace, out: Output) -> ClusterView:
         jobs={name: kind for name, kind in job_kinds(outputs).items() if cluster.job(kind, name)},
         workloads=cluster.workloads(),
         provisioning_requests=cluster.provisioning_requests(),
+        driver_needed=outputs.get("driverNeeded"),
     )
     for pod in pods:
         out.progress(f"reading logs of {pod['metadata']['name']} ...")

@@ -33,6 +33,7 @@ RESOURCES = {
     "secrets": "Secret",
     "configmaps": "ConfigMap",
     "persistentvolumeclaims": "PersistentVolumeClaim",
+    "nodes": "Node",
 }
 METADATA_ONLY = "as=PartialObjectMetadataList"
 

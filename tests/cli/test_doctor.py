@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.fake_cluster import (
     CREATED,
+    OUTPUTS,
     condition,
     crd,
     daemonset,
@@ -258,3 +259,26 @@ def test_doctor_reports_xid_errors_and_the_nodes_repair_replaced(tmp_path):
     assert "ip-10-0-2-1: XID 48 (awaiting repair)" in found["detail"]
     assert "kubectl drain ip-10-0-2-1" in found["fix"]
     assert "/api/v1/events" in c.requests
+
+
+def test_a_node_on_a_driver_older_than_the_image_needs_fails_its_groups_check(tmp_path):
+    """The stack's outputs say the image needs R580 (CUDA 13.0); GPU feature discovery's label says
+    what each node has. A node without the label passes, named as unchecked."""
+    outputs = {**OUTPUTS, "driverNeeded": 580}
+    c = healthy()
+    c.nodes[1]["metadata"]["labels"]["nvidia.com/cuda.driver-version.major"] = "550"
+    code, out = run(c, tmp_path, "doctor", "--json", outputs=outputs)
+    (check,) = [x for x in json.loads(out)["checks"] if x["name"] == "NVIDIA driver on p5"]
+    assert code == 1 and check["ok"] is False
+    assert check["detail"] == (
+        "0/2 node(s) on R580 or newer; older: ip-10-0-2-1 (R550); not labelled "
+        "(nvidia.com/cuda.driver-version.major, GPU feature discovery): ip-10-0-2-2"
+    )
+    assert check["fix"].startswith("the training image needs R580: move the group to an AMI with it")
+    c.nodes[1]["metadata"]["labels"]["nvidia.com/cuda.driver-version.major"] = "580"
+    code, out = run(c, tmp_path, "doctor", "--json", outputs=outputs)
+    (check,) = [x for x in json.loads(out)["checks"] if x["name"] == "NVIDIA driver on p5"]
+    assert code == 0 and check["ok"] is True
+    # Outputs of a stack that did not say which driver its image needs: nothing to check against.
+    _, out = run(c, tmp_path, "doctor", "--json")
+    assert not [x for x in json.loads(out)["checks"] if x["name"].startswith("NVIDIA driver")]
