@@ -122,8 +122,8 @@ class JobConfig:
         "maxRecreations",
         "How often a failing job is started again before it fails (0-100). PyTorchJob running the "
         "default trainer: times a pod may be recreated after a retryable exit (a signal, an OOM kill) "
-        "without a newer checkpoint; RayJob: KubeRay's backoffLimit, attempts on a new Ray cluster. "
-        "A command, VERL or RayCluster is not bounded by it.",
+        "without a newer checkpoint; RayJob (VERL too): KubeRay's backoffLimit, attempts on a new Ray "
+        "cluster. A PyTorchJob's `command:` and a RayCluster are not bounded by it.",
         2,
     )
     hyperpod: HyperPodJobConfig = setting(
