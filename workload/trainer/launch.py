@@ -45,7 +45,7 @@ def over_recreation_limit(argv: list[str]) -> bool:
     that cannot be read or written never stops the job: it is a bound, not a health check."""
     try:
         sentence = recreations.check(argv)
-    except Exception as err:  # S3 unreachable, a record from elsewhere: train, and say so
+    except (Exception, SystemExit) as err:  # S3 unreachable, flags argparse refuses: the trainer says
         print(f"launch: could not count this pod's starts ({err!r}); not bounded this time", file=sys.stderr)
         return False
     if sentence:

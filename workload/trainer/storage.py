@@ -56,9 +56,10 @@ def list_prefixes(bucket: str, prefix: str) -> list[str]:
 
 def read_text(bucket: str, key: str) -> str | None:
     """A small object's text; None when there is none."""
+    s3 = client()
     try:
-        return client().get_object(Bucket=bucket, Key=key)["Body"].read().decode()
-    except client().exceptions.NoSuchKey:
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    except s3.exceptions.NoSuchKey:
         return None
 
 
