@@ -113,3 +113,18 @@ def job_service_account(job: str) -> str:
     given to (the stack writes it, `trainstack doctor` checks its pods' credentials). Prefixed, so
     no job name ("default") can take an account the namespace already has."""
     return f"job-{job}"
+
+
+# The NVIDIA driver a node has, as GPU feature discovery labels it (NVIDIA/k8s-device-plugin,
+# internal/lm/nvml.go, newVersionLabeler): the current label, then the deprecated one older GFDs
+# write. The stack's account checks and `trainstack doctor` both read it (domain/drivers.py).
+DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major")
+
+
+def driver_major(labels: dict[str, str]) -> int | None:
+    """A node's driver major from its GFD labels; None when it has none."""
+    for key in DRIVER_MAJOR_LABELS:
+        value = labels.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return None

@@ -14,7 +14,8 @@ import pulumi
 from account_checks.cluster_access import ClusterAddress, ClusterReader, KubeClients
 from account_checks.operator_decisions import group_labels
 from config import StackConfig
-from domain.drivers import driver_major, driver_problem, least_driver
+from conventions import driver_major
+from domain.drivers import driver_problem, least_driver
 
 
 class NodeDriverError(pulumi.RunError):

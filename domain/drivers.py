@@ -8,16 +8,15 @@ each release): CUDA 13.0 needs R580 (580.65.06). The EKS AL2023 NVIDIA AMIs carr
 2025, so the node groups the stack creates have it; an existing or HyperPod cluster on an older AMI
 may not.
 
-A node's driver is what NVIDIA's GPU feature discovery labels it with (NVIDIA/k8s-device-plugin,
-internal/lm/nvml.go, newVersionLabeler: `nvidia.com/cuda.driver-version.major`, and the deprecated
-`nvidia.com/cuda.driver.major`); a cluster without GFD leaves it unknown.
+A node's driver is what NVIDIA's GPU feature discovery labels it with (conventions.driver_major);
+a cluster without GFD leaves it unknown.
 """
 
 from __future__ import annotations
 
 import re
 
-DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major")
+from conventions import DRIVER_MAJOR_LABELS, driver_major
 
 # (CUDA major, minor) -> the least driver major branch (NVIDIA's table above).
 LEAST_DRIVER = {
@@ -47,15 +46,6 @@ def least_driver(base_image: str) -> int | None:
     """The least driver major an image on `base_image` runs with; None: not known here."""
     cuda = cuda_of(base_image)
     return None if cuda is None else LEAST_DRIVER.get(cuda)
-
-
-def driver_major(labels: dict[str, str]) -> int | None:
-    """A node's driver major from its GFD labels; None when it has none."""
-    for key in DRIVER_MAJOR_LABELS:
-        value = labels.get(key, "")
-        if value.isdigit():
-            return int(value)
-    return None
 
 
 def driver_problem(node: str, labels: dict[str, str], needed: int, image: str) -> str | None:

@@ -1,13 +1,12 @@
 """`trainstack doctor`'s driver check: each GPU group's nodes against the NVIDIA driver the
 training image needs (the stack's `driverNeeded` output, domain/drivers.py), read from GPU
-feature discovery's label. A node on an older driver fails (its containers cannot start); a node
+feature discovery's label (conventions.driver_major). A node on an older driver fails (its containers cannot start); a node
 without the label passes, named as unchecked."""
 
 from __future__ import annotations
 
 from cli.analysis.view import ClusterView, Finding
-from conventions import NODE_GROUP_LABEL
-from domain.drivers import DRIVER_MAJOR_LABELS, driver_major
+from conventions import DRIVER_MAJOR_LABELS, NODE_GROUP_LABEL, driver_major
 
 
 def check_drivers(view: ClusterView) -> list[Finding]:

@@ -9,7 +9,8 @@ import pytest
 from support.plans import EXISTING_CLUSTER, plan, stack_values
 
 from account_checks.node_drivers import NodeDriverError
-from domain.drivers import cuda_of, driver_major, least_driver
+from conventions import driver_major
+from domain.drivers import cuda_of, least_driver
 from offline.engine import run_program
 
 P5 = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
