@@ -130,7 +130,7 @@ class PyTorchJob(JobKind):
             )
         return (
             f"fails once a pod has been recreated {spec.max_recreations} time(s) without a newer checkpoint "
-            "(jobs[].maxRecreations; its launcher exits 4); the operator itself bounds nothing under ExitCode"
+            "(jobs[].maxRecreations; its launcher exits 5); the operator itself bounds nothing under ExitCode"
         )
 
     def logs_command(self, name: str, namespace: str) -> str:

@@ -93,7 +93,7 @@ def test_status_table_with_pods_restarts_metrics_and_node_groups(tmp_path):
     assert "\033[" not in text  # piped: no colours
 
 
-BOUND = "fails once a pod has been recreated 2 time(s) without a newer checkpoint (jobs[].maxRecreations; its launcher exits 4); the operator itself bounds nothing under ExitCode"  # fmt: skip
+BOUND = "fails once a pod has been recreated 2 time(s) without a newer checkpoint (jobs[].maxRecreations; its launcher exits 5); the operator itself bounds nothing under ExitCode"  # fmt: skip
 
 
 def test_a_failed_job_says_what_stopped_its_retries(tmp_path):

@@ -29,7 +29,7 @@ def test_lists_are_answered_through_the_real_client():
     (mine,) = core.list_namespaced_config_map("training", field_selector="metadata.name=a").items
     named = core.read_namespaced_config_map("a", "other")
     with pytest.raises(ApiException) as err:
-        core.list_node()
+        core.list_persistent_volume()
     with pytest.raises(ApiException) as missing:
         core.read_namespaced_config_map("c", "training")
     assert [s.metadata.name for s in helm] == ["sh.helm.release.v1.a.v1"]

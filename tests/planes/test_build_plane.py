@@ -114,12 +114,13 @@ def test_checkpoint_retention_zero_keeps_checkpoints(dev_plan):
     lc = run.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
     (rule,) = [r for r in lc.inputs["rules"] if r["id"] == "checkpoint-retention"]
     assert "expiration" not in rule
-    # Still an enabled rule on checkpoints/: overwritten versions go, current checkpoints stay.
+    # Still an enabled rule on checkpoints/: overwritten and pruned versions go a day later, current
+    # checkpoints stay.
     assert rule == {
         "id": "checkpoint-retention",
         "status": "Enabled",
         "filter": {"prefix": "checkpoints/"},
-        "noncurrentVersionExpiration": {"noncurrentDays": 7},
+        "noncurrentVersionExpiration": {"noncurrentDays": 1},
     }
     # The setting touches that rule only.
     default = dev_plan.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")

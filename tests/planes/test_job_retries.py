@@ -56,7 +56,7 @@ def test_the_outputs_say_what_stops_each_kind(kinds_plan):
     retries = {name: j["retries"] for name, j in kinds_plan.outputs["jobs"].items()}
     assert retries["fsdp"] == (
         "fails once a pod has been recreated 2 time(s) without a newer checkpoint (jobs[].maxRecreations; "
-        "its launcher exits 4); the operator itself bounds nothing under ExitCode"
+        "its launcher exits 5); the operator itself bounds nothing under ExitCode"
     )
     assert retries["ray-l4"] == (
         "at most 3 attempt(s), each on a new Ray cluster (backoffLimit 2); within one, Ray Train restarts "

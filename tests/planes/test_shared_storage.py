@@ -93,9 +93,9 @@ def test_the_association_links_checkpoints_to_the_bucket_both_ways(fsx_plan):
     assert dra["fileSystemPath"] == "/checkpoints"
     assert dra["dataRepositoryPath"] == f"s3://{bucket}/checkpoints/"
     assert dra["batchImportMetaDataOnCreate"] is True and dra["deleteDataInFilesystem"] is False
-    # Deletions go from S3 to the volume only (tests/planes/test_fsx_export.py).
+    # Deletions go both ways: the trainer's prune reaches S3 (tests/planes/test_fsx_export.py).
     assert dra["s3"] == {
-        "autoExportPolicy": {"events": ["NEW", "CHANGED"]},
+        "autoExportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
         "autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
     }
     # A KMS bucket: FSx's linked role may use the key, before the association exists.

@@ -50,7 +50,7 @@ def test_a_pod_recreated_past_the_limit_without_progress_stops(s3):
     sentence = recreations.check(args, "job-worker-1")
     assert sentence == (
         "launch: pod job-worker-1 was created 3 times since the job's newest checkpoint (step 50) without "
-        "saving a newer one, more than the 2 the stack allows (jobs[].maxRecreations); exiting 4, which "
+        "saving a newer one, more than the 2 the stack allows (jobs[].maxRecreations); exiting 5, which "
         f"fails the job. Its logs say why each start ended; delete {S3}/recreations/job-worker-1.json to "
         "let an unchanged job try again."
     )

@@ -5,6 +5,7 @@ a drain delivers it: test_drain.py.)"""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import boto3
@@ -42,18 +43,33 @@ def s3_keys(prefix: str) -> list[str]:
 def test_node_local_volumes_with_s3_resume_from_a_step_every_rank_can_load(tmp_path, moto_server):
     local = (tmp_path / "node0", tmp_path / "node1")
     uri = "s3://ckpt/run"
-    args = ("--checkpoint-every", "10", "--keep-checkpoints", "1", "--s3-checkpoints", uri)
+    # Keep the newest and every multiple of 10: S3 and each volume keep steps 10 and 20 (S3 is
+    # pruned by the same rule as the volumes: with every 0 it would hold step 20 alone).
+    args = (
+        "--checkpoint-every",
+        "10",
+        "--keep-checkpoints",
+        "1",
+        "--keep-every",
+        "10",
+        "--s3-checkpoints",
+        uri,
+    )
     two_nodes(tmp_path, local, "--steps", "20", *args, env=moto_server)
-    # Each node keeps only its own ranks' files, and prunes its own volume (keep 1).
-    assert [p.name for p in local[1].iterdir() if p.name.startswith("step_")] == ["step_00000020"]
+    # Each node keeps only its own ranks' files, and prunes its own volume.
+    assert sorted(p.name for p in local[1].iterdir() if p.name.startswith("step_")) == [
+        "step_00000010",
+        "step_00000020",
+    ]
     assert sorted(p.name for p in checkpoint.step_dir(local[1], 20).iterdir()) == ["COMPLETE", "__1_0.distcp"]
     # Each rank uploaded its own shard, rank 0 the metadata, then the marker: one copy of each.
     assert s3_keys("run/step_00000020/") == [
         f"run/step_00000020/{n}" for n in (".metadata", "COMPLETE", "__0_0.distcp", "__1_0.distcp")
     ]
     # An upload interrupted before step 20's marker: S3's newest complete step is 10, which node 1
-    # cannot load from its own disk (no metadata) and node 0 has pruned. Both must agree on 10.
+    # cannot load from its own disk (no metadata) and node 0 no longer has. Both must agree on 10.
     boto3.client("s3").delete_object(Bucket="ckpt", Key="run/step_00000020/COMPLETE")
+    shutil.rmtree(checkpoint.step_dir(local[0], 10))
     events = two_nodes(tmp_path, local, "--steps", "30", *args, env=moto_server)
     assert events[0]["resumed_from"] == 10
     assert events[-2] == {"event": "checkpoint", "step": 30}  # the last save, then its window's record
