@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from components.datasets import DatasetPreparation
 from components.jobs.kinds import KINDS
-from components.jobs.pods import JobSpec, NodeCheck, TrainingJobArgs
+from components.jobs.pods import NodeCheck, TrainingJobArgs
 from components.jobs.training_job import TrainingJob
 from components.network_policy import NamespacePolicies, NamespacePoliciesArgs, tracking_allows
 from components.operators import ClusterOperators
@@ -82,9 +82,9 @@ def jobs_plane(
     policies = [p for n in network_policies(cfg, compute, tracking) for p in n.policies]
     jobs = []
     for j in cfg.jobs:
-        env_secret, env = None, j.environment  # env and secretEnv
-        if env and cfg.secret_job_env:
-            env_secret = pods.secret(f"{j.name}-env", env)
+        env_secret = None
+        if j.environment and cfg.secret_job_env:
+            env_secret = pods.secret(f"{j.name}-env", j.environment)
         placement = by_group[j.node_group]
         group = groups.get(j.node_group)
         node_check = None
@@ -109,20 +109,7 @@ def jobs_plane(
             TrainingJob(
                 f"job-{j.name}",
                 TrainingJobArgs(
-                    spec=JobSpec(
-                        j.name,
-                        j.kind,
-                        j.nodes,
-                        j.model,
-                        j.steps,
-                        j.command,
-                        j.args,
-                        env,
-                        j.wait,
-                        j.timeout_minutes,
-                        j.verl,
-                        max_recreations=j.max_recreations,
-                    ),
+                    job=j,
                     placement=placement,
                     nodes=compute.group_nodes.get(j.node_group),
                     image=j.image or (build.verl_image_uri if j.verl else build.image_uri),

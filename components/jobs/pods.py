@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.jobs import hyperpod
 from components.jobs import verl as verl_job
-from config.jobs import HyperPodJobConfig, VerlConfig
+from config.jobs import JobConfig
 from conventions import DATASETS_MOUNT, JOB_LABEL, PART_OF
 from domain.placement import Placement
 
@@ -77,23 +77,6 @@ def placement_env(p: Placement) -> list[dict[str, str]]:
     """The NCCL watchdog on GPU groups, libfabric's EFA settings on EFA groups only."""
     fixed = {**(GPU_ENV if p.gpus else {}), **(EFA_ENV if p.efa else {})}
     return [{"name": k, "value": v} for k, v in fixed.items()]
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    name: str
-    kind: str
-    nodes: int
-    model: str
-    steps: int
-    command: tuple[str, ...]
-    args: tuple[str, ...]
-    env: dict[str, str]
-    wait: str  # none | admitted | running | succeeded
-    timeout_minutes: int
-    verl: VerlConfig | None = None  # VERL instead of the default trainer (Ray kinds)
-    max_recreations: int = 2  # jobs[].maxRecreations
-    hyperpod: HyperPodJobConfig = field(default_factory=HyperPodJobConfig)  # on a HyperPod group
 
 
 @dataclass(frozen=True)
@@ -167,7 +150,7 @@ class JobTracking:
 
 @dataclass(frozen=True)
 class TrainingJobArgs:
-    spec: JobSpec
+    job: JobConfig  # the job's validated config, whole: each of its settings reaches its objects
     placement: Placement
     nodes: pulumi.Resource | None  # the group's nodes: the pods need them (None: the cluster's own)
     image: pulumi.Input[str]
@@ -201,12 +184,12 @@ class TrainingJobArgs:
 def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
     """The default trainer's flags: size, length, checkpoints on a volume mirrored to S3 and what
     of them it keeps, and the check of its own nodes where the group asks for one."""
-    spec = args.spec
+    job = args.job
     return [
         "--model",
-        spec.model,
+        job.model,
         "--steps",
-        str(spec.steps),
+        str(job.steps),
         "--checkpoint-dir",
         CHECKPOINT_DIR,
         *(["--s3-checkpoints", args.checkpoints.uri] if args.checkpoints.uri else []),
@@ -216,7 +199,7 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
         str(args.checkpoints.keep_every),
         *(args.node_check.args() if args.node_check else []),
         *args.data,
-        *spec.args,
+        *job.args,
     ]
 
 
@@ -243,8 +226,8 @@ def container_env(
         ]
     env += hf_token_env(args)
     if args.tracking:
-        env += args.tracking.env(args.spec.name, args.image)
-    for name, value in args.spec.env.items():
+        env += args.tracking.env(args.job.name, args.image)
+    for name, value in args.job.environment.items():
         if args.env_secret:
             env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": args.env_secret, "key": name}}})
         else:
@@ -277,12 +260,12 @@ def pod_template(
     kind_env: dict[str, pulumi.Input[str]] | None = None,
 ) -> dict[str, Any]:
     vols, mounts = volumes(args.placement, args.checkpoints, args.datasets_claim)
-    metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.spec.name, **(labels or {})}}
+    metadata: dict[str, Any] = {"labels": {**PART_OF, JOB_LABEL: args.job.name, **(labels or {})}}
     if args.topology:
         metadata["annotations"] = dict(args.topology)
     placement = args.placement.pod_placement()
     if hyperpod.on_hyperpod(args.placement):
-        placement["affinity"] = hyperpod.affinity(args.spec.hyperpod)
+        placement["affinity"] = hyperpod.affinity(args.job.hyperpod)
     prep = verl_data_prep(args)
     if prep:
         vols, mounts = [*vols, prep["volume"]], [*mounts, prep["mount"]]
@@ -311,7 +294,7 @@ def pod_template(
 
 def verl_data_prep(args: TrainingJobArgs) -> dict[str, Any] | None:
     """A VERL job's dataset, written by the stack's image into /data before Ray starts on the pod."""
-    verl = args.spec.verl
+    verl = args.job.verl
     if verl is None:
         return None
     mount = {"name": "verl-data", "mountPath": verl_job.DATA_DIR}

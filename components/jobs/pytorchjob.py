@@ -38,7 +38,7 @@ def recreation_env(args: TrainingJobArgs) -> dict[str, pulumi.Input[str]]:
     run = pulumi.Output.all(args.image, *trainer_args(args)).apply(
         lambda parts: hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     )
-    return {RECREATIONS_LIMIT_ENV: str(args.spec.max_recreations), RECREATIONS_RUN_ENV: run}
+    return {RECREATIONS_LIMIT_ENV: str(args.job.max_recreations), RECREATIONS_RUN_ENV: run}
 
 
 def worker_restarts(args: TrainingJobArgs) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -50,7 +50,7 @@ def worker_restarts(args: TrainingJobArgs) -> tuple[dict[str, Any], dict[str, An
     through (it sums the containers' restarts under OnFailure only: kubeflow/training-operator,
     pkg/controller.v1/common/job.go, pastBackoffLimit)."""
     if hyperpod.on_hyperpod(args.placement):
-        return {"restartPolicy": "OnFailure"}, {"runPolicy": {"backoffLimit": args.spec.hyperpod.max_retries}}
+        return {"restartPolicy": "OnFailure"}, {"runPolicy": {"backoffLimit": args.job.hyperpod.max_retries}}
     return {"restartPolicy": "ExitCode"}, {}
 
 
@@ -69,11 +69,11 @@ class PyTorchJob(JobKind):
     )
 
     def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
-        spec, p = args.spec, args.placement
+        job, p = args.job, args.placement
         # torchrun through trainer.launch: a replacement node is admitted to the rendezvous, and losing
         # worker-0 (which hosts it) exits retryable, so the operator recreates the pods.
-        command = list(spec.command) or ["python", "-m", "trainer.launch", "-m", "trainer.train"]
-        container_args = list(spec.args) if spec.command else trainer_args(args)
+        command = list(job.command) or ["python", "-m", "trainer.launch", "-m", "trainer.train"]
+        container_args = list(job.args) if job.command else trainer_args(args)
         restart, run_policy = worker_restarts(args)
         return {
             **run_policy,
@@ -83,19 +83,19 @@ class PyTorchJob(JobKind):
             # auto-retry). No `metrics`: the operator would add an HPA that fights Pulumi over replicas.
             "elasticPolicy": {
                 "rdzvBackend": "c10d",
-                "minReplicas": spec.nodes,
-                "maxReplicas": spec.nodes,
+                "minReplicas": job.nodes,
+                "maxReplicas": job.nodes,
                 "maxRestarts": 10,
                 "rdzvConf": [{"key": "join_timeout", "value": str(RENDEZVOUS_JOIN_TIMEOUT_SECONDS)}],
             },
             "pytorchReplicaSpecs": {
                 "Worker": {
-                    "replicas": spec.nodes,
+                    "replicas": job.nodes,
                     **restart,
                     "template": pod_template(
                         args,
                         {"name": "pytorch", "command": command, "args": container_args},
-                        kind_env=LAUNCHER_ENV if spec.command else {**LAUNCHER_ENV, **recreation_env(args)},
+                        kind_env=LAUNCHER_ENV if job.command else {**LAUNCHER_ENV, **recreation_env(args)},
                     ),
                 }
             },
@@ -105,7 +105,7 @@ class PyTorchJob(JobKind):
         """HyperPod's auto-resume on its nodes (its controller watches PyTorchJobs only)."""
         if not hyperpod.on_hyperpod(args.placement):
             return {}
-        return hyperpod.auto_resume_annotations(args.spec.hyperpod)
+        return hyperpod.auto_resume_annotations(args.job.hyperpod)
 
     def allows(self, job: str) -> tuple[Allow, ...]:
         """Its pods reach each other on every port: torchrun's c10d rendezvous, NCCL's and gloo's
@@ -117,19 +117,19 @@ class PyTorchJob(JobKind):
         return operators.training_operator
 
     def retries(self, args: TrainingJobArgs) -> str:
-        spec = args.spec
+        job = args.job
         if hyperpod.on_hyperpod(args.placement):
             return (
-                f"fails once its containers have restarted {spec.hyperpod.max_retries} times "
+                f"fails once its containers have restarted {job.hyperpod.max_retries} times "
                 "(runPolicy.backoffLimit under OnFailure); HyperPod resumes it as often after a node fault"
             )
-        if spec.command:
+        if job.command:
             return (
                 "none: a command's pods are recreated after every retryable exit (128+) under ExitCode, "
                 "where the operator's backoffLimit counts nothing"
             )
         return (
-            f"fails once a pod has been recreated {spec.max_recreations} time(s) without a newer checkpoint "
+            f"fails once a pod has been recreated {job.max_recreations} time(s) without a newer checkpoint "
             "(jobs[].maxRecreations; its launcher exits 5); the operator itself bounds nothing under ExitCode"
         )
 

@@ -38,11 +38,11 @@ RAY_AUTH = {"mode": "token"}
 
 
 def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
-    spec, p = args.spec, args.placement
+    job, p = args.job, args.placement
     worker = pod_template(args, {"name": "ray-worker"}, {RAY_ROLE_LABEL: RAY_WORKER_ROLE})
     head_vols, head_mounts = volumes(p, args.checkpoints)
     head = {
-        "metadata": {"labels": {**PART_OF, JOB_LABEL: spec.name, RAY_ROLE_LABEL: RAY_HEAD_ROLE}},
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: job.name, RAY_ROLE_LABEL: RAY_HEAD_ROLE}},
         "spec": {
             "serviceAccountName": args.service_account,
             "nodeSelector": dict(args.head_selector),
@@ -70,9 +70,9 @@ def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
         "workerGroupSpecs": [
             {
                 "groupName": p.group,
-                "replicas": spec.nodes,
-                "minReplicas": spec.nodes,
-                "maxReplicas": spec.nodes,
+                "replicas": job.nodes,
+                "minReplicas": job.nodes,
+                "maxReplicas": job.nodes,
                 "rayStartParams": {"num-gpus": str(p.gpus)} if p.gpus else {},
                 "template": worker,
             }

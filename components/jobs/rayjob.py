@@ -22,15 +22,15 @@ if TYPE_CHECKING:
 
 
 def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
-    spec, p = args.spec, args.placement
-    if spec.verl is not None:
+    job, p = args.job, args.placement
+    if job.verl is not None:
         experiment = args.tracking.experiment if args.tracking else None
-        directory = f"{CHECKPOINT_DIR}/{spec.name}"
-        return verl_job.entrypoint(spec.verl, spec.name, spec.nodes, p.gpus, directory, experiment)
-    if spec.command:
-        parts: list[pulumi.Input[str]] = [*spec.command, *spec.args]
+        directory = f"{CHECKPOINT_DIR}/{job.name}"
+        return verl_job.entrypoint(job.verl, job.name, job.nodes, p.gpus, directory, experiment)
+    if job.command:
+        parts: list[pulumi.Input[str]] = [*job.command, *job.args]
     else:
-        workers = spec.nodes * (p.gpus or 1)
+        workers = job.nodes * (p.gpus or 1)
         gpu = ["--use-gpu"] if p.gpus else []
         parts = [
             "python",
@@ -48,7 +48,7 @@ def submitter_template(args: TrainingJobArgs) -> dict[str, Any]:
     """The pod that runs `ray job submit` (KubeRay fills in its command), beside the head on the
     system nodes, with the requests the queue's quota counts for it (domain.quota.SUBMITTER)."""
     return {
-        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.spec.name, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}},
+        "metadata": {"labels": {**PART_OF, JOB_LABEL: args.job.name, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}},
         "spec": {
             "nodeSelector": dict(args.head_selector),
             "restartPolicy": "Never",
@@ -85,14 +85,14 @@ class RayJob(JobKind):
             # nothing runs there (Ray's job FAQ), asking for a CPU it runs on a worker, whose node
             # role pods cannot reach either (KubeRay passes it as `ray job submit --entrypoint-num-cpus`).
             "entrypointNumCpus": RAY_DRIVER_CPUS,
-            **({"runtimeEnvYAML": verl_job.runtime_env(args.spec.verl)} if args.spec.verl else {}),
+            **({"runtimeEnvYAML": verl_job.runtime_env(args.job.verl)} if args.job.verl else {}),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": submitter_template(args),
             # The cluster goes when the job ends; the RayJob object stays, so the stack does not drift.
             "shutdownAfterJobFinishes": True,
             # Whole attempts, each on a new cluster: KubeRay 1.7.0 retries a failed RayJob while
             # status.failed < backoffLimit + 1 (rayjob_controller.go, checkBackoffLimitAndUpdateStatusIfNeeded).
-            "backoffLimit": args.spec.max_recreations,
+            "backoffLimit": args.job.max_recreations,
             "rayClusterSpec": ray_cluster_spec(args),
         }
 
@@ -105,9 +105,9 @@ class RayJob(JobKind):
         return operators.kuberay
 
     def retries(self, args: TrainingJobArgs) -> str:
-        spec, n = args.spec, args.spec.max_recreations
+        job, n = args.job, args.job.max_recreations
         within = (
-            "" if spec.verl or spec.command else "; within one, Ray Train restarts its workers up to 3 times"
+            "" if job.verl or job.command else "; within one, Ray Train restarts its workers up to 3 times"
         )
         return f"at most {n + 1} attempt(s), each on a new Ray cluster (backoffLimit {n}){within}"
 

@@ -38,20 +38,20 @@ class TrainingJob(pulumi.ComponentResource):
     """One job of any kind (token trainstack:jobs:<kind>)."""
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
-        spec = args.spec
-        kind = KINDS[spec.kind]
-        super().__init__(f"trainstack:jobs:{spec.kind}", name, None, opts)
+        job = args.job
+        kind = KINDS[job.kind]
+        super().__init__(f"trainstack:jobs:{job.kind}", name, None, opts)
         deps = [d for d in (args.operator, args.nodes, *args.waits_for) if d is not None]
-        timeout = f"{spec.timeout_minutes + args.provision_minutes}m"
+        timeout = f"{job.timeout_minutes + args.provision_minutes}m"
         self.resource = k8s.apiextensions.CustomResource(
             name,
             api_version=kind.api_version,
-            kind=spec.kind,
+            kind=job.kind,
             metadata={
-                "name": spec.name,
+                "name": job.name,
                 "namespace": args.namespace,
                 "labels": {**PART_OF, NODE_GROUP_LABEL: args.placement.group, QUEUE_LABEL: args.queue},
-                "annotations": {**wait_annotations(spec.kind, spec.wait), **kind.annotations(args)},
+                "annotations": {**wait_annotations(job.kind, job.wait), **kind.annotations(args)},
             },
             spec=kind.spec(args),
             opts=pulumi.ResourceOptions(
@@ -65,16 +65,16 @@ class TrainingJob(pulumi.ComponentResource):
             ),
         )
         p = args.placement
-        self.spec_name = spec.name
+        self.spec_name = job.name
         self.summary: JobSummary = {
-            "kind": spec.kind,
+            "kind": job.kind,
             "nodeGroup": p.group,
-            "nodes": spec.nodes,
-            "gpus": spec.nodes * p.gpus,
-            "hourlyUsd": None if p.hourly_usd is None else round(spec.nodes * p.hourly_usd, 4),
+            "nodes": job.nodes,
+            "gpus": job.nodes * p.gpus,
+            "hourlyUsd": None if p.hourly_usd is None else round(job.nodes * p.hourly_usd, 4),
             "queue": args.queue,
             "retries": kind.retries(args),
-            **kind.watch_commands(spec.name, args.namespace),
+            **kind.watch_commands(job.name, args.namespace),
         }
         if args.tracking is not None:
             self.summary["experiment"] = args.tracking.experiment
