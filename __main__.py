@@ -2,9 +2,10 @@
 
 import pulumi
 
-from config import load_config
+from account_checks.world import real_world
 from stacks import build_stack
 
-config = load_config()
-for name, value in build_stack(config).items():
+# `pulumi up` meets the real world; the offline plan runs this file in its own (offline/engine/runner.py).
+world = globals().get("WORLD") or real_world()
+for name, value in build_stack(world).items():
     pulumi.export(name, value)

@@ -22,7 +22,6 @@ from typing import Any
 
 import pulumi
 
-from account_checks.aws_cli import aws_cli_check
 from account_checks.codebuild import source_credential_check
 from account_checks.existing_cluster import existing_cluster_checks
 from account_checks.quotas import quota_checks
@@ -63,11 +62,11 @@ def check_account(
     caller_arn: str,
     opts: pulumi.InvokeOptions,
     session: Callable[[], Any],
-    live: bool,
+    aws_cli: Check,
 ) -> AccountFacts:
     """Run every check; log the report; raise AccountCheckError listing every failed one.
-    `session` makes the boto3 session (made only when a check needs it); `live` is false under
-    the offline plan, where a missing `aws` CLI on this machine is reported but does not stop it."""
+    `session` makes the boto3 session (made only when a check needs it); `aws_cli` is what the
+    machine running Pulumi offers (account_checks.world)."""
     running = read_running_cluster(cfg, opts)
     zones, checks = plan_zones(cfg, running, opts)
     if cfg.fsx_groups:
@@ -82,13 +81,13 @@ def check_account(
     checks += reservation_checks(cfg, session)
     if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
-    checks.append(aws_cli_check(live))
+    checks.append(aws_cli)
     conclude(cfg, account_id, checks)
     return AccountFacts(zones, creator)
 
 
 def check_existing_cluster(
-    cfg: StackConfig, account_id: str, opts: pulumi.InvokeOptions, session: Callable[[], Any], live: bool
+    cfg: StackConfig, account_id: str, opts: pulumi.InvokeOptions, session: Callable[[], Any], aws_cli: Check
 ) -> None:
     """The checks that make sense on an EKS cluster the stack did not create: it exists here, it can
     give the training pods an identity (the Pod Identity agent add-on, which the stack does not
@@ -97,5 +96,5 @@ def check_existing_cluster(
     checks = existing_cluster_checks(cfg, account_id, opts)
     if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
-    checks.append(aws_cli_check(live))
+    checks.append(aws_cli)
     conclude(cfg, account_id, checks)

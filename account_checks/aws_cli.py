@@ -1,11 +1,10 @@
 """The `aws` CLI on the machine running Pulumi: the kubeconfig pulumi-eks writes runs
 `aws eks get-token`, so without a recent enough CLI every Kubernetes resource fails after the
-cluster is up. Under the offline plan it is reported, not run."""
+cluster is up. (The offline plan reports it instead of running it: offline/engine/world.py.)"""
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Callable
 
@@ -15,14 +14,6 @@ from account_checks.report import Check
 MIN_AWS_CLI = {1: (1, 24, 0), 2: (2, 7, 0)}
 AWS_CLI_NEEDS = "`aws` on PATH where Pulumi runs (the kubeconfig runs aws eks get-token), v2.7+"
 AWS_CLI_INSTALL = "https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html"
-
-
-def aws_cli_check(live: bool) -> Check:
-    if live:
-        return installed_cli_check(shutil.which, cli_version)
-    # The offline plan: this machine may never run `pulumi up`; report, do not stop.
-    where = shutil.which("aws")
-    return Check("aws CLI", AWS_CLI_NEEDS, f"{where or 'not on PATH'} (not run offline)")
 
 
 def installed_cli_check(which: Callable[[str], str | None], version: Callable[[str], str]) -> Check:

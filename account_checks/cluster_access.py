@@ -3,7 +3,8 @@ on it, and what it says when it cannot.
 
 The official Kubernetes client, authenticated as the stack's provider is (an EKS token made like
 `aws eks get-token`, or a kubeconfig file and context), made by a client factory the caller passes
-in (`KubeClients`): `live_clients` for a real cluster; the offline engine passes its own. Every read
+in (`KubeClients`): `live_clients` for a real cluster, the offline engine's for its own
+(account_checks.world). Every read
 has a 5 s connect and 30 s read timeout, is tried once, and a refusal (401, 403), an endpoint that
 does not answer or a kubeconfig that does not load ends the program with one sentence
 (`ClusterReadError`) instead of a traceback or a hang.
@@ -12,9 +13,8 @@ does not answer or a kubeconfig that does not load ends the program with one sen
 from __future__ import annotations
 
 import base64
-import contextlib
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,23 +78,6 @@ class ClusterAddress:
 
 # Makes the client for an address; the caller passes one in (live_clients, or the offline engine's).
 KubeClients = Callable[[ClusterAddress], client.ApiClient]
-# The factory whoever runs the program put in place (use_clients); none: the real clusters'.
-_given: list[KubeClients] = []
-
-
-@contextlib.contextmanager
-def use_clients(connect: KubeClients) -> Iterator[None]:
-    """Inside the block, the program reaches clusters through `connect` (the offline engine's)."""
-    _given.append(connect)
-    try:
-        yield
-    finally:
-        _given.remove(connect)
-
-
-def kube_clients(session: Callable[[], Any]) -> KubeClients:
-    """The client factory the program was given, else the real clusters' (live_clients)."""
-    return _given[-1] if _given else live_clients(session)
 
 
 def live_clients(session: Callable[[], Any]) -> KubeClients:

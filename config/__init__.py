@@ -62,7 +62,7 @@ def _unknown_top_level(full_key: str, valid: list[str]) -> str:
     return _closest(full_key, valid)
 
 
-def load_config(stack: str | None = None) -> StackConfig:
+def load_config(refuse_template_values: bool, stack: str | None = None) -> StackConfig:
     """Read and check the running stack's config (from the Pulumi engine or the offline plan).
 
     A live run also refuses template values (see `template_values`); the offline plan renders
@@ -73,17 +73,11 @@ def load_config(stack: str | None = None) -> StackConfig:
     keys = set(rc.CONFIG.get()) | set(rc.get_config_env())
     values = {k: rc.get_config(k) for k in keys}
     config = parse_config(stack, values, frozenset(k for k in keys if rc.is_config_secret(k)), ask_ec2=True)
-    if not under_mock_engine():
+    if refuse_template_values:
         placeholders = template_values(config)
         if placeholders:
             raise ConfigError(stack, placeholders)
     return config
-
-
-def under_mock_engine() -> bool:
-    from pulumi.runtime import mocks, settings
-
-    return isinstance(settings.get_monitor(), mocks.MockMonitor)
 
 
 # Keys whose values must be Pulumi secrets (encrypted in the stack file and the state).

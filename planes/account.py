@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import boto3
 import pulumi
 import pulumi_aws as aws
 
 from account_checks import AccountFacts, check_account, check_existing_cluster
-from config import StackConfig, under_mock_engine
+from account_checks.world import World
+from config import StackConfig
 from domain.names import STACK_TAG, iam_path
 
 
@@ -86,7 +86,7 @@ def aws_account(cfg: StackConfig) -> Account:
     return Account(provider, caller.account_id, caller.arn, iam_path(cfg.stack))
 
 
-def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:
+def account_checks(cfg: StackConfig, account: Account, world: World) -> AccountFacts:
     """Quotas, AZs, reservations, the CodeBuild credential and the aws CLI, read before any resource
     that AWS creates is registered; stops with every problem found."""
     return check_account(
@@ -94,22 +94,17 @@ def account_checks(cfg: StackConfig, account: Account) -> AccountFacts:
         account.account_id,
         account.caller_arn,
         account.invoke_opts,
-        session=boto3_session(cfg),
-        live=not under_mock_engine(),
+        session=world.session(cfg),
+        aws_cli=world.aws_cli(),
     )
 
 
-def boto3_session(cfg: StackConfig):
-    """Made only when a check needs it: the stack's region and profile, as the provider uses."""
-    return lambda: boto3.Session(profile_name=cfg.aws_profile, region_name=cfg.region)
-
-
-def existing_cluster_checks(cfg: StackConfig, account: Account) -> None:
+def existing_cluster_checks(cfg: StackConfig, account: Account, world: World) -> None:
     """The EKS cluster exists and can take the stack's pods' identity; the CodeBuild credential."""
     check_existing_cluster(
         cfg,
         account.account_id,
         account.invoke_opts,
-        session=boto3_session(cfg),
-        live=not under_mock_engine(),
+        session=world.session(cfg),
+        aws_cli=world.aws_cli(),
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pulumi_aws as aws
 
 from account_checks.checkpoint_claim import check_checkpoint_claim
-from account_checks.cluster_access import ClusterAddress, kube_clients
+from account_checks.cluster_access import ClusterAddress
 from account_checks.node_drivers import check_drivers, read_nodes
 from account_checks.operator_decisions import (
     OperatorDecision,
@@ -15,12 +15,13 @@ from account_checks.operator_decisions import (
     group_labels,
     read_operators,
 )
+from account_checks.world import World
 from components.jobs.kinds import KINDS
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from config import StackConfig
 from conventions import SYSTEM_GROUP
 from domain.catalog import is_sagemaker_type
-from planes.account import Account, boto3_session
+from planes.account import Account
 from planes.attached import kubeconfig_path
 from planes.compute import ComputePlane
 
@@ -42,13 +43,15 @@ def cluster_address(cfg: StackConfig, account: Account | None) -> ClusterAddress
     )
 
 
-def existing_operators(cfg: StackConfig, account: Account | None) -> dict[str, OperatorDecision]:
-    """What the cluster runs, read with the stack's credentials through the client factory the
-    program was given, and each operator's decision; stops (ClusterReadError, ClusterOperatorsError,
-    NodeDriverError) on a cluster it cannot read, a collision, an operator the jobs cannot use, or
-    GPU nodes whose driver the training image cannot use. Called before anything is registered
-    (stacks.attached)."""
-    connect = kube_clients(boto3_session(cfg))
+def existing_operators(
+    cfg: StackConfig, account: Account | None, world: World
+) -> dict[str, OperatorDecision]:
+    """What the cluster runs, read with the stack's credentials through the client factory of the
+    world the program runs in, and each operator's decision; stops (ClusterReadError,
+    ClusterOperatorsError, NodeDriverError) on a cluster it cannot read, a collision, an operator the
+    jobs cannot use, or GPU nodes whose driver the training image cannot use. Called before anything
+    is registered (stacks.attached)."""
+    connect = world.kubernetes_clients(world.session(cfg))
     address = cluster_address(cfg, account)
     inventory = read_operators(connect, address, cfg.stack)
     check_checkpoint_claim(connect, address, cfg)

@@ -5,6 +5,7 @@ first; a kubeconfig stack (kind) uses no AWS account at all."""
 
 from __future__ import annotations
 
+from account_checks.world import World
 from config import StackConfig
 from planes.account import aws_account, existing_cluster_checks
 from planes.attached import attached_compute_plane
@@ -18,12 +19,12 @@ from planes.tracking import tracking_outputs, tracking_plane
 from stack_outputs import StackOutputs
 
 
-def attached_stack(cfg: StackConfig) -> StackOutputs:
+def attached_stack(cfg: StackConfig, world: World) -> StackOutputs:
     account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None
     if account is not None:
-        existing_cluster_checks(cfg, account)
+        existing_cluster_checks(cfg, account, world)
     # What the cluster already runs decides each operator; a stop leaves nothing registered.
-    decisions = existing_operators(cfg, account)
+    decisions = existing_operators(cfg, account, world)
     build = build_plane(cfg, account) if account is not None else local_build_plane(cfg)
     compute = attached_compute_plane(cfg, account, build.bucket)
     operators = operators_plane(cfg, compute, decisions)

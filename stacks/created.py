@@ -11,6 +11,7 @@ Each plane gets only what it needs from the one before; each returns the stack o
 
 from __future__ import annotations
 
+from account_checks.world import World
 from config import StackConfig
 from planes.account import account_checks, aws_account
 from planes.build import build_plane
@@ -25,9 +26,9 @@ from planes.tracking import tracking_outputs, tracking_plane
 from stack_outputs import StackOutputs
 
 
-def created_stack(cfg: StackConfig) -> StackOutputs:
+def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
     account = aws_account(cfg)
-    facts = account_checks(cfg, account)
+    facts = account_checks(cfg, account, world)
     ci = ci_access(cfg, account)
     # Every role from here on carries the CI fence's boundary (CI may create no role without it).
     account = account.with_boundary(ci.boundary if ci else None)

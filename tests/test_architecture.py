@@ -5,6 +5,7 @@ is packaged with it."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -161,6 +162,16 @@ def users_of(package: str) -> set[str]:
 def test_only_the_stacks_compose_the_planes_and_only_the_program_and_the_plan_build_a_stack():
     assert users_of("planes") <= {m for m in MODULES if top(m) in ("stacks", "offline")}
     assert users_of("stacks") <= {"__main__"} | {m for m in MODULES if top(m) == "offline"}
+
+
+def test_no_product_module_asks_whether_it_is_mocked():
+    """The offline plan hands the program its world (account_checks.world); only offline/ knows Pulumi's mocks."""
+    asking = {
+        m
+        for m, path in MODULES.items()
+        if top(m) not in ("offline", "trainer") and re.search(r"\bmocks\b|MockMonitor", path.read_text())
+    }
+    assert asking == set()
 
 
 # A kind of job is one module of the jobs wing, reached through the wing's list of kinds only: adding

@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from account_checks.cluster_access import use_clients
+from account_checks.world import World
 from config import PROJECT, PROJECT_ROOT
 from offline.engine import pulumi_wire
 from offline.engine.aws_answers import OFFLINE_CALLER_ARN
 from offline.engine.cluster_answers import OfflineCluster, split_facts
 from offline.engine.mocks import OfflineMocks
 from offline.engine.recording import PlanRun, Registration
+from offline.engine.world import offline_world
 from offline.simulated_account import OfflineAccount
 
 
@@ -36,11 +37,13 @@ def run_program(
     caller_arn: str = OFFLINE_CALLER_ARN,
     facts: dict[str, Any] | None = None,
     registered: list[Registration] | None = None,
+    world: World | None = None,
 ) -> PlanRun:
     """Run `program` as `pulumi up` would, against the mock engine, and return what it registered.
-    `facts` change what the offline account answers (see offline/simulated_account.py), and what the
-    cluster runs (`cluster-objects:...`, offline/engine/cluster_answers.py); `registered`, when
-    given, receives each registration as it happens (so a failed run shows how far it got)."""
+        `facts` change what the offline account answers (see offline/simulated_account.py), and what the
+        cluster runs (`cluster-objects:...`, offline/engine/cluster_answers.py); `registered`, when
+        given, receives each registration as it happens (so a failed run shows how far it got). The
+    program runs in `world` (default: offline_world, with this run's account and cluster answering)."""
     _fresh_event_loop()
     pulumi_wire.reset_runtime(dict(config), list(secret_keys or []))
     region = config.get("aws:region", "us-east-1")
@@ -56,10 +59,10 @@ def run_program(
         sys.path.insert(0, root)
 
     def program_main():
-        runpy.run_path(str(program), run_name="__main__")
+        runpy.run_path(str(program), {"WORLD": world or offline_world(cluster)}, run_name="__main__")
 
     cluster = OfflineCluster(objects)
-    with account.botocore_answers(), use_clients(cluster.connect):
+    with account.botocore_answers():
         pulumi_wire.run_stack(program_main)
     return PlanRun(
         stack,

@@ -5,6 +5,7 @@ The offline account answers as AWS does; facts change its answers."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -14,6 +15,8 @@ from account_checks import AccountCheckError, aws_cli
 from domain.names import fit
 from offline import plan as offline_plan
 from offline.engine import run_program
+from offline.engine.cluster_answers import OfflineCluster
+from offline.engine.world import offline_world
 from offline.simulated_account import FactError, OfflineAccount, parse_facts
 
 P5_GROUP = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True}
@@ -216,14 +219,14 @@ def test_aws_cli_check(where, said, problem):
     assert (check.problem is None) if problem is None else (problem in check.problem)
 
 
-def test_a_live_run_without_the_aws_cli_stops_at_start(monkeypatch):
-    from planes import account as account_plane
-
-    monkeypatch.setattr(account_plane, "under_mock_engine", lambda: False)
-    monkeypatch.setattr(aws_cli.shutil, "which", lambda _: None)
+def test_a_live_run_without_the_aws_cli_stops_at_start():
+    """In the real world the aws CLI is run (account_checks.world); the offline plan only reports it."""
+    no_cli = replace(
+        offline_world(OfflineCluster([])), aws_cli=lambda: aws_cli.installed_cli_check(lambda _: None, str)
+    )
     registered = []
     with pytest.raises(AccountCheckError, match="the aws CLI is not on this machine's PATH"):
-        run_program("dev", stack_values("dev"), registered=registered)
+        run_program("dev", stack_values("dev"), registered=registered, world=no_cli)
     assert [r.type for r in registered] == ["pulumi:providers:aws"]
 
 
