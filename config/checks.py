@@ -34,6 +34,7 @@ from config.stack_config import StackConfig
 from config.tracking import check_tracking
 from conventions import SYSTEM_GROUP
 from domain.catalog import image_compressed_gb, image_pull_minutes, is_sagemaker_type
+from domain.job_kinds import KINDS, RAY_KINDS
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.model_facts import has_bf16_tensor_cores
 from domain.quota import QueueSpec, job_demand, shortfall
@@ -253,7 +254,7 @@ def _check_auto_resume_namespace(j: JobConfig, instance_type: str, namespace: st
     """HyperPod's auto-resume watches PyTorchJobs in `kubeflow` and `hyperpod*` namespaces only (AWS,
     "Running jobs using the SageMaker HyperPod CLI": "The job must be running under the kubeflow
     namespace or a namespace prefixed with hyperpod"): elsewhere its annotations do nothing."""
-    if j.kind != "PyTorchJob" or not is_sagemaker_type(instance_type):
+    if not KINDS[j.kind].hyperpod_auto_resume or not is_sagemaker_type(instance_type):
         return
     if namespace != "kubeflow" and not namespace.startswith("hyperpod"):
         r.problem(
@@ -299,8 +300,8 @@ def _check_job_dataset(j: JobConfig, c: StackConfig, k: str, r: Reader) -> None:
 def _check_verl(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader) -> None:
     """A VERL job runs on Ray, on GPUs that hold its model for training and rollout."""
     v, key = j.verl, f"{k}.verl"
-    if j.kind == "PyTorchJob":
-        r.problem(f"{k}.kind", j.kind, "VERL runs on Ray", "RayJob or RayCluster")
+    if j.kind not in RAY_KINDS:
+        r.problem(f"{k}.kind", j.kind, "VERL runs on Ray", " or ".join(RAY_KINDS))
     if j.command:
         r.problem(f"{k}.command", list(j.command), "a VERL job runs VERL's trainer", "no command with verl")
     r.ranges(

@@ -11,6 +11,7 @@ from typing import Literal
 from config.names import LABEL, NAME_RULE
 from config.schema import Reader, setting
 from domain.catalog import SAGEMAKER_PREFIX, is_sagemaker_type
+from domain.job_kinds import KINDS, RAY_KINDS
 from domain.model_facts import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHECKPOINT_EVERY,
@@ -18,11 +19,9 @@ from domain.model_facts import (
     MODEL_SHAPES,
 )
 from domain.topology import JobPlacement
+from stack_outputs import JobKind
 
-JobKind = Literal["PyTorchJob", "RayJob", "RayCluster"]
 WaitMode = Literal["none", "admitted", "running", "succeeded"]
-# KubeRay appends suffixes to a Ray job's name for its pods and services.
-MAX_JOB_NAME = {"PyTorchJob": 63, "RayJob": 47, "RayCluster": 47}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names whose values are credentials by convention (AWS_SECRET_ACCESS_KEY, CLIENT_SECRET, HF_TOKEN,
@@ -141,7 +140,7 @@ class JobConfig:
     @property
     def runs_default_trainer(self) -> bool:
         """The stack's trainer runs (not a command, VERL or a bare RayCluster): the plan can size it."""
-        return not self.command and self.verl is None and self.kind != "RayCluster"
+        return not self.command and self.verl is None and not KINDS[self.kind].bare
 
     def trainer_settings(self) -> TrainerSettings:
         """The default trainer's batch, length and checkpoint cadence, from `args` over its defaults.
@@ -192,7 +191,7 @@ def _float_flag(args: tuple[str, ...], flag: str, default: float) -> float:
 
 
 def check_job_name(j: JobConfig, k: str, r: Reader) -> None:
-    limit = MAX_JOB_NAME[j.kind]
+    limit = KINDS[j.kind].max_name
     if not LABEL.fullmatch(j.name) or len(j.name) > limit:
         r.problem(
             f"{k}.name", j.name, f"not a valid {j.kind} name", f"{NAME_RULE}; at most {limit} characters"
@@ -210,9 +209,7 @@ def check_job_run(j: JobConfig, k: str, r: Reader) -> None:
     h = j.hyperpod
     if not 1 <= h.max_retries <= MAX_AUTO_RESUME_RETRIES:
         r.problem(f"{k}.hyperpod.maxRetries", h.max_retries, "out of range", f"1-{MAX_AUTO_RESUME_RETRIES}")
-    elif j.kind != "PyTorchJob" and h.max_retries != HyperPodJobConfig().max_retries:
-        # HyperPod's job-auto-restart controller watches pytorchjobs only (its ClusterRole in the
-        # sagemaker-hyperpod-dependencies chart, job-auto-restart/templates/job-auto-restart-rbac.yaml).
+    elif not KINDS[j.kind].hyperpod_auto_resume and h.max_retries != HyperPodJobConfig().max_retries:
         r.problem(
             f"{k}.hyperpod.maxRetries",
             h.max_retries,
@@ -263,10 +260,9 @@ def check_job_env_and_wait(j: JobConfig, k: str, r: Reader) -> None:
             r.problem(f"{k}.env.{name}", "(plain text)", "also set in secretEnv", "one of env and secretEnv")
     if not 1 <= j.timeout_minutes <= 10080:
         r.problem(f"{k}.timeoutMinutes", j.timeout_minutes, "out of range", "1-10080 (one week)")
-    if j.kind == "RayCluster" and j.wait == "succeeded":
-        r.problem(
-            f"{k}.wait", "succeeded", "a RayCluster runs until deleted and never succeeds", "none | running"
-        )
+    waits = KINDS[j.kind].waits
+    if j.wait != "none" and j.wait not in waits:
+        r.problem(f"{k}.wait", j.wait, f"a {j.kind} never reaches it", " | ".join(("none", *waits)))
 
 
 # KubeRay sets these on every Ray pod for token auth, and only where the container has not
@@ -275,7 +271,7 @@ RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_E
 
 
 def check_job_ray_auth_env(j: JobConfig, k: str, r: Reader) -> None:
-    if j.kind not in ("RayJob", "RayCluster"):
+    if j.kind not in RAY_KINDS:
         return
     for name in [*j.env, *j.secret_env]:
         if name in RAY_AUTH_ENV:

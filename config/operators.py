@@ -8,6 +8,7 @@ from typing import Any
 
 from config.names import PROJECT
 from config.schema import Reader, setting
+from domain.job_kinds import KINDS
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 # The ray-project/kuberay commit each KubeRay chart version's tag names: the stack applies that
@@ -114,9 +115,8 @@ class OperatorsConfig:
 
     def runs(self, job_kind: str) -> tuple[str, bool]:
         """The operator that runs a job kind, by its config key, and whether it is installed."""
-        if job_kind == "PyTorchJob":
-            return "trainingOperator", self.training_operator.enabled
-        return "kuberay", self.kuberay.enabled
+        key = KINDS[job_kind].operator
+        return key, self.on_any_cluster()[key].enabled
 
 
 def check_operators(o: OperatorsConfig, r: Reader) -> None:

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from conventions import EFA_RESOURCE, GPU_RESOURCE, SYSTEM_GROUP, cluster_queue_name
-from domain.placement import RAY_HEAD, RAY_SUBMITTER, Placement
+from domain.job_kinds import KINDS
+from domain.placement import Placement
 
-RAY_KINDS = ("RayJob", "RayCluster")
 SYSTEM_FLAVOR = cluster_queue_name(SYSTEM_GROUP)
 
 Amounts = dict[str, int]  # cpu in millicores, memory in GiB, devices in units
@@ -42,10 +42,17 @@ def _amounts(requests: Mapping[str, str]) -> Amounts:
     }
 
 
-# What a Ray job needs on the system flavor, in the units above: its head, and a RayJob's submitter.
-HEAD = _amounts(RAY_HEAD)
-SUBMITTER = _amounts(RAY_SUBMITTER)
-RAY_ON_SYSTEM = {"RayCluster": HEAD, "RayJob": _add(HEAD, SUBMITTER)}
+def on_system(kind: str) -> Amounts:
+    """What a job of `kind` needs on the system flavor besides its workers (a Ray head, a RayJob's
+    submitter), in the units above."""
+    found: Amounts = {}
+    for requests in KINDS[kind].system_pods:
+        found = _add(found, _amounts(requests))
+    return found
+
+
+# The most any kind needs on the system flavor (a RayJob's head and submitter).
+MOST_ON_SYSTEM = max((on_system(k) for k in KINDS), key=lambda a: (a.get("cpu", 0), a.get("memory", 0)))
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ class QueueSpec:
         queue adds a RayJob's head and submitter per node on the system flavor (no more jobs than
         nodes run at once); the system queue, where CPU jobs take half a node each, one beside them."""
         nodes = _times(per_node(self.placement), self.max_nodes)
-        ray = RAY_ON_SYSTEM["RayJob"]
+        ray = MOST_ON_SYSTEM
         if self.group == SYSTEM_GROUP:
             return {self.flavor: _add(nodes, ray)}
         heads = _times(ray, self.max_nodes)
@@ -84,11 +91,11 @@ class QueueSpec:
 
 
 def job_demand(p: Placement, nodes: int, kind: str) -> dict[str, Amounts]:
-    """What Kueue counts for a job, by flavor: its workers, and on the system flavor a Ray head and
-    a RayJob's submitter (kueue's rayjob integration: head, worker groups, submitter)."""
+    """What Kueue counts for a job, by flavor: its workers, and on the system flavor its kind's pods
+    beside them (domain.job_kinds)."""
     demand = {cluster_queue_name(p.group): _times(per_node(p), nodes)}
-    if kind in RAY_KINDS:
-        demand[SYSTEM_FLAVOR] = _add(demand.get(SYSTEM_FLAVOR, {}), RAY_ON_SYSTEM[kind])
+    if KINDS[kind].system_pods:
+        demand[SYSTEM_FLAVOR] = _add(demand.get(SYSTEM_FLAVOR, {}), on_system(kind))
     return demand
 
 

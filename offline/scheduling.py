@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from components.jobs.kinds import KINDS
 from conventions import EFA_RESOURCE, GPU_RESOURCE, QUEUE_LABEL
 from domain.quota import shortfall
 from offline.engine import PlanRun
@@ -39,28 +40,10 @@ JOB_TYPES = (
 
 # --- Kueue's model of a job ----------------------------------------------------------------------
 
-# Kueue's (and KubeRay's) submitter pod when a RayJob names none (rayjob_controller.go).
-DEFAULT_SUBMITTER = {
-    "spec": {"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}
-}
-
 
 def named_pod_sets(job: dict) -> list[tuple[str, dict, int]]:
-    """(name, pod template, count) per PodSet, as Kueue's integrations build the Workload: a RayJob
-    in K8sJobMode (KubeRay's default) has a third, its submitter Job."""
-    spec = job["spec"]
-    if job["kind"] == "PyTorchJob":
-        return [
-            (k.lower(), r["template"], r.get("replicas", 1)) for k, r in spec["pytorchReplicaSpecs"].items()
-        ]
-    cluster = spec["rayClusterSpec"] if job["kind"] == "RayJob" else spec
-    sets = [("head", cluster["headGroupSpec"]["template"], 1)]
-    sets += [
-        (g["groupName"], g["template"], g.get("replicas", 1)) for g in cluster.get("workerGroupSpecs") or []
-    ]
-    if job["kind"] == "RayJob" and spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
-        sets.append(("submitter", spec.get("submitterPodTemplate") or DEFAULT_SUBMITTER, 1))
-    return sets
+    """(name, pod template, count) per PodSet, as the job's kind says Kueue builds its Workload."""
+    return KINDS[job["kind"]].pod_sets(job)
 
 
 def pod_sets(job: dict) -> list[tuple[dict, int]]:

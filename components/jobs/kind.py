@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 
 class JobKind(ABC):
-    """One kind of training job: its manifest, its pods' network flows, the operator that runs it
-    and how a person watches it. (What Kueue counts for it is domain.quota's.)"""
+    """One kind of training job: its manifest and its Kueue PodSets, its pods' network flows, the
+    operator that runs it and how a person watches it. What the layers below need of it (its
+    operator's config key, name limit, wait modes, pods on the system nodes) is domain.job_kinds'."""
 
     name: str  # the manifest's kind, as `jobs[].kind` names it
     api_version: str
@@ -40,6 +41,11 @@ class JobKind(ABC):
     def annotations(self, args: TrainingJobArgs) -> dict[str, str]:
         """The manifest's own annotations, besides what `pulumi up` waits for."""
         return {}
+
+    @abstractmethod
+    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+        """(name, pod template, count) per PodSet of a manifest of this kind, as Kueue's integration
+        builds the job's Workload (what it admits whole)."""
 
     @abstractmethod
     def allows(self, job: str) -> tuple[Allow, ...]:

@@ -107,6 +107,11 @@ class PyTorchJob(JobKind):
             return {}
         return hyperpod.auto_resume_annotations(args.job.hyperpod)
 
+    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+        """One PodSet per replica type (kueue's pkg/controller/jobs/kubeflow/kubeflowjob)."""
+        replicas = manifest["spec"]["pytorchReplicaSpecs"].items()
+        return [(k.lower(), r["template"], r.get("replicas", 1)) for k, r in replicas]
+
     def allows(self, job: str) -> tuple[Allow, ...]:
         """Its pods reach each other on every port: torchrun's c10d rendezvous, NCCL's and gloo's
         bootstrap and data sockets (ports chosen at run time)."""

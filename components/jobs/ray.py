@@ -80,6 +80,13 @@ def ray_cluster_spec(args: TrainingJobArgs) -> dict[str, Any]:
     }
 
 
+def ray_pod_sets(cluster: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+    """A Ray cluster's PodSets: its head, and one per worker group (kueue's raycluster integration)."""
+    sets = [("head", cluster["headGroupSpec"]["template"], 1)]
+    groups = cluster.get("workerGroupSpecs") or []
+    return sets + [(g["groupName"], g["template"], g.get("replicas", 1)) for g in groups]
+
+
 def ray_pods(job: str, *roles: str) -> dict[str, Any]:
     """A Ray job's pods in the given roles."""
     return {

@@ -9,7 +9,7 @@ import pulumi
 
 from components.jobs.kind import JobKind
 from components.jobs.pods import TrainingJobArgs
-from components.jobs.ray import ray_allows, ray_cluster_spec
+from components.jobs.ray import ray_allows, ray_cluster_spec, ray_pod_sets
 from components.network_policy import Allow
 from conventions import RAY_DASHBOARD_PORT
 
@@ -29,6 +29,9 @@ class RayCluster(JobKind):
 
     def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
         return ray_cluster_spec(args)
+
+    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+        return ray_pod_sets(manifest["spec"])
 
     def allows(self, job: str) -> tuple[Allow, ...]:
         return ray_allows(job)

@@ -12,13 +12,19 @@ import pulumi
 from components.jobs import verl as verl_job
 from components.jobs.kind import JobKind
 from components.jobs.pods import CHECKPOINT_DIR, TrainingJobArgs, trainer_args
-from components.jobs.ray import ray_allows, ray_cluster_spec
+from components.jobs.ray import ray_allows, ray_cluster_spec, ray_pod_sets
 from components.network_policy import Allow
 from conventions import JOB_LABEL, PART_OF, RAY_ROLE_LABEL, RAY_SUBMITTER_ROLE
 from domain.placement import RAY_DRIVER_CPUS, RAY_SUBMITTER
 
 if TYPE_CHECKING:
     from components.operators import ClusterOperators
+
+
+# Kueue's (and KubeRay's) submitter pod when a RayJob names none (rayjob_controller.go).
+DEFAULT_SUBMITTER = {
+    "spec": {"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}
+}
 
 
 def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
@@ -46,7 +52,7 @@ def ray_entrypoint(args: TrainingJobArgs) -> pulumi.Output[str]:
 
 def submitter_template(args: TrainingJobArgs) -> dict[str, Any]:
     """The pod that runs `ray job submit` (KubeRay fills in its command), beside the head on the
-    system nodes, with the requests the queue's quota counts for it (domain.quota.SUBMITTER)."""
+    system nodes, with the requests the queue's quota counts for it (domain.job_kinds, the RayJob's system pods)."""
     return {
         "metadata": {"labels": {**PART_OF, JOB_LABEL: args.job.name, RAY_ROLE_LABEL: RAY_SUBMITTER_ROLE}},
         "spec": {
@@ -95,6 +101,15 @@ class RayJob(JobKind):
             "backoffLimit": args.job.max_recreations,
             "rayClusterSpec": ray_cluster_spec(args),
         }
+
+    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+        """The Ray cluster's, and in K8sJobMode (KubeRay's default) a third, its submitter Job
+        (kueue's rayjob integration)."""
+        spec = manifest["spec"]
+        sets = ray_pod_sets(spec["rayClusterSpec"])
+        if spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
+            sets.append(("submitter", spec.get("submitterPodTemplate") or DEFAULT_SUBMITTER, 1))
+        return sets
 
     def allows(self, job: str) -> tuple[Allow, ...]:
         """The Ray cluster's flows, and its head's dashboard from the submitter (`ray job submit`)."""
