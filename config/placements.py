@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from config.node_groups import GpuNodeGroupConfig
 from config.stack_config import StackConfig
+from conventions import SYSTEM_GROUP
 from domain.catalog import INSTANCE_TYPES
 from domain.node_roles import group_selector
 from domain.placement import Placement, gpu_placement, system_placement
@@ -45,3 +46,10 @@ def group_network_layers(c: StackConfig, g: GpuNodeGroupConfig) -> int:
     cluster it did not create nothing says its nodes carry the labels (a node without them is no
     capacity to Kueue's topology-aware scheduling, so its jobs would never be admitted)."""
     return 0 if c.existing_cluster.named else network_layers(g.instance_type)
+
+
+def placements(c: StackConfig) -> dict[str, Placement | None]:
+    """What one node of each group offers a job's pods, the system group's included, priced: the one
+    builder the program uses on a cluster it creates and on one it attaches to."""
+    found = {SYSTEM_GROUP: config_system_placement(c)}
+    return found | {g.name: catalog_placement(g, g.hourly_usd) for g in c.gpu_node_groups}

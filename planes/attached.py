@@ -14,8 +14,7 @@ from components.pod_identity import (
     TrainingPodIdentityArgs,
 )
 from config import PROJECT_ROOT, StackConfig
-from config.placements import catalog_placement, config_system_placement
-from conventions import SYSTEM_GROUP
+from config.placements import placements
 from planes.account import Account
 from planes.compute import ComputePlane
 
@@ -57,12 +56,10 @@ def attached_compute_plane(
         ),
         account.opts if account else None,
     )
-    found = {SYSTEM_GROUP: config_system_placement(cfg)}
-    found |= {g.name: catalog_placement(g, g.hourly_usd) for g in cfg.gpu_node_groups}
     return ComputePlane(
         provider=cluster.provider,
         system_nodes=None,
-        placements=found,
+        placements=placements(cfg),
         group_nodes={},
         pod_identity=pod_identity,
         cluster_name=cluster.cluster_name,

@@ -24,11 +24,10 @@ from components.pod_identity import (
 from components.queueing import AUTOSCALER_SERVICE_ACCOUNT
 from components.tracking import TrackingNetwork
 from config import EKS_ADDON_VERSIONS, StackConfig
-from config.placements import config_system_placement
+from config.placements import placements
 from conventions import SYSTEM_GROUP
 from domain.names import eks_cluster_name
-from domain.node_roles import group_selector
-from domain.placement import Placement, gpu_placement
+from domain.placement import Placement
 from planes.account import Account
 from planes.ci import ci_deploy_entry
 from planes.storage import SharedStorage, shared_storage
@@ -163,7 +162,7 @@ def compute_plane(
     return ComputePlane(
         provider=cluster.provider,
         system_nodes=cluster.system_nodes,
-        placements=placements(cfg, node_groups),
+        placements=placements(cfg),
         group_nodes={SYSTEM_GROUP: cluster.system_nodes} | {ng.group_name: ng for ng in node_groups},
         pod_identity=pod_identity,
         cluster_name=cluster.cluster_name,
@@ -176,20 +175,3 @@ def compute_plane(
             network.vpc_id, network.private_subnet_ids, cluster.cluster_security_group_id
         ),
     )
-
-
-def placements(cfg: StackConfig, node_groups: list[GpuNodeGroup]) -> dict[str, Placement]:
-    """What one node of each group offers a job's pods (GPU facts as EC2 reports them)."""
-    found = {SYSTEM_GROUP: config_system_placement(cfg)}
-    for ng, g in zip(node_groups, cfg.gpu_node_groups, strict=True):
-        found[g.name] = gpu_placement(
-            g.name,
-            g.instance_type,
-            ng.gpu_count,
-            ng.efa_count,
-            ng.vcpus,
-            ng.memory_gib,
-            g.hourly_usd,
-            selector=group_selector(g.name, g.gpu),
-        )
-    return found
