@@ -32,7 +32,7 @@ class GpuNodeGroup(TypedDict):
 
 
 class JobSummary(TypedDict):
-    """`jobs[<job>]`: one job the stack launches (components/jobs.py, `TrainingJob.summary`)."""
+    """`jobs[<job>]`: one job the stack launches (components/jobs/training_job.py, `TrainingJob.summary`)."""
 
     kind: JobKind
     nodeGroup: str

@@ -97,7 +97,7 @@ class ImageBuildArgs:
     account_id: str
     aws_profile: str | None
     archive_dir: Path  # where the zipped context is written before upload
-    verl_base_image: str | None = None  # set: also build the VERL image on it (components/verl.py VERL_IMAGE)
+    verl_base_image: str | None = None  # set: also build the VERL image (components/jobs/verl.py VERL_IMAGE)
 
 
 def docker_build(context_dir: Path, base_image: str, target: str = TRAINING_TARGET) -> dict:

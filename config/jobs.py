@@ -315,7 +315,7 @@ def check_job_secret_env(j: JobConfig, jobs_secret: bool, k: str, r: Reader) -> 
 
 @dataclass(frozen=True)
 class VerlConfig:
-    """RL post-training with VERL on a RayJob or RayCluster (see components/verl.py)."""
+    """RL post-training with VERL on a RayJob or RayCluster (see components/jobs/verl.py)."""
 
     algorithm: Literal["grpo", "ppo"] = setting(
         "algorithm", "GRPO (no critic) or PPO (a critic of the same model).", "grpo"

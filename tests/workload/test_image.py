@@ -38,7 +38,7 @@ def env_instructions(dockerfile: str) -> dict[str, str]:
 
 
 def test_the_image_bakes_no_efa_provider_settings():
-    """FI_* belongs to EFA groups only (components/job_pods.py EFA_ENV): baked into the image, a
+    """FI_* belongs to EFA groups only (components/jobs/pods.py EFA_ENV): baked into the image, a
     group without EFA would ask libfabric for the efa provider too."""
     env = env_instructions(DOCKERFILE)
     assert "LD_LIBRARY_PATH" in env and "PYTHONUNBUFFERED" in env  # the parser sees the ENV lines

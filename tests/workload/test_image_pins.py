@@ -1,6 +1,6 @@
 """Nothing in the images is fetched unpinned (issue #37): the bases by digest, the EFA installer
 checked against its SHA-256 before it runs, every Python package from a hashed lock that agrees
-with workload/requirements.txt, verl baked into the VERL image at components/verl.py's version.
+with workload/requirements.txt, verl baked into the VERL image at components/jobs/verl.py's version.
 No Docker here: the files are read, and the EFA script runs against a fake download."""
 
 from __future__ import annotations
