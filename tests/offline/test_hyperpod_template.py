@@ -102,6 +102,29 @@ def test_the_pytorchjob_requires_healthy_nodes_and_resumes_on_hyperpod(stack):
     assert env_of(m)["HF_TOKEN"]["secretKeyRef"]["key"] == "HF_TOKEN"
 
 
+def test_the_jobs_hyperpod_settings_reach_its_pytorchjob(tmp_path):
+    """maxRetries and deepHealthCheck, set to other than their defaults (3, preferred), reach the
+    manifest: the auto-resume annotation, the operator's backoffLimit, the required affinity."""
+    values, secret_keys = read_stack_file(ROOT / "Pulumi.hyperpod.yaml")
+    jobs = json.loads(values["trainstack:jobs"])
+    jobs[0]["hyperpod"] = {"maxRetries": 9, "deepHealthCheck": "required"}
+    values["trainstack:jobs"] = json.dumps(jobs)
+    present = hyperpod_dependencies(tmp_path)
+    run = run_program(
+        "hyperpod",
+        values,
+        secret_keys,
+        facts={**HYPERPOD_CLUSTER, **as_facts("sagemaker-test-cluster", present)},
+    )
+    m = job(run, "PyTorchJob", "llama-1b-c4")
+    assert m["metadata"]["annotations"][HYPERPOD_MAX_RETRY_ANNOTATION] == "9"
+    assert m["spec"]["runPolicy"] == {"backoffLimit": 9}
+    affinity = worker_pod(m)["affinity"]["nodeAffinity"]
+    required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert required == [{"matchExpressions": [SCHEDULABLE, DEEP_PASSED]}]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in affinity
+
+
 @pytest.mark.parametrize(("kind", "name"), [("PyTorchJob", "llama-1b-c4"), ("RayJob", "verl-grpo")])
 def test_each_job_keeps_checkpoints_in_its_directory_of_the_claim(stack, kind, name):
     run, _ = stack
