@@ -1,9 +1,9 @@
 """Compute plane on the stack's own cluster: VPC, EKS, GPU and CPU node groups, pod identity (training pods
-and the autoscaler), and the shared storage the groups mount."""
+and the autoscaler). The shared storage the groups mount is composed beside it (stacks.created)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -30,7 +30,29 @@ from domain.names import eks_cluster_name
 from domain.placement import Placement
 from planes.account import Account
 from planes.ci import ci_deploy_entry
-from planes.storage import SharedStorage, shared_storage
+
+
+@dataclass(frozen=True)
+class OwnCluster:
+    """What only a cluster the stack creates has: its network, its EKS cluster, its node groups and
+    the autoscaler's identity."""
+
+    network: Network
+    cluster: Cluster
+    node_groups: list[GpuNodeGroup]
+    autoscaler_identity: ClusterAutoscalerIdentity | None
+
+    @property
+    def eks(self) -> EksAccess:
+        """For Pod Identity of what runs on it."""
+        return EksAccess.of(self.cluster)
+
+    @property
+    def private_network(self) -> TrackingNetwork:
+        """Its private subnets and the cluster's security group."""
+        return TrackingNetwork(
+            self.network.vpc_id, self.network.private_subnet_ids, self.cluster.cluster_security_group_id
+        )
 
 
 @dataclass(frozen=True)
@@ -46,11 +68,7 @@ class ComputePlane:
     kubeconfig: pulumi.Output[str] | None  # None: the user's kubeconfig file (kubeconfig_file)
     kubeconfig_file: str | None = None
     kube_context: str | None = None
-    node_groups: list[GpuNodeGroup] = field(default_factory=list)  # the ones the stack created
-    autoscaler_identity: ClusterAutoscalerIdentity | None = None
-    storage: SharedStorage | None = None
-    eks: EksAccess | None = None  # the stack's own EKS cluster, for Pod Identity of what runs on it
-    network: TrackingNetwork | None = None  # its private subnets and security group
+    own: OwnCluster | None = None  # None: a cluster the stack did not create
 
 
 def compute_plane(
@@ -167,11 +185,5 @@ def compute_plane(
         pod_identity=pod_identity,
         cluster_name=cluster.cluster_name,
         kubeconfig=cluster.kubeconfig,
-        node_groups=node_groups,
-        autoscaler_identity=autoscaler_identity,
-        storage=shared_storage(cfg, account, facts, network, cluster, bucket, pod_identity),
-        eks=EksAccess.of(cluster),
-        network=TrackingNetwork(
-            network.vpc_id, network.private_subnet_ids, cluster.cluster_security_group_id
-        ),
+        own=OwnCluster(network, cluster, node_groups, autoscaler_identity),
     )

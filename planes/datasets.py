@@ -26,7 +26,7 @@ def datasets_plane(
     if not cfg.datasets or build.bucket is None or build.image_uri is None:
         return {}
     # An attached EKS cluster's Pod Identity is reached by its name, as planes/attached.py does.
-    eks = compute.eks or EksAccess(compute.cluster_name, [])
+    eks = compute.own.eks if compute.own else EksAccess(compute.cluster_name, [])
     pods = compute.pod_identity
     waits = [r for r in (pods.namespace, compute.system_nodes) if r is not None]
     bucket = build.bucket

@@ -19,7 +19,7 @@ from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
 from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
-from planes.storage import checkpoints, storage_claims
+from planes.storage import SharedStorage, checkpoints, storage_claims
 from planes.tracking import Tracking
 
 
@@ -71,6 +71,7 @@ def jobs_plane(
     queues: Queueing,
     tracking: Tracking | None,
     datasets: dict[str, DatasetPreparation],
+    storage: SharedStorage | None,
 ) -> list[TrainingJob]:
     pods, provider = compute.pod_identity, compute.provider
     hf_secret = None
@@ -100,7 +101,7 @@ def jobs_plane(
         extra = [
             r for r in (hf_secret, env_secret, identity.ready, *operators.device_plugins, *policies) if r
         ]
-        extra += storage_claims(compute.storage)
+        extra += storage_claims(storage)
         # A job naming a dataset starts on prepared files: pulumi-kubernetes awaits the Job's Complete.
         data = datasets[j.dataset] if j.dataset else None
         extra += [data.job] if data else []
@@ -114,10 +115,8 @@ def jobs_plane(
                     nodes=compute.group_nodes.get(j.node_group),
                     image=j.image or (build.verl_image_uri if j.verl else build.image_uri),
                     prep_image=build.image_uri,
-                    checkpoints=checkpoints(cfg, build, compute.storage, j.node_group, j.name),
-                    datasets_claim=compute.storage.datasets.claim_name
-                    if compute.storage and compute.storage.datasets
-                    else None,
+                    checkpoints=checkpoints(cfg, build, storage, j.node_group, j.name),
+                    datasets_claim=storage.datasets.claim_name if storage and storage.datasets else None,
                     data=data.trainer_args() if data else [],
                     namespace=pods.namespace_name,
                     service_account=identity.service_account_name,

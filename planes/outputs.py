@@ -56,7 +56,7 @@ def outputs(
 
 
 def gpu_group_outputs(cfg: StackConfig, compute: ComputePlane) -> dict[str, GpuNodeGroup]:
-    created = {ng.group_name: ng for ng in compute.node_groups}
+    created = {ng.group_name: ng for ng in (compute.own.node_groups if compute.own else [])}
     found: dict[str, GpuNodeGroup] = {}
     for g in cfg.gpu_node_groups:
         p, ng = compute.placements[g.name], created.get(g.name)

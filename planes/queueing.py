@@ -28,6 +28,7 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
     ]
     q, cc = cfg.queueing, cfg.cluster
     pods = compute.pod_identity
+    autoscaler = compute.own.autoscaler_identity if compute.own else None
     return Queueing(
         "queueing",
         QueueingArgs(
@@ -50,8 +51,6 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
             idle_node_minutes=q.idle_node_minutes,
             pods_ready_timeout_minutes=q.pods_ready_timeout_minutes,
             max_node_provision_minutes=q.max_node_provision_minutes,
-            autoscaler_identity=compute.autoscaler_identity.association
-            if compute.autoscaler_identity
-            else None,
+            autoscaler_identity=autoscaler.association if autoscaler else None,
         ),
     )

@@ -10,14 +10,13 @@ import pulumi
 
 from account_checks import AccountFacts
 from components.bucket import CHECKPOINT_PREFIX, ArtifactBucket
-from components.cluster import Cluster
 from components.jobs.pods import Checkpoints
-from components.network import Network
 from components.pod_identity import TrainingPodIdentity
 from components.shared_storage import FsxCheckpoints, FsxCheckpointsArgs, S3Datasets, S3DatasetsArgs
 from config import JobConfig, StackConfig
 from planes.account import Account
 from planes.build import BuildPlane
+from planes.compute import OwnCluster
 
 
 @dataclass(frozen=True)
@@ -33,13 +32,14 @@ def shared_storage(
     cfg: StackConfig,
     account: Account,
     facts: AccountFacts,
-    network: Network,
-    cluster: Cluster,
-    bucket: ArtifactBucket,
+    own: OwnCluster,
     pods: TrainingPodIdentity,
+    bucket: ArtifactBucket,
 ) -> SharedStorage:
     """FSx for Lustre in the AZ of the groups that mount it (the account checks made sure it is
-    one), and the datasets through Mountpoint."""
+    one), and the datasets through Mountpoint, on the stack's own cluster (the config refuses them
+    elsewhere)."""
+    network, cluster = own.network, own.cluster
     fsx = None
     if cfg.fsx_groups:
         zone = facts.zones.group_zones[sorted(cfg.fsx_groups)[0]]

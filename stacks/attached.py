@@ -31,5 +31,5 @@ def attached_stack(cfg: StackConfig, world: World) -> StackOutputs:
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)
     datasets = datasets_plane(cfg, build, compute)
-    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets, storage=None)
     return outputs(cfg, build, compute, operators, queues, jobs) | tracking_outputs(tracking)

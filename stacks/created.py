@@ -1,7 +1,8 @@
 """A stack on a cluster it creates, plane by plane, as in the architecture diagram:
 
     account (provider; quotas, AZs, reservations: nothing registered if one fails)
-      ->  build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM, storage)
+      ->  build plane (bucket, registry, image)  ->  compute plane (VPC, EKS, GPU nodes, pod IAM)
+      ->  shared storage (FSx for Lustre, datasets through Mountpoint)
       ->  operators plane (device plugins, training operator, KubeRay)
       ->  queueing plane (Kueue queues per node group, cluster autoscaler)
       ->  tracking plane (MLflow)  ->  jobs plane (each job of its kind, queued)
@@ -22,6 +23,7 @@ from planes.jobs import jobs_plane
 from planes.operators import operators_plane
 from planes.outputs import outputs
 from planes.queueing import queueing_plane
+from planes.storage import shared_storage
 from planes.tracking import tracking_outputs, tracking_plane
 from stack_outputs import StackOutputs
 
@@ -35,12 +37,13 @@ def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
     build = build_plane(cfg, account, ci)
     check_mounted_files(cfg, build)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
+    storage = shared_storage(cfg, account, facts, compute.own, compute.pod_identity, build.bucket)
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)
     datasets = datasets_plane(cfg, build, compute)
-    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets)
-    runner = ci_runner(cfg, account, compute.network)
+    jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets, storage)
+    runner = ci_runner(cfg, account, compute.own.private_network)
     return (
         outputs(cfg, build, compute, operators, queues, jobs)
         | tracking_outputs(tracking)
