@@ -3,7 +3,7 @@
 On a collective timeout PyTorch's NCCL watchdog writes each rank's flight recorder to
 `$TORCH_FR_DUMP_TEMP_FILE<rank>` (torch/csrc/distributed/c10d/FlightRecorder.cpp,
 DebugInfoWriter::getWriter, which still reads the older TORCH_NCCL_DEBUG_INFO_TEMP_FILE after it)
-and the rank ends. The stack points that prefix at the checkpoint volume (components/jobs/pods.py
+and the rank ends. The stack points that prefix at the checkpoint volume (components/job_pods.py
 GPU_ENV), which outlives the worker that torchrun restarts; the restarted trainer uploads what it
 finds there next to the job's checkpoints in S3, which outlives the pod, for `torchfrtrace` to read.
 """
