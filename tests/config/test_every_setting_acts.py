@@ -65,7 +65,7 @@ def _apply(values: dict[str, str], settings: dict[str, Any]) -> dict[str, str]:
 
 
 @functools.cache
-def _plan(stack_file: str, frozen_values: str, secret_jobs: bool) -> str:
+def _plan(stack_file: str, frozen_values: str, secret_jobs: bool, frozen_facts: str) -> str:
     """The plan's resources and manifests (every registration's inputs and options), as one string."""
     name = stack_file.rsplit("/", 1)[-1].removeprefix("Pulumi.").removesuffix(".yaml")
     values = json.loads(frozen_values)
@@ -76,7 +76,7 @@ def _plan(stack_file: str, frozen_values: str, secret_jobs: bool) -> str:
         secret_keys = sorted({*secret_keys, "trainstack:jobs"})
     try:
         cfg = parse_config(name, values, frozenset(secret_keys))
-        run = run_program(name, values, secret_keys, facts=named_cluster_fact(cfg, {}))
+        run = run_program(name, values, secret_keys, facts=named_cluster_fact(cfg, json.loads(frozen_facts)))
     finally:
         close_event_loops()
     registered = sorted((r.as_json() for r in run.resources), key=lambda r: r["urn"])
@@ -96,6 +96,7 @@ def test_the_setting_changes_the_plan(key):
     base = _apply(values, change.base)
     changed = _apply(_with(base, change.path, change.value), change.also)
     assert changed != base, f"{key}: {change.path} is already {change.value!r} in {change.stack_file}"
-    before = _plan(change.stack_file, json.dumps(base, sort_keys=True), change.secret_jobs)
-    after = _plan(change.stack_file, json.dumps(changed, sort_keys=True), change.secret_jobs)
+    facts = json.dumps(change.facts, sort_keys=True)
+    before = _plan(change.stack_file, json.dumps(base, sort_keys=True), change.secret_jobs, facts)
+    after = _plan(change.stack_file, json.dumps(changed, sort_keys=True), change.secret_jobs, facts)
     assert after != before, f"{key} = {change.value!r} on {change.stack_file} leaves the plan unchanged"

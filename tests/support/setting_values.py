@@ -23,6 +23,7 @@ class Change:
     base: dict[str, Any] = field(default_factory=dict)  # what both plans set first (path -> value)
     also: dict[str, Any] = field(default_factory=dict)  # what the rules require to change with it
     secret_jobs: bool = False  # `trainstack:jobs` is a secret (secretEnv)
+    facts: dict[str, Any] = field(default_factory=dict)  # what the offline account answers instead
 
     @property
     def key(self) -> str:
@@ -45,6 +46,14 @@ CI = {"ci.githubRepository": "example/trainstack"}
 CI_IDS = {**CI, "ci.githubOwnerId": 1234, "ci.githubRepositoryId": 5678}
 SERVER = {"tracking.mode": "server"}
 EXTERNAL = {"tracking.mode": "external", "tracking.uri": "https://mlflow.example.com"}
+RESERVATION = {
+    "reservation:cr-0123456789abcdef0": {
+        "instanceType": "g6.xlarge",
+        "availabilityZone": "us-east-1a",
+        "total": 1,
+        "available": 1,
+    }
+}
 DOCKER_HUB = {"image.dockerHubUsername": "someone", "dockerHubAccessToken": "dckr_pat_x"}
 
 # fmt: off
@@ -96,7 +105,7 @@ TABLE = [
     Change(PROD, "gpuNodeGroups[0].efa", False, {"gpuNodeGroups[0].placementGroup": False}),
     Change(DEV, "gpuNodeGroups[0].capacityType", "SPOT"),
     Change(DEV, "gpuNodeGroups[0].capacityReservationId", "cr-0123456789abcdef0",
-           {"gpuNodeGroups[0].availabilityZone": "us-east-1a"}),
+           {"gpuNodeGroups[0].availabilityZone": "us-east-1a"}, facts=RESERVATION),
     Change(PROD, "gpuNodeGroups[0].placementGroup", False),
     Change(DEV, "gpuNodeGroups[0].diskSizeGiB", 300),
     Change(DEV, "gpuNodeGroups[0].diskThroughputMiBps", 500, CPU_GROUP),
