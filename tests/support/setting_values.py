@@ -192,8 +192,9 @@ TABLE = [
     Change(HYPERPOD, "jobs[0].hyperpod.maxRetries", 9),
     Change(DEV, "hfToken", "hf_x"),
     Change(DEV, "trackingToken", "t", EXTERNAL),
-    Change(DEV, "trackingPassword", "pw2", {**EXTERNAL, "tracking.username": "u", "trackingPassword": "pw"}),
-    Change(DEV, "dockerHubAccessToken", "dckr_pat_y", DOCKER_HUB),
+    # A secret shows in a plan as [secret]: set against unset.
+    Change(DEV, "trackingPassword", "pw", EXTERNAL, also={"tracking.username": "u"}),
+    Change(DEV, "dockerHubAccessToken", "dckr_pat_x", also={"image.dockerHubUsername": "someone"}),
     *(Change(PROD if op == "efaDevicePlugin" else DEV, f"operators.{op}.{key}", value)
       for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "kueue", "clusterAutoscaler")
       for key, value in (("enabled", False), ("version", "9.9.9"), ("values", {"extra": "1"}))
