@@ -122,7 +122,6 @@ TABLE = [
     Change(DEV, "image.buildTimeoutMinutes", 90),
     Change(DEV, "image.nightlyRebuild", True),
     Change(DEV, "image.sourceRepository", "https://github.com/example/trainstack"),
-    Change(DEV, "image.dockerHubUsername", "someone-else", DOCKER_HUB),
     Change(DEV, "registry.untaggedExpiryDays", 14),
     Change(DEV, "registry.keepLastImages", 10),
     Change(DEV, "registry.forceDelete", False),
@@ -182,7 +181,6 @@ TABLE = [
     Change(DEV, "jobs[0].verl", {}, {"jobs[0].kind": "RayJob"}),
     Change(VERL, "jobs[0].verl.algorithm", "ppo"),
     Change(VERL, "jobs[0].verl.model", "Qwen/Qwen2.5-1.5B-Instruct"),
-    Change(VERL, "jobs[0].verl.modelBillions", 0.6),
     Change(VERL, "jobs[0].verl.epochs", 2),
     Change(VERL, "jobs[0].verl.batchSize", 128),
     Change(VERL, "jobs[0].verl.rollouts", 4),
@@ -205,8 +203,13 @@ TABLE = [
 # fmt: on
 CHANGES: dict[str, Change] = {c.key: c for c in TABLE}
 
-# Settings no other value of which can show in a plan, and where they act.
-ACTS_AT_RUN_TIME: dict[str, str] = {
+# Settings that act where a plan's resources do not show them, and where.
+ACTS_ELSEWHERE: dict[str, str] = {
+    "trainstack:image.dockerHubUsername": "in the pull-through cache's credentials secret, beside the "
+    "token, which a plan shows as [secret] (components/image.py); set with the token, it makes the cache "
+    "(dockerHubAccessToken's change)",
+    "trainstack:jobs[].verl.modelBillions": "the config's fit check of a VERL job on its group "
+    "(config/checks.py _check_verl, domain/verl_fit.py verl_fits)",
     "trainstack:jobs[].verl.dataset": "one allowed value (gsm8k): components/jobs/verl.py data_prep_command",
     "trainstack:operators.kuberay.version": "one allowed value, the chart whose CRDs the stack applies "
     "(config/operators.py KUBERAY_CRD_COMMITS): components/operators.py",
