@@ -149,7 +149,6 @@ TABLE = [
     Change(DEV, "ci.stateBucket", "example-pulumi-state", CI),
     Change(DEV, "tracking.mode", "server"),
     Change(DEV, "tracking.uri", "https://mlflow2.example.com", EXTERNAL),
-    Change(DEV, "tracking.username", "trainer", {**EXTERNAL, "tracking.username": "u", "trackingPassword": "pw"}),
     Change(DEV, "tracking.experiment", "ablations", SERVER),
     Change(DEV, "tracking.server.database", "rds", SERVER),
     Change(DEV, "tracking.server.instanceClass", "db.t4g.small", {**SERVER, "tracking.server.database": "rds"}),
@@ -197,8 +196,6 @@ TABLE = [
       for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "kueue", "clusterAutoscaler")
       for key, value in (("enabled", False), ("version", "9.9.9"), ("values", {"extra": "1"}))
       if (op, key) != ("kuberay", "version")),
-    *(Change(EXISTING, f"operators.{op}.mode", "install")
-      for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "trainingOperator", "kuberay", "kueue")),
 ]
 # fmt: on
 CHANGES: dict[str, Change] = {c.key: c for c in TABLE}
@@ -208,6 +205,15 @@ ACTS_ELSEWHERE: dict[str, str] = {
     "trainstack:image.dockerHubUsername": "in the pull-through cache's credentials secret, beside the "
     "token, which a plan shows as [secret] (components/image.py); set with the token, it makes the cache "
     "(dockerHubAccessToken's change)",
+    "trainstack:tracking.username": "in the tracking credentials Secret (MLFLOW_TRACKING_USERNAME, beside "
+    "the password), which a plan shows as [secret] (planes/tracking.py); set with the password, it makes "
+    "the Secret (trackingPassword's change)",
+    **{
+        f"trainstack:operators.{op}.mode": "the operators' reuse-or-install decision on a cluster the stack "
+        "did not create, before anything is registered (planes/operators.py existing_operators): another "
+        "mode either plans the same or stops the program"
+        for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "trainingOperator", "kuberay", "kueue")
+    },
     "trainstack:jobs[].verl.modelBillions": "the config's fit check of a VERL job on its group "
     "(config/checks.py _check_verl, domain/verl_fit.py verl_fits)",
     "trainstack:jobs[].verl.dataset": "one allowed value (gsm8k): components/jobs/verl.py data_prep_command",
