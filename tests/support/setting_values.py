@@ -42,7 +42,8 @@ S3 = {
     "existingCluster.checkpointHostPath": None,
 }
 FSX = {"storage.fsx.enabled": True}
-CI = {"ci.githubRepository": "example/trainstack"}
+BREAK_GLASS = {"ci.breakGlassRoleArn": f"{ACCOUNT}:role/break-glass"}
+CI = {"ci.githubRepository": "example/trainstack", **BREAK_GLASS}
 CI_IDS = {**CI, "ci.githubOwnerId": 1234, "ci.githubRepositoryId": 5678}
 SERVER = {"tracking.mode": "server"}
 EXTERNAL = {"tracking.mode": "external", "tracking.uri": "https://mlflow.example.com"}
@@ -140,7 +141,9 @@ TABLE = [
     Change(DEV, "queueing.idleNodeMinutes", 20),
     Change(DEV, "queueing.podsReadyTimeoutMinutes", 30),
     Change(DEV, "queueing.maxNodeProvisionMinutes", 45),
-    Change(DEV, "ci.githubRepository", "example/trainstack"),
+    Change(DEV, "ci.githubRepository", "example/trainstack", also=BREAK_GLASS),
+    Change(DEV, "ci.breakGlassRoleArn", f"{ACCOUNT}:role/other-break-glass", CI),
+    Change(DEV, "ci.runner", "codebuild", CI),
     Change(DEV, "ci.githubOwnerId", 4321, CI_IDS),
     Change(DEV, "ci.githubRepositoryId", 8765, CI_IDS),
     Change(DEV, "ci.environment", "production", CI),
@@ -214,6 +217,8 @@ ACTS_ELSEWHERE: dict[str, str] = {
         "mode either plans the same or stops the program"
         for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "trainingOperator", "kuberay", "kueue")
     },
+    "trainstack:ci.accountMode": "the line `pulumi up` and the plan print on whether the environment has an "
+    "account of its own (planes/ci.py account_mode_line); the fence is the same either way",
     "trainstack:jobs[].verl.modelBillions": "the config's fit check of a VERL job on its group "
     "(config/checks.py _check_verl, domain/verl_fit.py verl_fits)",
     "trainstack:jobs[].verl.dataset": "one allowed value (gsm8k): components/jobs/verl.py data_prep_command",
