@@ -25,7 +25,9 @@ class World:
     # (the stack's AWS session factory) -> the client factory for a cluster the stack did not create
     kubernetes_clients: Callable[[Callable[[], Any]], KubeClients]
     aws_cli: Callable[[], Check]  # the aws CLI on the machine that runs Pulumi, checked
-    refuses_template_values: bool  # a placeholder (a template's 203.0.113.0/24) stops the program
+    # What the offline plan lists as a warning stops the program: a template's placeholder (203.0.113.0/24),
+    # a dataset file the bucket lacks, a machine whose kind nodes cannot run the image.
+    strict: bool
 
     def session(self, cfg: StackConfig) -> Callable[[], Any]:
         """The stack's AWS session, made only when a check needs it: its region and profile, as the
@@ -38,5 +40,5 @@ def real_world() -> World:
         aws_session=lambda profile, region: boto3.Session(profile_name=profile, region_name=region),
         kubernetes_clients=live_clients,
         aws_cli=lambda: installed_cli_check(shutil.which, cli_version),
-        refuses_template_values=True,
+        strict=True,
     )

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 import pulumi
 
+from account_checks.world import World
 from components.bucket import ArtifactBucket, ArtifactBucketArgs
 from components.ci_access import GitHubCiAccess
 from components.image import ImageBuild, ImageBuildArgs
 from components.jobs.verl import VERL_IMAGE
 from components.kind_image import KindImage, KindImageArgs, architecture_problem
 from components.registry import ImageRegistry, ImageRegistryArgs
-from config import PROJECT_ROOT, StackConfig, under_mock_engine
+from config import PROJECT_ROOT, StackConfig
 from planes.account import Account
 from planes.ci import ci_bucket_fence
 
@@ -86,12 +87,12 @@ def build_plane(cfg: StackConfig, account: Account, ci: GitHubCiAccess | None = 
     return BuildPlane(bucket, registry, image)
 
 
-def local_build_plane(cfg: StackConfig) -> BuildPlane:
+def local_build_plane(cfg: StackConfig, world: World) -> BuildPlane:
     """No AWS: the image is built by the local Docker and loaded into kind (or named per job)."""
     if cfg.image.builder != "kind":
         return BuildPlane(None, None, None)
     problem = architecture_problem(platform.machine())
-    if problem and not under_mock_engine():  # offline, the plan warns (offline/plan.py)
+    if problem and world.strict:  # offline, the plan warns (offline/plan.py)
         raise pulumi.RunError(problem)
     image = KindImage(
         "image",

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pulumi
 from botocore.exceptions import ClientError
 
+from account_checks.world import World
 from components.bucket import DATASET_PREFIX
 from components.datasets import DatasetPreparation, DatasetPreparationArgs
 from components.pod_identity import EksAccess
-from config import StackConfig, under_mock_engine
+from config import StackConfig
 from config.job_inputs import unmade_mount_paths
 from conventions import DATASETS_MOUNT, SYSTEM_GROUP
 from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
-from planes.account import boto3_session
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
 
@@ -70,16 +70,16 @@ def missing_mounted_files(s3, bucket: str, paths: list[tuple[str, str]]) -> list
     return missing
 
 
-def check_mounted_files(cfg: StackConfig, build: BuildPlane) -> None:
+def check_mounted_files(cfg: StackConfig, build: BuildPlane, world: World) -> None:
     """`pulumi preview` (and `up`) stops where a job reads a file under the datasets mount that no
     declared dataset makes and the bucket does not hold. Offline the plan warns instead: it has no
     bucket to read (offline/plan.py)."""
     paths = unmade_mount_paths(cfg.jobs, cfg.datasets)
-    if not paths or build.bucket is None or under_mock_engine():
+    if not paths or build.bucket is None or not world.strict:
         return
 
     def check(bucket: str) -> str:
-        missing = missing_mounted_files(boto3_session(cfg)().client("s3"), bucket, paths)
+        missing = missing_mounted_files(world.session(cfg)().client("s3"), bucket, paths)
         if missing:
             raise pulumi.RunError(
                 "files the jobs read are not in the bucket:\n" + "\n".join(f"  - {m}" for m in missing)

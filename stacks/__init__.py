@@ -14,5 +14,5 @@ from stacks.created import created_stack
 
 def build_stack(world: World) -> StackOutputs:
     """The running stack's config, read and checked, composed for its target in `world`."""
-    cfg = load_config(world.refuses_template_values)
+    cfg = load_config(world.strict)
     return attached_stack(cfg, world) if cfg.existing_cluster.named else created_stack(cfg, world)

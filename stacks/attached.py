@@ -25,7 +25,7 @@ def attached_stack(cfg: StackConfig, world: World) -> StackOutputs:
         existing_cluster_checks(cfg, account, world)
     # What the cluster already runs decides each operator; a stop leaves nothing registered.
     decisions = existing_operators(cfg, account, world)
-    build = build_plane(cfg, account) if account is not None else local_build_plane(cfg)
+    build = build_plane(cfg, account) if account is not None else local_build_plane(cfg, world)
     compute = attached_compute_plane(cfg, account, build.bucket)
     operators = operators_plane(cfg, compute, decisions)
     queues = queueing_plane(cfg, compute, operators)

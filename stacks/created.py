@@ -35,7 +35,7 @@ def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
     # Every role from here on carries the CI fence's boundary (CI may create no role without it).
     account = account.with_boundary(ci.boundary if ci else None)
     build = build_plane(cfg, account, ci)
-    check_mounted_files(cfg, build)
+    check_mounted_files(cfg, build, world)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     storage = shared_storage(cfg, account, facts, compute.own, compute.pod_identity, build.bucket)
     operators = operators_plane(cfg, compute)

@@ -1,8 +1,8 @@
 """The world the offline plan runs the program in (account_checks.world's `World`): boto3 sessions
 whose calls the offline account answers (runner.py puts its answers in place), Kubernetes clients
 whose requests the offline cluster answers (cluster_answers.py), the aws CLI reported rather than
-run (this machine may never run `pulumi up`), and template values planned rather than refused (the
-plan lists them)."""
+run (this machine may never run `pulumi up`), and what `pulumi up` refuses (template values, dataset files the bucket lacks, a machine kind
+cannot serve) planned with a warning instead."""
 
 from __future__ import annotations
 
@@ -26,5 +26,5 @@ def offline_world(cluster: OfflineCluster) -> World:
         aws_session=lambda profile, region: boto3.Session(profile_name=profile, region_name=region),
         kubernetes_clients=lambda _session: cluster.connect,
         aws_cli=reported_aws_cli,
-        refuses_template_values=False,
+        strict=False,
     )

@@ -5,6 +5,7 @@ and the offline plan warns."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import platform
 
@@ -13,10 +14,12 @@ import pytest
 from support.paths import ROOT
 from support.plans import stack_values
 
-import planes.build
+from account_checks.world import World
 from components.image import IMAGE_PLATFORM, docker_build
 from components.kind_image import architecture_problem
 from offline.engine import run_program
+from offline.engine.cluster_answers import OfflineCluster
+from offline.engine.world import offline_world
 from offline.plan import main
 
 LOCK_HEADER = "--python-platform x86_64-manylinux_2_28"
@@ -35,12 +38,16 @@ def test_an_arm64_machine_is_refused_with_one_sentence(machine):
     assert architecture_problem("x86_64") is None
 
 
+def strict_world() -> World:
+    """The offline world, strict as `pulumi up`'s real one is."""
+    return dataclasses.replace(offline_world(OfflineCluster([])), strict=True)
+
+
 def test_up_stops_before_the_kind_image_is_built(monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "arm64")
-    monkeypatch.setattr(planes.build, "under_mock_engine", lambda: False)
     registered: list = []
     with pytest.raises(pulumi.RunError, match="this machine is arm64"):
-        run_program("local", stack_values("local"), registered=registered)
+        run_program("local", stack_values("local"), registered=registered, world=strict_world())
     assert not [r for r in registered if r.type.startswith(("docker:", "command:"))]
 
 
