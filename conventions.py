@@ -69,7 +69,7 @@ GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}
 # How pods (device plugins, jobs) tolerate GPU_TAINT.
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
-# SageMaker HyperPod (EKS orchestrator; its `ml.` instance types: domain.catalog.is_sagemaker_type):
+# SageMaker HyperPod (EKS orchestrator; its `ml.` instance types, a group's `hyperpod` and its placement's):
 # its health agents label (and, when unhealthy, taint with the same key) its nodes, and its
 # job-auto-restart controller reads two PyTorchJob annotations (aws/sagemaker-hyperpod-cli,
 # src/sagemaker/hyperpod/cli/constants/command_constants.py). The stack places jobs by them and

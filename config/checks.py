@@ -33,7 +33,7 @@ from config.schema import Reader
 from config.stack_config import StackConfig
 from config.tracking import check_tracking
 from conventions import SYSTEM_GROUP
-from domain.catalog import image_compressed_gb, image_pull_minutes, is_sagemaker_type
+from domain.catalog import image_compressed_gb, image_pull_minutes
 from domain.job_kinds import KINDS, RAY_KINDS
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.model_facts import has_bf16_tensor_cores
@@ -204,9 +204,9 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         _check_job_memory(j, by_name, k, r)
         group = (by_name or {}).get(j.node_group)
         if group is not None:
-            check_job_hyperpod(j, group.instance_type, k, r)
+            check_job_hyperpod(j, group, k, r)
             if c.existing_cluster.named:  # an `ml.` group on a created cluster is refused on its own
-                _check_auto_resume_namespace(j, group.instance_type, c.training_namespace, r)
+                _check_auto_resume_namespace(j, group, c.training_namespace, r)
         if by_name is not None:
             layers = group_network_layers(c, group) if group is not None else 0
             check_job_topology(j, layers, group.instance_type if group else "", k, r)
@@ -250,11 +250,11 @@ def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | Non
             )
 
 
-def _check_auto_resume_namespace(j: JobConfig, instance_type: str, namespace: str, r: Reader) -> None:
+def _check_auto_resume_namespace(j: JobConfig, group: GpuNodeGroupConfig, namespace: str, r: Reader) -> None:
     """HyperPod's auto-resume watches PyTorchJobs in `kubeflow` and `hyperpod*` namespaces only (AWS,
     "Running jobs using the SageMaker HyperPod CLI": "The job must be running under the kubeflow
     namespace or a namespace prefixed with hyperpod"): elsewhere its annotations do nothing."""
-    if not KINDS[j.kind].hyperpod_auto_resume or not is_sagemaker_type(instance_type):
+    if not KINDS[j.kind].hyperpod_auto_resume or not group.hyperpod:
         return
     if namespace != "kubeflow" and not namespace.startswith("hyperpod"):
         r.problem(

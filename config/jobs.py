@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from config.names import LABEL, NAME_RULE
+from config.node_groups import GpuNodeGroupConfig
 from config.schema import Reader, setting
-from domain.catalog import SAGEMAKER_PREFIX, is_sagemaker_type
+from domain.catalog import SAGEMAKER_PREFIX
 from domain.job_kinds import KINDS, RAY_KINDS
 from domain.model_facts import (
     DEFAULT_BATCH_SIZE,
@@ -218,13 +219,13 @@ def check_job_run(j: JobConfig, k: str, r: Reader) -> None:
         )
 
 
-def check_job_hyperpod(j: JobConfig, instance_type: str, k: str, r: Reader) -> None:
+def check_job_hyperpod(j: JobConfig, group: GpuNodeGroupConfig, k: str, r: Reader) -> None:
     """`hyperpod` settings on a job whose group is not HyperPod's would be ignored: refused."""
-    if j.hyperpod != HyperPodJobConfig() and not is_sagemaker_type(instance_type):
+    if j.hyperpod != HyperPodJobConfig() and not group.hyperpod:
         r.problem(
             f"{k}.hyperpod",
             "(set)",
-            f"node group '{j.node_group}' ({instance_type}) is not a HyperPod group",
+            f"node group '{j.node_group}' ({group.instance_type}) is not a HyperPod group",
             f"unset, or a group whose instanceType starts with {SAGEMAKER_PREFIX}",
         )
 

@@ -130,6 +130,12 @@ class GpuNodeGroupConfig:
         return catalog_instance(self.instance_type)
 
     @property
+    def hyperpod(self) -> bool:
+        """A group of SageMaker HyperPod's: only its instance groups run SageMaker (`ml.`) types. The
+        one place the name decides; everything else asks the group or its placement."""
+        return is_sagemaker_type(self.instance_type)
+
+    @property
     def instance(self) -> InstanceType:
         facts = self.facts
         if facts is None:
@@ -256,7 +262,7 @@ def _check_node_group(g: GpuNodeGroupConfig, region: str, existing: bool, k: str
     it = g.facts
     if it is None:  # no such type: reported where its facts were asked for
         return
-    if is_sagemaker_type(g.instance_type) and not existing:
+    if g.hyperpod and not existing:
         r.problem(
             f"{k}.instanceType",
             g.instance_type,

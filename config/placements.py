@@ -37,7 +37,15 @@ def catalog_placement(g: GpuNodeGroupConfig, hourly_usd: float | None = 0.0) -> 
     selector = g.node_selector or group_selector(g.name, g.gpu)
     gpus = it.gpus if g.gpu else 0
     return gpu_placement(
-        g.name, g.instance_type, gpus, efa, it.vcpus, it.memory_gib, hourly_usd, selector=selector
+        g.name,
+        g.instance_type,
+        gpus,
+        efa,
+        it.vcpus,
+        it.memory_gib,
+        hourly_usd,
+        selector=selector,
+        hyperpod=g.hyperpod,
     )
 
 

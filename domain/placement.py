@@ -38,6 +38,9 @@ class Placement:
     memory_gib: int
     hourly_usd: float | None  # None: price unknown
     node_selector: dict[str, str]  # also its Kueue flavor's node labels
+    hyperpod: bool = (
+        False  # a HyperPod instance group's node: its overlay applies (components/jobs/hyperpod.py)
+    )
 
     @property
     def cpu_request(self) -> str:
@@ -96,6 +99,7 @@ def gpu_placement(
     memory_gib: int,
     hourly_usd: float | None,
     selector: dict[str, str] | None = None,
+    hyperpod: bool = False,
 ) -> Placement:
     """A GPU group's node; `selector`: how to find it on a cluster the stack did not create
     (default: the labels the stack gives the groups it creates)."""
@@ -108,4 +112,5 @@ def gpu_placement(
         memory_gib,
         hourly_usd,
         dict(selector or {**GPU_NODE_LABEL, NODE_GROUP_LABEL: group}),
+        hyperpod,
     )

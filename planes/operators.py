@@ -20,7 +20,6 @@ from components.jobs.kinds import KINDS
 from components.operators import ClusterOperators, ClusterOperatorsArgs, HelmOperator
 from config import StackConfig
 from conventions import SYSTEM_GROUP
-from domain.catalog import is_sagemaker_type
 from planes.account import Account
 from planes.attached import kubeconfig_path
 from planes.compute import ComputePlane
@@ -94,7 +93,7 @@ def operators_plane(
             jobset_installed=installs("jobset", ops.on_any_cluster()["jobset"]),
             training_operator_enabled=installs("trainingOperator", ops.training_operator),
             training_operator_ref=ops.training_operator.ref,
-            hyperpod=any(is_sagemaker_type(g.instance_type) for g in cfg.gpu_node_groups),
+            hyperpod=any(g.hyperpod for g in cfg.gpu_node_groups),
             kueue=helm("kueue", ops.kueue),
             gpu_groups=labels if attached else None,
             efa_groups={g.name: labels[g.name] for g in cfg.gpu_node_groups if g.efa} if attached else None,

@@ -14,12 +14,11 @@ from conventions import (
     HYPERPOD_MAX_RETRY_ANNOTATION,
     HYPERPOD_SCHEDULABLE,
 )
-from domain.catalog import is_sagemaker_type
 from domain.placement import Placement
 
 
 def on_hyperpod(placement: Placement) -> bool:
-    return is_sagemaker_type(placement.instance_type)
+    return placement.hyperpod
 
 
 def affinity(settings: HyperPodJobConfig) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from support.plans import EXISTING_CLUSTER as CLUSTER
 from support.plans import plan, stack_values
 
 from config.jobs import HyperPodJobConfig, JobConfig, check_job_hyperpod
+from config.node_groups import GpuNodeGroupConfig
 from config.schema import ConfigError, Reader
 
 EKS = {
@@ -62,12 +63,14 @@ def test_hyperpod_max_retries_range_and_kind():
 
 
 def test_hyperpod_settings_on_an_ec2_group_are_refused():
-    """Called by the cross-plane job rules with the job's group's instance type."""
+    """Called by the cross-plane job rules with the job's group, which says whether it is HyperPod's."""
     job = JobConfig(
         name="fsdp", kind="PyTorchJob", node_group="p5", hyperpod=HyperPodJobConfig(max_retries=5)
     )
     r = Reader()
-    check_job_hyperpod(job, "p5.48xlarge", "trainstack:jobs[0]", r)
+    check_job_hyperpod(
+        job, GpuNodeGroupConfig(name="p5", instance_type="p5.48xlarge"), "trainstack:jobs[0]", r
+    )
     (found,) = [str(p) for p in r.problems]
     assert found == (
         "trainstack:jobs[0].hyperpod = \"(set)\": node group 'p5' (p5.48xlarge) is not a HyperPod group; "
@@ -76,6 +79,9 @@ def test_hyperpod_settings_on_an_ec2_group_are_refused():
     for instance_type, settings in (("ml.p5.48xlarge", job.hyperpod), ("p5.48xlarge", HyperPodJobConfig())):
         r = Reader()
         check_job_hyperpod(
-            JobConfig(name="a", kind="PyTorchJob", node_group="p5", hyperpod=settings), instance_type, "k", r
+            JobConfig(name="a", kind="PyTorchJob", node_group="p5", hyperpod=settings),
+            GpuNodeGroupConfig(name="p5", instance_type=instance_type),
+            "k",
+            r,
         )
         assert r.problems == []

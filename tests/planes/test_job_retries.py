@@ -48,7 +48,11 @@ def test_the_key_sets_both_bounds_and_other_flags_make_another_run(kinds_plan):
 def test_a_command_is_not_counted_and_its_sentence_says_so():
     run = bounded_plan(command=["python", "-m", "trainer.train"])
     container = worker_container(body(job(run, "fsdp")))
-    assert LIMIT not in env_of(body(job(run, "fsdp"))) and container["command"] == ["python", "-m", "trainer.train"]
+    assert LIMIT not in env_of(body(job(run, "fsdp"))) and container["command"] == [
+        "python",
+        "-m",
+        "trainer.train",
+    ]
     assert run.outputs["jobs"]["fsdp"]["retries"].startswith("none: a command's pods are recreated")
 
 
