@@ -17,6 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import service_trust
+from domain.network import PrivateNetwork
 
 RUNNER_IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
 RUNNER_COMPUTE = "BUILD_GENERAL1_SMALL"
@@ -39,9 +40,7 @@ class CiRunnerArgs:
     project_name: str
     repository: str  # owner/repo
     workflow_name: str  # the deploy workflow's `name:`: only its jobs start a build
-    vpc_id: pulumi.Input[str]
-    subnet_ids: list[pulumi.Input[str]]
-    cluster_security_group_id: pulumi.Input[str]
+    network: PrivateNetwork[pulumi.Input[str]]  # where its builds run
     region: str
     account_id: str
 
@@ -75,14 +74,14 @@ class CiRunner(pulumi.ComponentResource):
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-sg",
             description=f"GitHub Actions runner of {args.repository}: egress only",
-            vpc_id=args.vpc_id,
+            vpc_id=args.network.vpc_id,
             egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
             opts=child,
         )
         # The private API endpoint answers on 443 in the cluster's security group.
         self.api_access = aws.vpc.SecurityGroupIngressRule(
             f"{name}-api",
-            security_group_id=args.cluster_security_group_id,
+            security_group_id=args.network.cluster_security_group_id,
             referenced_security_group_id=self.security_group.id,
             ip_protocol="tcp",
             from_port=443,
@@ -117,8 +116,8 @@ class CiRunner(pulumi.ComponentResource):
             artifacts={"type": "NO_ARTIFACTS"},
             environment={"type": "LINUX_CONTAINER", "compute_type": RUNNER_COMPUTE, "image": RUNNER_IMAGE},
             vpc_config={
-                "vpc_id": args.vpc_id,
-                "subnets": args.subnet_ids,
+                "vpc_id": args.network.vpc_id,
+                "subnets": args.network.private_subnet_ids,
                 "security_group_ids": [self.security_group.id],
             },
             logs_config={"cloudwatch_logs": {"group_name": logs.name}},

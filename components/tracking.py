@@ -36,6 +36,7 @@ from components.bucket import ArtifactBucket
 from components.pod_identity import EksAccess, pod_identity
 from config.tracking import TrackingServerConfig
 from conventions import PART_OF, TRACKING_NAMESPACE
+from domain.network import PrivateNetwork
 
 MLFLOW_VERSION = "3.17.2"  # requirements-test.txt runs the same server in the tests
 # The base of images/mlflow (its Dockerfile's BASE_IMAGE default agrees; a test holds them equal).
@@ -73,15 +74,6 @@ ALLOWED_HOSTS = ",".join(
 
 
 @dataclass(frozen=True)
-class TrackingNetwork:
-    """Where an RDS database goes: the cluster's private subnets, reached from its security group."""
-
-    vpc_id: pulumi.Input[str]
-    private_subnet_ids: list[pulumi.Input[str]]
-    cluster_security_group_id: pulumi.Input[str]
-
-
-@dataclass(frozen=True)
 class TrackingServerArgs:
     provider: k8s.Provider
     image: pulumi.Input[str]  # images/mlflow as the stack built it, by digest
@@ -90,7 +82,7 @@ class TrackingServerArgs:
     system_nodes: pulumi.Resource | None
     bucket: ArtifactBucket
     database: TrackingServerConfig
-    network: TrackingNetwork
+    network: PrivateNetwork[pulumi.Input[str]]  # where its RDS database goes
     protect: bool
 
 

@@ -8,9 +8,9 @@ import pulumi
 from components.ci_access import GitHubCiAccess, GitHubCiAccessArgs
 from components.ci_fence import BucketFence
 from components.ci_runner import CiRunner, CiRunnerArgs
-from components.tracking import TrackingNetwork
 from config import PROJECT, StackConfig
 from domain.names import ci_runner_project_name, eks_cluster_name, iam_path, schedule_group_name
+from domain.network import PrivateNetwork
 from domain.principals import same_principal
 from planes.account import Account
 from stack_outputs import StackOutputs
@@ -76,7 +76,9 @@ def ci_deploy_entry(ci: GitHubCiAccess | None, creator: str) -> pulumi.Output[st
     return ci.deploy_role.arn
 
 
-def ci_runner(cfg: StackConfig, account: Account, network: TrackingNetwork | None) -> CiRunner | None:
+def ci_runner(
+    cfg: StackConfig, account: Account, network: PrivateNetwork[pulumi.Input[str]] | None
+) -> CiRunner | None:
     """With `ci.runner: codebuild`, a runner for the deploy workflow inside the stack's VPC."""
     if cfg.ci.github_repository is None or cfg.ci.runner != "codebuild" or network is None:
         return None
@@ -86,9 +88,7 @@ def ci_runner(cfg: StackConfig, account: Account, network: TrackingNetwork | Non
             project_name=ci_runner_project_name(cfg.stack),
             repository=cfg.ci.github_repository,
             workflow_name=DEPLOY_WORKFLOW_NAME,
-            vpc_id=network.vpc_id,
-            subnet_ids=network.private_subnet_ids,
-            cluster_security_group_id=network.cluster_security_group_id,
+            network=network,
             region=cfg.region,
             account_id=account.account_id,
         ),

@@ -22,11 +22,11 @@ from components.pod_identity import (
     TrainingPodIdentityArgs,
 )
 from components.queueing import AUTOSCALER_SERVICE_ACCOUNT
-from components.tracking import TrackingNetwork
 from config import EKS_ADDON_VERSIONS, StackConfig
 from config.placements import placements
 from conventions import SYSTEM_GROUP
 from domain.names import eks_cluster_name
+from domain.network import PrivateNetwork
 from domain.placement import Placement
 from planes.account import Account
 from planes.ci import ci_deploy_entry
@@ -48,9 +48,9 @@ class OwnCluster:
         return EksAccess.of(self.cluster)
 
     @property
-    def private_network(self) -> TrackingNetwork:
+    def private_network(self) -> PrivateNetwork[pulumi.Input[str]]:
         """Its private subnets and the cluster's security group."""
-        return TrackingNetwork(
+        return PrivateNetwork(
             self.network.vpc_id, self.network.private_subnet_ids, self.cluster.cluster_security_group_id
         )
 
