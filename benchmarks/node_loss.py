@@ -1,7 +1,7 @@
 """What losing a node costs a PyTorchJob: steps lost and time to resume, per checkpoint interval.
 
-    python benchmarks/node_loss.py                      # intervals 5, 10, 20 steps, tiny model, CPU
-    python benchmarks/node_loss.py --intervals 10 50 --model small
+    make bench-node-loss                                               # intervals 5, 10, 20 steps, tiny model, CPU
+    PYTHONPATH=tests:workload python -m benchmarks.node_loss --intervals 10 50 --model small
 
 Each run is the node-loss drill of tests/support/node_drill.py: two nodes under c10d rendezvous, as
 a PyTorchJob's pods run `trainer.launch`, on production's layout: each pod its own checkpoint
@@ -32,15 +32,11 @@ from pathlib import Path
 
 import boto3
 from moto.server import ThreadedMotoServer
+from support.node_drill import TwoNodeJob
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "workload")]
-
-from support.node_drill import TwoNodeJob  # noqa: E402
-
-from components.jobs.pods import NODE_LOSS_TOLERATIONS  # noqa: E402
-from domain.catalog import ADDED_LAYERS_COMPRESSED_GB, BASE_IMAGE_COMPRESSED_GB, image_pull_minutes  # noqa: E402
-from offline.timeline import GPU_NODE_JOIN_MINUTES, NODE_CHECK_MINUTES, POD_START_MINUTES  # noqa: E402
+from components.jobs.pods import NODE_LOSS_TOLERATIONS
+from domain.catalog import ADDED_LAYERS_COMPRESSED_GB, BASE_IMAGE_COMPRESSED_GB, image_pull_minutes
+from offline.timeline import GPU_NODE_JOIN_MINUTES, NODE_CHECK_MINUTES, POD_START_MINUTES
 
 EVICTION_MINUTES = NODE_LOSS_TOLERATIONS[0]["tolerationSeconds"] / 60
 

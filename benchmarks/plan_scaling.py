@@ -1,6 +1,6 @@
 """How `make plan`'s time grows with the number of jobs in one stack (it must grow linearly).
 
-    python benchmarks/plan_scaling.py [--jobs 1 10 100] [--repeat 2]
+    python -m benchmarks.plan_scaling [--jobs 1 10 100] [--repeat 2]      # or make bench-plan
 
 Runs the unchanged program under the mock engine for the dev stack with N PyTorchJobs on one node
 group (queued: wait none), and prints seconds per run, resources registered and ms per job.
@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from offline.engine import run_program  # noqa: E402
 from offline.stack_file import read_stack_file  # noqa: E402

@@ -1,8 +1,8 @@
 """Training throughput of the production path: the trainer's own loop, as a PyTorchJob worker runs it.
 
-    torchrun --standalone --nproc-per-node=gpu benchmarks/train_throughput.py --model 1b --steps 300
-    python benchmarks/train_throughput.py                          # tiny model on CPU, about a minute
-    python benchmarks/train_throughput.py --model 1b ... --no-compile --checkpoint-every 0
+    PYTHONPATH=workload torchrun --standalone --nproc-per-node=gpu -m benchmarks.train_throughput --model 1b --steps 300
+    make bench                                                     # tiny model on CPU, about a minute
+    PYTHONPATH=workload python -m benchmarks.train_throughput --model 1b ... --no-compile --checkpoint-every 0
 
 Runs `trainer.train.train` with the job's own flags (any trainer flag is passed through): the data
 loader over a token file (generated, as the trainer does without `--data`), the agreement
@@ -23,13 +23,9 @@ import contextlib
 import io
 import sys
 import tempfile
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workload"))
-
 from trainer.config import parse_args
 from trainer.distributed import init_distributed
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, parameter_count

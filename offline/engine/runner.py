@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import runpy
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,9 +53,6 @@ def run_program(
         monitor.registrations = registered
     messages: list[str] = []
     pulumi_wire.install(monitor, project=PROJECT, stack=stack, logger=_recording_logger(messages))
-    root = str(PROJECT_ROOT)
-    if root not in sys.path:
-        sys.path.insert(0, root)
 
     def program_main():
         runpy.run_path(str(program), {"WORLD": world or offline_world(cluster)}, run_name="__main__")

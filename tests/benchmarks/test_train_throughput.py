@@ -78,12 +78,17 @@ SHORT_RUN = ("--steps", "12", "--log-every", "4", "--checkpoint-every", "4", "--
 @pytest.mark.slow(seconds=15)
 def test_the_benchmark_trains_the_production_loop_with_checkpoints(tmp_path):
     done = subprocess.run(
-        [sys.executable, "benchmarks/train_throughput.py", *SHORT_RUN],
+        [sys.executable, "-m", "benchmarks.train_throughput", *SHORT_RUN],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(unused_port())},
+        env={
+            **os.environ,
+            "PYTHONPATH": "workload",
+            "OMP_NUM_THREADS": "1",
+            "MASTER_PORT": str(unused_port()),
+        },
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
