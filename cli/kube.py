@@ -16,14 +16,10 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from cli.errors import EXIT_FAILED, CliError
+from cli.kinds import READERS
 from conventions import JOB_LABEL
 
-# The API (group, version, plural) of each job kind the stack launches, and of Kueue's objects.
-KINDS = {
-    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
-    "RayJob": ("ray.io", "v1", "rayjobs"),
-    "RayCluster": ("ray.io", "v1", "rayclusters"),
-}
+# The API (group, version, plural) of Kueue's objects; a job's is its kind's (cli/kinds.py).
 WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 PROVISIONING_REQUESTS = ("autoscaling.x-k8s.io", "v1", "provisioningrequests")
 
@@ -123,7 +119,7 @@ class Cluster:
         return CliError(f"the cluster at {self.server} {said} while {what}: {fix}", EXIT_FAILED)
 
     def job(self, kind: str, name: str) -> dict | None:
-        group, version, plural = KINDS[kind]
+        group, version, plural = READERS[kind].api
         return self._call(
             f"reading {kind} {name}",
             self.custom.get_namespaced_custom_object,

@@ -6,61 +6,31 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from cli.kinds import READERS, Phase
 from conventions import EFA_RESOURCE, GPU_RESOURCE, NODE_GROUP_LABEL
 from stack_outputs import GpuNodeGroup
-
-
-@dataclass
-class Phase:
-    name: str
-    failed: bool = False
-    done: bool = False
 
 
 def job_phase(kind: str, obj: dict | None) -> Phase:
     """One word per job, as `kubectl get` would say it, and whether it failed."""
     if obj is None:
         return Phase("NotFound", failed=True)
-    status = obj.get("status") or {}
-    if kind == "PyTorchJob":
-        true = [c["type"] for c in status.get("conditions", []) if c.get("status") == "True"]
-        for name in ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created"):
-            if name in true:
-                return Phase(name, failed=name == "Failed", done=name in ("Failed", "Succeeded"))
-        return Phase("Pending")
-    if kind == "RayJob":
-        job, deployment = (
-            status.get("jobStatus") or "PENDING",
-            status.get("jobDeploymentStatus") or "Initializing",
-        )
-        failed = job == "FAILED" or deployment in ("Failed", "ValidationFailed")
-        return Phase(f"{job} ({deployment})", failed=failed, done=job in ("SUCCEEDED", "FAILED", "STOPPED"))
-    state = status.get("state") or "pending"
-    provisioned = any(
-        c.get("type") == "RayClusterProvisioned" and c.get("status") == "True"
-        for c in status.get("conditions", [])
-    )
-    name = state if state else ("provisioned" if provisioned else "pending")
-    return Phase(name, failed=state == "failed")
+    return READERS[kind].phase(obj.get("status") or {})
 
 
 def retry_state(kind: str, obj: dict | None, bound: str | None) -> str | None:
-    """What stops the job when it keeps failing (the stack's sentence), with KubeRay's count of a
-    RayJob's failed attempts (status.failed) once there is one."""
+    """What stops the job when it keeps failing (the stack's sentence), with the operator's count of
+    failed attempts (a RayJob's status.failed) once there is one."""
     if bound is None:
         return None
     failed = ((obj or {}).get("status") or {}).get("failed") or 0
-    return f"{bound}; {failed} attempt(s) failed so far" if kind == "RayJob" and failed else bound
+    return (
+        f"{bound}; {failed} attempt(s) failed so far" if READERS[kind].counts_attempts and failed else bound
+    )
 
 
 def expected_pods(kind: str, obj: dict | None) -> int:
-    if obj is None:
-        return 0
-    spec = obj.get("spec") or {}
-    if kind == "PyTorchJob":
-        return sum(int(r.get("replicas", 1)) for r in spec.get("pytorchReplicaSpecs", {}).values())
-    cluster = spec.get("rayClusterSpec", {}) if kind == "RayJob" else spec
-    return 1 + sum(int(g.get("replicas", 0)) for g in cluster.get("workerGroupSpecs", []))
+    return 0 if obj is None else READERS[kind].expected_pods(obj.get("spec") or {})
 
 
 def pod_ready(pod: dict) -> bool:

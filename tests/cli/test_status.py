@@ -28,7 +28,7 @@ from support.fake_cluster import (
 )
 from support.kube_server import FakeCluster, KubeServer
 
-from cli import kube
+from cli.kinds import READERS
 from cli.main import main
 
 
@@ -50,7 +50,7 @@ from cli.main import main
 )
 def test_status_phase_per_kind(tmp_path, kind, obj, phase, failed):
     c = healthy()
-    c.custom = {(kube.KINDS[kind][2], "j"): obj}
+    c.custom = {(READERS[kind].api[2], "j"): obj}
     c.workloads = [workload("j", "p5", *ADMITTED, kind=kind)]
     c.pods = [
         pod(
@@ -114,7 +114,7 @@ def test_a_rayjob_counts_its_failed_attempts(tmp_path):
     obj = rayjob("j", "FAILED", "Retrying")
     obj["status"]["failed"] = 1
     c = healthy()
-    c.custom = {(kube.KINDS["RayJob"][2], "j"): obj}
+    c.custom = {(READERS["RayJob"].api[2], "j"): obj}
     c.workloads = [workload("j", "p5", *ADMITTED, kind="RayJob")]
     c.pods = [pod("j-0", "j", "p5", ray="head")]
     outputs = copy.deepcopy(OUTPUTS)
