@@ -1,10 +1,12 @@
-"""What the workload's tests share: torch on one thread in the test process, and one uninterrupted
-training run, read by tests that check different things of it (support.training says which)."""
+"""What the workload's tests share: torch on one thread in the test process, a one-rank process
+group, and one uninterrupted training run, read by tests that check different things of it
+(support.training says which)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 from support.training import UNINTERRUPTED_ARGS, Run, run_to_end
 
 
@@ -25,3 +27,14 @@ def uninterrupted_run(tmp_path_factory) -> Run:
     and changes no weight: the training losses are those of the same run without it."""
     directory = tmp_path_factory.mktemp("uninterrupted")
     return Run(directory, run_to_end(directory, *UNINTERRUPTED_ARGS))
+
+
+@pytest.fixture
+def control(tmp_path, monkeypatch):
+    """A one-rank job: the default group and a control group, both gloo."""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        yield dist.new_group(backend="gloo")
+    finally:
+        dist.destroy_process_group()

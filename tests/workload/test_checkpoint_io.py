@@ -6,21 +6,9 @@ import shutil
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager
 from trainer import checkpoint
-
-
-@pytest.fixture
-def control(tmp_path, monkeypatch):
-    """A one-rank job: the default group and a control group, both gloo."""
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        yield dist.new_group(backend="gloo")
-    finally:
-        dist.destroy_process_group()
 
 
 def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:

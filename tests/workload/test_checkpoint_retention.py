@@ -8,26 +8,13 @@ from __future__ import annotations
 import itertools
 
 import boto3
-import pytest
 import torch
-import torch.distributed as dist
 from moto import mock_aws
 from trainer import checkpoint
 
 from domain import retention
 
 BUCKET, PREFIX = "ckpt", "checkpoints/job"
-
-
-@pytest.fixture
-def control(tmp_path, monkeypatch):
-    """A one-rank job: the default group and a control group, both gloo."""
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        yield dist.new_group(backend="gloo")
-    finally:
-        dist.destroy_process_group()
 
 
 def s3_steps(s3) -> dict[int, set[str]]:
