@@ -128,6 +128,8 @@ TABLE = [
     Change(DEV, "registry.forceDelete", False),
     Change(DEV, "storage.encryption", "KMS"),
     Change(DEV, "storage.checkpointRetentionDays", 60),
+    Change(DEV, "storage.checkpointsKept", 5),
+    Change(DEV, "storage.checkpointKeepEvery", 100),
     Change(DEV, "storage.buildContextRetentionDays", 30),
     Change(DEV, "storage.protect", True, {"registry.forceDelete": False}),
     Change(DEV, "storage.fsx.enabled", True),
@@ -173,13 +175,16 @@ TABLE = [
     Change(DEV, "jobs[0].model", "small"),
     Change(DEV, "jobs[0].steps", 200),
     Change(DEV, "jobs[0].image", "registry.example.com/train:1"),
-    Change(DEV, "jobs[0].command", ["python", "train.py"]),
+    Change(DEV, "jobs[0].command", ["python", "-m", "trainer.train"]),
     Change(DEV, "jobs[0].args", ["--batch-size", "4"]),
     Change(LLAMA, "jobs[0].dataset", None),
     Change(DEV, "jobs[0].env", {"LOG_LEVEL": "debug"}),
     Change(DEV, "jobs[0].secretEnv", {"WANDB_API_KEY": "k"}, secret_jobs=True),
     Change(DEV, "jobs[0].wait", "admitted"),
     Change(DEV, "jobs[0].timeoutMinutes", 120),
+    Change(DEV, "jobs[0].maxRecreations", 5),
+    Change(DEV, "jobs[0].s3Read", ["s3://other-bucket/data"]),
+    Change(PROD, "jobs[0].placement", "required"),
     Change(DEV, "jobs[0].verl", {}, {"jobs[0].kind": "RayJob"}),
     Change(VERL, "jobs[0].verl.algorithm", "ppo"),
     Change(VERL, "jobs[0].verl.model", "Qwen/Qwen2.5-1.5B-Instruct"),
@@ -196,7 +201,7 @@ TABLE = [
     Change(DEV, "trackingPassword", "pw", EXTERNAL, also={"tracking.username": "u"}),
     Change(DEV, "dockerHubAccessToken", "dckr_pat_x", also={"image.dockerHubUsername": "someone"}),
     *(Change(PROD if op == "efaDevicePlugin" else DEV, f"operators.{op}.{key}", value)
-      for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "kueue", "clusterAutoscaler")
+      for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "trainer", "kueue", "clusterAutoscaler")
       for key, value in (("enabled", False), ("version", "9.9.9"), ("values", {"extra": "1"}))
       if (op, key) != ("kuberay", "version")),
 ]
@@ -215,8 +220,12 @@ ACTS_ELSEWHERE: dict[str, str] = {
         f"trainstack:operators.{op}.mode": "the operators' reuse-or-install decision on a cluster the stack "
         "did not create, before anything is registered (planes/operators.py existing_operators): another "
         "mode either plans the same or stops the program"
-        for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "trainingOperator", "kuberay", "kueue")
+        for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "trainingOperator", "kuberay", "trainer", "kueue")
     },
+    "trainstack:operators.trainer.jobsetMode": "the same decision for JobSet, which Trainer runs on "
+    "(account_checks/operator_decisions.py): another mode either plans the same or stops the program",
+    "trainstack:gpuNodeGroups[].hourlyUsd": "the price the stack's outputs give each job while it runs "
+    "(jobs.<job>.hourlyUsd, components/jobs/training_job.py) and the plan's cost lines (offline/cost.py)",
     "trainstack:ci.accountMode": "the line `pulumi up` and the plan print on whether the environment has an "
     "account of its own (planes/ci.py account_mode_line); the fence is the same either way",
     "trainstack:jobs[].verl.modelBillions": "the config's fit check of a VERL job on its group "
