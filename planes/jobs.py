@@ -1,4 +1,4 @@
-"""Jobs plane: each configured PyTorchJob, RayJob or RayCluster, through its group's queue, as its
+"""Jobs plane: each configured PyTorchJob, TrainJob, RayJob or RayCluster, through its group's queue, as its
 own service account, with its Secrets, checkpoints, datasets and tracking; and the NetworkPolicies
 that let each job's pods, and them only, reach one another and the tracking server."""
 
@@ -82,6 +82,7 @@ def jobs_plane(
     # A job starts once its flows are allowed: the deny never cuts its rendezvous.
     policies = [p for n in network_policies(cfg, compute, tracking) for p in n.policies]
     jobs = []
+    shared: dict = {}  # a TrainJob group's runtime, made once (JobKind.shared)
     for j in cfg.jobs:
         env_secret = None
         if j.environment and cfg.secret_job_env:
@@ -131,6 +132,7 @@ def jobs_plane(
                     head_selector=dict(by_group[SYSTEM_GROUP].node_selector),
                     tracking=job_tracking,
                     topology=topology,
+                    shared=shared,
                 ),
             )
         )

@@ -1,5 +1,5 @@
 """The job-kind interface: what the jobs wing asks of each kind it launches. A kind is one module
-of this package (pytorchjob.py, rayjob.py, raycluster.py) and one entry in kinds.py's KINDS; the
+of this package (pytorchjob.py, trainjob.py, rayjob.py, raycluster.py) and one entry in kinds.py's KINDS; the
 config's `JobKind` lists the names. What every kind's pods share is in pods.py, HyperPod's overlay
 in hyperpod.py; a VERL program runs on the Ray kinds (verl.py)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pulumi
@@ -16,6 +17,11 @@ from components.network_policy import Allow
 
 if TYPE_CHECKING:
     from components.operators import ClusterOperators
+
+# The other objects a stack sends, by (kind, name): where a job's pods come partly from another
+# object (a TrainJob's runtime), its PodSets read it here.
+Objects = Mapping[tuple[str, str], dict[str, Any]]
+NO_OBJECTS: Objects = MappingProxyType({})
 
 
 class JobKind(ABC):
@@ -42,8 +48,15 @@ class JobKind(ABC):
         """The manifest's own annotations, besides what `pulumi up` waits for."""
         return {}
 
+    def shared(self, args: TrainingJobArgs) -> list[pulumi.Resource]:
+        """What the job needs that the stack's jobs of its kind share (made by the first of them,
+        kept in args.shared): the job waits for it."""
+        return []
+
     @abstractmethod
-    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+    def pod_sets(
+        self, manifest: dict[str, Any], objects: Objects = NO_OBJECTS
+    ) -> list[tuple[str, dict[str, Any], int]]:
         """(name, pod template, count) per PodSet of a manifest of this kind, as Kueue's integration
         builds the job's Workload (what it admits whole)."""
 

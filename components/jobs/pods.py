@@ -5,6 +5,8 @@ HyperPod nodes, and the pod template each kind's manifest builds on."""
 
 from __future__ import annotations
 
+import hashlib
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +15,7 @@ import pulumi_kubernetes as k8s
 
 from components.jobs import hyperpod
 from components.jobs import verl as verl_job
+from components.network_policy import Allow
 from config.jobs import JobConfig
 from conventions import DATASETS_MOUNT, JOB_LABEL, PART_OF
 from domain.placement import Placement
@@ -28,6 +31,13 @@ TERMINATION_GRACE_SECONDS = 600
 # it). The grace period less a margin for torchrun's own exit, so the launcher exits retryable
 # before the kubelet's SIGKILL.
 LAUNCHER_SHUTDOWN_SECONDS = TERMINATION_GRACE_SECONDS - 30
+# torchrun's environment in the pods of the kinds that run trainer.launch (PyTorchJob, TrainJob).
+LAUNCHER_ENV = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHER_SHUTDOWN_SECONDS)}
+# What bounds a default-trainer job's pod recreations (trainer.recreations, whose names a test
+# holds equal): the limit, and the run the count belongs to, which a new image or other flags
+# start again.
+RECREATIONS_LIMIT_ENV = "TRAINSTACK_MAX_RECREATIONS"
+RECREATIONS_RUN_ENV = "TRAINSTACK_RUN"
 # Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the operator's
 # teardown of its pods and services. pulumi-kubernetes' default is 10 minutes, the grace alone.
 DELETE_TIMEOUT = f"{(TERMINATION_GRACE_SECONDS + 300) // 60}m"
@@ -102,6 +112,15 @@ class Checkpoints:
     def mount(self) -> dict[str, Any]:
         mount = {"name": "checkpoints", "mountPath": CHECKPOINT_DIR}
         return mount | {"subPath": self.sub_path} if self.sub_path else mount
+
+    def shared(self) -> tuple[Checkpoints, str | None]:
+        """(the volume every job of the group can share, this job's directory in it): the claim and
+        the job's sub-path, the nodes' path above the job's directory and that directory, or each
+        pod's own volume (mirrored to S3) and none."""
+        if self.host_path:
+            root, job = posixpath.split(self.host_path)
+            return Checkpoints(host_path=root), job
+        return Checkpoints(claim=self.claim), self.sub_path
 
 
 @dataclass(frozen=True)
@@ -179,6 +198,9 @@ class TrainingJobArgs:
     prep_image: pulumi.Input[str] | None = None  # the stack's image: prepares a VERL job's data
     # Kueue's topology request on the pods of the job's group (domain.topology.pod_annotations).
     topology: dict[str, str] = field(default_factory=dict)
+    # What the stack's jobs of one kind share, made by the first that needs it (JobKind.shared):
+    # one dict for all the stack's jobs.
+    shared: dict[str, pulumi.Resource] = field(default_factory=dict)
 
 
 def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
@@ -203,6 +225,21 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
     ]
 
 
+def recreation_env(args: TrainingJobArgs) -> dict[str, pulumi.Input[str]]:
+    """The launcher's bound on its pod's recreations, and this run's id: its image and flags."""
+    run = pulumi.Output.all(args.image, *trainer_args(args)).apply(
+        lambda parts: hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+    )
+    return {RECREATIONS_LIMIT_ENV: str(args.job.max_recreations), RECREATIONS_RUN_ENV: run}
+
+
+def gang_allows(job: str) -> tuple[Allow, ...]:
+    """A torchrun job's pods reach each other on every port: the rendezvous, NCCL's and gloo's
+    bootstrap and data sockets (ports chosen at run time)."""
+    own = {"matchLabels": {JOB_LABEL: job}}
+    return (Allow(f"job-{job}", own, ({"podSelector": own},)),)
+
+
 def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
     if not args.hf_token_secret:
         return []
@@ -214,10 +251,16 @@ def hf_token_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
 def container_env(
     args: TrainingJobArgs, kind_env: dict[str, pulumi.Input[str]] | None = None
 ) -> list[dict[str, Any]]:
-    """The placement's fixed environment, the kind's own (`kind_env`), the user's S3 credentials,
-    the HF token, tracking, and the job's env (by Secret when it is secret)."""
-    env: list[dict[str, Any]] = [*placement_env(args.placement)]
-    env += [{"name": k, "value": v} for k, v in (kind_env or {}).items()]
+    """The placement's fixed environment, then the job's own (job_env)."""
+    return [*placement_env(args.placement), *job_env(args, kind_env)]
+
+
+def job_env(
+    args: TrainingJobArgs, kind_env: dict[str, pulumi.Input[str]] | None = None
+) -> list[dict[str, Any]]:
+    """The kind's environment (`kind_env`), the user's S3 credentials, the HF token, tracking, and
+    the job's env (by Secret when it is secret)."""
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in (kind_env or {}).items()]
     secret = args.checkpoints.credentials_secret
     if secret:  # outside EKS: the user's S3 credentials, by name, never in the stack
         env += [

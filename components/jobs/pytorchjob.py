@@ -3,42 +3,26 @@ replacement node, and on HyperPod nodes HyperPod's auto-resume."""
 
 from __future__ import annotations
 
-import hashlib
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pulumi
 
 from components.jobs import hyperpod
-from components.jobs.kind import JobKind
+from components.jobs.kind import NO_OBJECTS, JobKind, Objects
 from components.jobs.pods import (
-    LAUNCHER_SHUTDOWN_SECONDS,
+    LAUNCHER_ENV,
     RENDEZVOUS_JOIN_TIMEOUT_SECONDS,
     TrainingJobArgs,
+    gang_allows,
     pod_template,
+    recreation_env,
     trainer_args,
 )
 from components.network_policy import Allow
-from conventions import JOB_LABEL
 
 if TYPE_CHECKING:
     from components.operators import ClusterOperators
-
-# torchrun's environment in a PyTorchJob's pods (see LAUNCHER_SHUTDOWN_SECONDS).
-LAUNCHER_ENV = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHER_SHUTDOWN_SECONDS)}
-# What bounds a default-trainer PyTorchJob's pod recreations (trainer.recreations, whose names a
-# test holds equal): the limit, and the run the count belongs to, which a new image or other flags
-# start again.
-RECREATIONS_LIMIT_ENV = "TRAINSTACK_MAX_RECREATIONS"
-RECREATIONS_RUN_ENV = "TRAINSTACK_RUN"
-
-
-def recreation_env(args: TrainingJobArgs) -> dict[str, pulumi.Input[str]]:
-    """The launcher's bound on its pod's recreations, and this run's id: its image and flags."""
-    run = pulumi.Output.all(args.image, *trainer_args(args)).apply(
-        lambda parts: hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-    )
-    return {RECREATIONS_LIMIT_ENV: str(args.job.max_recreations), RECREATIONS_RUN_ENV: run}
 
 
 def worker_restarts(args: TrainingJobArgs) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -107,16 +91,15 @@ class PyTorchJob(JobKind):
             return {}
         return hyperpod.auto_resume_annotations(args.job.hyperpod)
 
-    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+    def pod_sets(
+        self, manifest: dict[str, Any], objects: Objects = NO_OBJECTS
+    ) -> list[tuple[str, dict[str, Any], int]]:
         """One PodSet per replica type (kueue's pkg/controller/jobs/kubeflow/kubeflowjob)."""
         replicas = manifest["spec"]["pytorchReplicaSpecs"].items()
         return [(k.lower(), r["template"], r.get("replicas", 1)) for k, r in replicas]
 
     def allows(self, job: str) -> tuple[Allow, ...]:
-        """Its pods reach each other on every port: torchrun's c10d rendezvous, NCCL's and gloo's
-        bootstrap and data sockets (ports chosen at run time)."""
-        own = {"matchLabels": {JOB_LABEL: job}}
-        return (Allow(f"job-{job}", own, ({"podSelector": own},)),)
+        return gang_allows(job)
 
     def operator(self, operators: ClusterOperators) -> pulumi.Resource | None:
         return operators.training_operator

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from components.jobs.kind import JobKind
+from components.jobs.kind import NO_OBJECTS, JobKind, Objects
 from components.jobs.pods import TrainingJobArgs
 from components.jobs.ray import ray_allows, ray_cluster_spec, ray_pod_sets
 from components.network_policy import Allow
@@ -30,7 +30,9 @@ class RayCluster(JobKind):
     def spec(self, args: TrainingJobArgs) -> dict[str, Any]:
         return ray_cluster_spec(args)
 
-    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+    def pod_sets(
+        self, manifest: dict[str, Any], objects: Objects = NO_OBJECTS
+    ) -> list[tuple[str, dict[str, Any], int]]:
         return ray_pod_sets(manifest["spec"])
 
     def allows(self, job: str) -> tuple[Allow, ...]:

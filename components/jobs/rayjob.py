@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from components.jobs import verl as verl_job
-from components.jobs.kind import JobKind
+from components.jobs.kind import NO_OBJECTS, JobKind, Objects
 from components.jobs.pods import CHECKPOINT_DIR, TrainingJobArgs, trainer_args
 from components.jobs.ray import ray_allows, ray_cluster_spec, ray_pod_sets
 from components.network_policy import Allow
@@ -102,7 +102,9 @@ class RayJob(JobKind):
             "rayClusterSpec": ray_cluster_spec(args),
         }
 
-    def pod_sets(self, manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any], int]]:
+    def pod_sets(
+        self, manifest: dict[str, Any], objects: Objects = NO_OBJECTS
+    ) -> list[tuple[str, dict[str, Any], int]]:
         """The Ray cluster's, and in K8sJobMode (KubeRay's default) a third, its submitter Job
         (kueue's rayjob integration)."""
         spec = manifest["spec"]

@@ -41,7 +41,7 @@ class TrainingJob(pulumi.ComponentResource):
         job = args.job
         kind = KINDS[job.kind]
         super().__init__(f"trainstack:jobs:{job.kind}", name, None, opts)
-        deps = [d for d in (args.operator, args.nodes, *args.waits_for) if d is not None]
+        deps = [d for d in (args.operator, args.nodes, *args.waits_for, *kind.shared(args)) if d is not None]
         timeout = f"{job.timeout_minutes + args.provision_minutes}m"
         self.resource = k8s.apiextensions.CustomResource(
             name,

@@ -11,7 +11,7 @@ from moto import mock_aws
 from trainer import checkpoint, launch, recreations
 from trainer.resilience import RECREATIONS_EXIT_CODE
 
-from components.jobs import pytorchjob
+from components.jobs import pods
 
 S3 = "s3://ckpt/checkpoints/job"
 
@@ -35,7 +35,7 @@ def s3(fake_aws, monkeypatch):
 
 
 def test_the_stack_and_the_launcher_name_the_same_variables():
-    assert (pytorchjob.RECREATIONS_LIMIT_ENV, pytorchjob.RECREATIONS_RUN_ENV) == (
+    assert (pods.RECREATIONS_LIMIT_ENV, pods.RECREATIONS_RUN_ENV) == (
         recreations.LIMIT_ENV,
         recreations.RUN_ENV,
     )
