@@ -14,7 +14,7 @@ outputs that resolve to these. `total=False` and `NotRequired` mark the keys a s
 
 from typing import Any, Literal, NotRequired, Required, TypedDict
 
-JobKind = Literal["PyTorchJob", "TrainJob", "RayJob", "RayCluster"]
+JobKind = Literal["PyTorchJob", "RayJob", "RayCluster", "TrainJob"]
 
 
 class GpuNodeGroup(TypedDict):

@@ -15,6 +15,7 @@ import pulumi
 
 from account_checks.cluster_access import ClusterAddress, ClusterReader, KubeClients
 from config import PROJECT, StackConfig
+from domain.job_kinds import KINDS
 
 READ_WRITE_MANY = "ReadWriteMany"
 BOUND = "Bound"
@@ -34,9 +35,9 @@ def read_claim(reader: ClusterReader, namespace: str, name: str) -> dict[str, An
 
 
 def jobs_across_nodes(cfg: StackConfig) -> list[str]:
-    """Jobs whose pods mounting the claim run on more than one node: a PyTorchJob of several nodes,
-    and any Ray job (its head runs on the system nodes, its workers on the group's)."""
-    return [j.name for j in cfg.jobs if j.kind != "PyTorchJob" or j.nodes > 1]
+    """Jobs whose pods mounting the claim run on more than one node: a job of several nodes, and
+    any Ray job (its head runs on the system nodes, its workers on the group's)."""
+    return [j.name for j in cfg.jobs if KINDS[j.kind].ray or j.nodes > 1]
 
 
 def claim_problems(cfg: StackConfig, claim: dict[str, Any] | None) -> list[str]:

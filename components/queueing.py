@@ -49,14 +49,12 @@ PROVISIONING_REQUEST_CRD_URL = (
     "cluster-autoscaler/apis/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml"
 )
 PROVISIONING_CHECK = "trainstack-provisioning"
-# Kueue's integrations: PyTorchJob is off in the 0.19 chart's defaults (Kubeflow is moving to
-# Trainer v2's TrainJob), so it is named here; a Kueue without it would leave PyTorchJobs unqueued.
-# TrainJob's too, for Trainer's TrainJobs (Kueue sets an integration up once its CRD is served:
-# kueue v0.19.2 pkg/controller/jobframework/setup.go WaitForAPI). JobSet is not among them: a
-# TrainJob's JobSet is its child, admitted with it (pkg/controller/jobs/trainjob: the TrainJob's
-# PodSets are its JobSet's).
-TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
-KUEUE_FRAMEWORKS = ("batch/job", *(kind.kueue_framework for kind in KINDS.values()), TRAINJOB_FRAMEWORK)
+# Kueue's integrations, one per kind: PyTorchJob is off in the 0.19 chart's defaults (Kubeflow is
+# moving to Trainer v2's TrainJob), so it is named here; a Kueue without it would leave PyTorchJobs
+# unqueued. Kueue sets an integration up once its CRD is served (kueue v0.19.2
+# pkg/controller/jobframework/setup.go WaitForAPI). JobSet is not among them: a TrainJob's JobSet is
+# its child, admitted with it (pkg/controller/jobs/trainjob: the TrainJob's PodSets are its JobSet's).
+KUEUE_FRAMEWORKS = ("batch/job", *(kind.kueue_framework for kind in KINDS.values()))
 
 
 def flavor_spec(q: QueueSpec) -> dict[str, Any]:

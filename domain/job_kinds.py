@@ -40,9 +40,6 @@ KINDS: dict[str, KindFacts] = {
             ("admitted", "running", "succeeded"),
             hyperpod_auto_resume=True,
         ),
-        # JobSet names a pod `<job>-node-0-<index>-<5 characters>`, within 63 for up to 100 nodes
-        # (jobset v0.12.0 pkg/webhooks/jobset_webhook.go, podNameTooLongErrorMsg).
-        KindFacts("TrainJob", "trainer", 47, ("admitted", "running", "succeeded")),
         KindFacts(
             "RayJob",
             "kuberay",
@@ -53,6 +50,9 @@ KINDS: dict[str, KindFacts] = {
         ),
         # A RayCluster runs until deleted and never succeeds.
         KindFacts("RayCluster", "kuberay", 47, ("admitted", "running"), (RAY_HEAD,), ray=True, bare=True),
+        # JobSet names a pod `<job>-node-0-<index>-<5 characters>`, within 63 for up to 100 nodes
+        # (jobset v0.12.0 pkg/webhooks/jobset_webhook.go, podNameTooLongErrorMsg).
+        KindFacts("TrainJob", "trainer", 47, ("admitted", "running", "succeeded")),
     )
 }
 RAY_KINDS = tuple(k for k, facts in KINDS.items() if facts.ray)

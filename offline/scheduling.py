@@ -2,8 +2,9 @@
 
 Per job, a chain of four links, each checked with the rules of the system that applies it:
 
-1. admission: the Workload Kueue would create (one PodSet per PyTorchJob replica type; a RayJob's
-   or RayCluster's head and worker groups, and a RayJob's submitter in K8sJobMode), each PodSet
+1. admission: the Workload Kueue would create (one PodSet per PyTorchJob replica type; a TrainJob's
+   JobSet's replicated Job, built from its runtime; a RayJob's or RayCluster's head and worker
+   groups, and a RayJob's submitter in K8sJobMode), each PodSet
    given the first flavor of its ClusterQueue whose node labels its pods select and whose taints
    they tolerate and that has quota left, charged against the flavors' nominal quota
    (kueue v0.19.2 `pkg/controller/jobs/*`, `pkg/scheduler/flavorassigner`);
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from components.jobs.kind import NO_OBJECTS, Objects
 from components.jobs.kinds import KINDS
 from conventions import EFA_RESOURCE, GPU_RESOURCE, QUEUE_LABEL
 from domain.quota import shortfall
@@ -32,23 +34,22 @@ from offline.predicates import unmatched_affinity as _unmatched_affinity
 from offline.topology import TopologyBroken, placement_words, tas_problem
 
 KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:"
-JOB_TYPES = (
-    "kubernetes:kubeflow.org/v1:PyTorchJob",
-    "kubernetes:ray.io/v1:RayJob",
-    "kubernetes:ray.io/v1:RayCluster",
-)
+JOB_TYPES = tuple(f"kubernetes:{k.api_version}:{k.name}" for k in KINDS.values())
+# What a job's PodSets may read besides its own manifest (a TrainJob's runtime).
+REFERENCED_TYPES = ("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime",)
 
 # --- Kueue's model of a job ----------------------------------------------------------------------
 
 
-def named_pod_sets(job: dict) -> list[tuple[str, dict, int]]:
-    """(name, pod template, count) per PodSet, as the job's kind says Kueue builds its Workload."""
-    return KINDS[job["kind"]].pod_sets(job)
+def named_pod_sets(job: dict, objects: Objects = NO_OBJECTS) -> list[tuple[str, dict, int]]:
+    """(name, pod template, count) per PodSet, as the job's kind says Kueue builds its Workload;
+    `objects`: what else the stack sends, by (kind, name) (referenced_objects)."""
+    return KINDS[job["kind"]].pod_sets(job, objects)
 
 
-def pod_sets(job: dict) -> list[tuple[dict, int]]:
+def pod_sets(job: dict, objects: Objects = NO_OBJECTS) -> list[tuple[dict, int]]:
     """(pod template, count) per PodSet."""
-    return [(template, count) for _, template, count in named_pod_sets(job)]
+    return [(template, count) for _, template, count in named_pod_sets(job, objects)]
 
 
 def flavor_problem(pod: dict, flavor: dict) -> str | None:
@@ -92,12 +93,14 @@ def quota_of(queue: dict) -> dict[str, Amounts]:
     return found
 
 
-def admitted_demand(job: dict, queue: dict, flavors: dict[str, dict]) -> dict[str, Amounts]:
+def admitted_demand(
+    job: dict, queue: dict, flavors: dict[str, dict], objects: Objects = NO_OBJECTS
+) -> dict[str, Amounts]:
     """What Kueue would charge the job's queue: each pod set on the first of the queue's flavors
     that it matches, as the ClusterQueue orders them. Raises ValueError when one matches none."""
     order = [f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]]
     demand: dict[str, Amounts] = {}
-    for name, template, count in named_pod_sets(job):
+    for name, template, count in named_pod_sets(job, objects):
         found = [f for f in order if f in flavors and matches(template, flavors[f])]
         if not found:
             raise ValueError(f"{job['metadata']['name']}: pod set {name} matches no flavor of its queue")
@@ -176,7 +179,19 @@ def job_manifests(run: PlanRun) -> list[dict]:
     return [body(r) for t in JOB_TYPES for r in run.by_type(t)]
 
 
-def _admission(job: dict, queues: dict, local: dict, flavors: dict) -> tuple[str, dict[str, str]]:
+def referenced_objects(run: PlanRun) -> Objects:
+    """What jobs' PodSets read beyond their own manifests, by (kind, name)."""
+    return {
+        (m["kind"], m["metadata"]["name"]): m
+        for t in REFERENCED_TYPES
+        for r in run.by_type(t)
+        for m in [body(r)]
+    }
+
+
+def _admission(
+    job: dict, queues: dict, local: dict, flavors: dict, objects: Objects = NO_OBJECTS
+) -> tuple[str, dict[str, str]]:
     """Kueue's assignment: (the link's words, pod set -> flavor). Raises _Broken."""
     queue_name = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
     lq = local.get(queue_name or "")
@@ -189,7 +204,11 @@ def _admission(job: dict, queues: dict, local: dict, flavors: dict) -> tuple[str
     used: dict[str, Amounts] = {}
     assigned: dict[str, str] = {}
     every_tas = all(flavors.get(f, {}).get("spec", {}).get("topologyName") for f in order)
-    for name, template, count in named_pod_sets(job):
+    try:
+        sets = named_pod_sets(job, objects)
+    except ValueError as err:
+        raise _Broken(f"admission: {err}") from None
+    for name, template, count in sets:
         need = {k: v * count for k, v in requests(template).items() if v}
         missing = sorted(set(need) - covered)
         if missing:
@@ -278,10 +297,10 @@ def _device_plugin(resource: str, daemonsets: list) -> str | None:
 def _job_chain(job: dict, ctx: dict) -> Chain:
     chain = Chain(job["metadata"]["name"])
     try:
-        words, assigned = _admission(job, ctx["queues"], ctx["local"], ctx["flavors"])
+        words, assigned = _admission(job, ctx["queues"], ctx["local"], ctx["flavors"], ctx["objects"])
         chain.links.append(words)
         placed: list[tuple[str, dict, int, Node]] = []
-        for name, template, count in named_pod_sets(job):
+        for name, template, count in named_pod_sets(job, ctx["objects"]):
             flavor = ctx["flavors"][assigned[name]]["spec"]
             # Kueue adds its flavor's node labels and tolerations to the pods it admits.
             spec = dict(template["spec"])
@@ -332,7 +351,7 @@ def _topology(job: dict, assigned: dict[str, str], placed: list, ctx: dict, chai
     queue = ctx["queues"][ctx["local"][job["metadata"]["labels"][QUEUE_LABEL]]["spec"]["clusterQueue"]]
     provisioned = bool((queue["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks"))
     words = []
-    for (name, template, count), (*_, node) in zip(named_pod_sets(job), placed, strict=True):
+    for (name, template, count), (*_, node) in zip(named_pod_sets(job, ctx["objects"]), placed, strict=True):
         topology = ctx["topologies"].get(ctx["flavors"][assigned[name]]["spec"].get("topologyName"))
         if topology is None:
             continue
@@ -459,6 +478,7 @@ def check(run: PlanRun, cfg=None) -> Report:
         "queues": _objects(run, "ClusterQueue"),
         "local": _objects(run, "LocalQueue"),
         "topologies": _objects(run, "Topology"),
+        "objects": referenced_objects(run),
         "account": run.account,
         "nodes": plan_nodes(run, cfg),
         "not_checked": None,

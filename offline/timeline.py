@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from components.jobs.kinds import KINDS
 from conventions import NODE_GROUP_LABEL, TRAINING_NAMESPACE
 from domain.catalog import image_pull_minutes
 from offline.engine import Registration
@@ -41,11 +42,7 @@ GPU_NODE_JOIN_MINUTES = 5.0  # a node the autoscaler adds: launch and join, as a
 POD_START_MINUTES = 0.5  # image already on the node
 NODE_CHECK_MINUTES = 0.5  # a fresh node: scheduling, and the job's check of its nodes before step 0
 OTHER_MINUTES = 0.05
-TRAINING_KINDS = (
-    "kubernetes:kubeflow.org/v1:PyTorchJob",
-    "kubernetes:ray.io/v1:RayJob",
-    "kubernetes:ray.io/v1:RayCluster",
-)
+TRAINING_KINDS = tuple(f"kubernetes:{k.api_version}:{k.name}" for k in KINDS.values())
 NODE_GROUP = "eks:index:ManagedNodeGroup"
 PREPARATION_JOB = "kubernetes:batch/v1:Job"
 # An image's compressed GB, by its reference; a float: every image that size.

@@ -8,4 +8,4 @@ from components.jobs.raycluster import RAYCLUSTER
 from components.jobs.rayjob import RAYJOB
 from components.jobs.trainjob import TRAINJOB
 
-KINDS: dict[str, JobKind] = {k.name: k for k in (PYTORCHJOB, TRAINJOB, RAYJOB, RAYCLUSTER)}
+KINDS: dict[str, JobKind] = {k.name: k for k in (PYTORCHJOB, RAYJOB, RAYCLUSTER, TRAINJOB)}
