@@ -1,7 +1,10 @@
-"""A two-node PyTorchJob on one machine, for node-loss and drain drills (the tests and the benchmark).
+"""A two-node PyTorchJob or TrainJob on one machine, for node-loss and drain drills (the tests and
+the benchmark).
 
 Each "node" is `trainer.launch` (the pod's command) with the env the training operator gives a
-worker pod: PET_NNODES, PET_RDZV_BACKEND c10d, PET_RDZV_ENDPOINT at worker-0, PET_MAX_RESTARTS. A
+worker pod: PET_NNODES, PET_RDZV_BACKEND c10d, PET_RDZV_ENDPOINT at worker-0, PET_MAX_RESTARTS; or
+the env Trainer's torch plugin gives a TrainJob's pod (`trainjob_env`: a static rendezvous at node
+0's pod, the pod's rank, no restarts of its own). A
 node loss is a SIGKILL of its launcher and every worker under it, with no chance to clean up; a
 drain is the kubelet's SIGTERM, to the launcher (the pod's PID 1) only; a replacement is a new
 launcher with the same env, as the operator's recreated pod would be. The layout is production's
@@ -9,7 +12,8 @@ without FSx: each pod has its own checkpoint directory (its emptyDir, under volu
 replacement starts with an empty one) and S3 (moto's server, whose endpoint the caller puts in the
 environment) is the only medium the pods share. A worker killed in place (`kill_workers`) keeps
 its pod's directory, as a container restart keeps an emptyDir. `operator_action` is what the
-operator makes of a pod's exit code.
+operator makes of a pod's exit code; `jobset_action` what Kubernetes' Job and JobSet make of a
+TrainJob's pods' exits, by the rules of the stack's runtime.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from trainer import checkpoint
 
+from components.jobs.training_runtime import torch_env
 from support.paths import WORKLOAD
 from support.ports import unused_port
 
@@ -49,6 +54,51 @@ def operator_action(exit_code: int) -> str:
     if exit_code == 0:
         return "job succeeded"
     return "pod recreated" if exit_code >= 128 else "job failed"
+
+
+def trainjob_env(rank: int, port: int) -> dict[str, str]:
+    """What Trainer's torch plugin gives the pod of rank `rank` of a two-node TrainJob
+    (training_runtime.torch_env), as this machine resolves it: the pod's completion index is its
+    rank, node 0's first pod (JobSet's headless service name) is 127.0.0.1, on the test's port."""
+    local = {"PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port)}
+    return {v["name"]: local.get(v["name"], v.get("value", "")) for v in torch_env("job", 2, 1)}
+
+
+def _matches(rule: dict, exit_code: int | None) -> bool:
+    on = rule.get("onExitCodes")
+    if on is None or exit_code is None:  # a lost node's pod reports no exit
+        return False
+    found = exit_code in on["values"]
+    return found if on["operator"] == "In" else not found
+
+
+def jobset_action(runtime_spec: dict, exits: dict[str, int | None], restarts: int = 0) -> str:
+    """What becomes of a TrainJob whose pods ended so (None: the pod's node was lost), by its
+    runtime's rules: the Job's pod failure policy (a FailJob rule fails the Job, reason
+    PodFailurePolicy; else past backoffLimit, reason BackoffLimitExceeded: kubernetes
+    pkg/controller/job/pod_failure_policy.go), then the JobSet's failure policy rules in order, else
+    RestartJobSet while under maxRestarts (jobset v0.12.0 pkg/controllers/failure_policy.go)."""
+    js = runtime_spec["template"]["spec"]
+    (rjob,) = js["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    failed = [code for code in exits.values() if code != 0]
+    if not failed:
+        return "job set completed"
+    rules = job.get("podFailurePolicy", {}).get("rules", [])
+    if any(r["action"] == "FailJob" and _matches(r, c) for r in rules for c in failed):
+        reason = "PodFailurePolicy"
+    elif len(failed) > job.get("backoffLimit", 6):
+        reason = "BackoffLimitExceeded"
+    else:
+        return "pods recreated in place"
+    policy = js.get("failurePolicy") or {}
+    action = next(
+        (r["action"] for r in policy.get("rules", []) if reason in r.get("onJobFailureReasons", [reason])),
+        "RestartJobSet",
+    )
+    if action == "FailJobSet" or restarts >= policy.get("maxRestarts", 0):
+        return "job set failed"
+    return "gang restarted"
 
 
 def descendants(pid: int) -> list[int]:
@@ -91,19 +141,19 @@ class TwoNodeJob:
     # When each metrics line (log name, line number) was first seen, for the benchmark's timings.
     first_seen: dict[tuple[str, int], float] = field(default_factory=dict)
 
-    def start(self, name: str, *, hosts_store: bool = False) -> subprocess.Popen:
-        env = {
-            **os.environ,
-            "OMP_NUM_THREADS": "1",
+    def start(self, name: str, *, hosts_store: bool = False, rank: int | None = None) -> subprocess.Popen:
+        """A node's launcher: a PyTorchJob worker's, or with `rank` a TrainJob pod's."""
+        operator_env = {
             "PET_NNODES": "2",
             "PET_NPROC_PER_NODE": "1",
             "PET_RDZV_BACKEND": "c10d",
             "PET_RDZV_ENDPOINT": f"127.0.0.1:{self.port}",
             "PET_RDZV_ID": "job",
             "PET_MAX_RESTARTS": "3",
-            "PET_MONITOR_INTERVAL": "1",
-            **self.env,
         }
+        if rank is not None:
+            operator_env = trainjob_env(rank, self.port)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **operator_env, "PET_MONITOR_INTERVAL": "1", **self.env}
         cmd = [sys.executable, "-m", "trainer.launch", "-m", "trainer.train"]
         cmd += ["--data-cache", str(self.tmp / "data"), "--checkpoint-dir", str(self.volume(name))]
         cmd += ["--s3-checkpoints", self.s3_uri]

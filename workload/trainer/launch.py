@@ -18,6 +18,10 @@ Two things stand between torchrun and a job that survives a node loss under the 
 A pod the operator keeps recreating without progress (an OOM kill at every start) ends the job
 after the stack's limit (trainer.recreations): the operator itself bounds nothing under ExitCode.
 
+A worker's permanent exit (trainer.resilience.PERMANENT_EXIT_CODES: a flag it refuses, its nodes'
+failed check, a checkpoint no rank can load) is the launcher's too, where torchrun's own would be
+1: a TrainJob's pod failure policy reads the pod's code, and fails the job at once only on those.
+
 A drain (node repair, a version roll, a Spot reclaim) is the kubelet's SIGTERM to the pod's PID 1,
 this launcher. torchrun's handler raises SignalException (torch/distributed/elastic/multiprocessing/
 api.py), its agent forwards SIGTERM to the workers and waits for them up to its shutdown timeout
@@ -34,10 +38,16 @@ import sys
 
 from torch.distributed import run
 from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
 from trainer import recreations
-from trainer.resilience import RECREATIONS_EXIT_CODE, RETRYABLE_EXIT_CODE, signal_exit_code
+from trainer.resilience import (
+    PERMANENT_EXIT_CODES,
+    RECREATIONS_EXIT_CODE,
+    RETRYABLE_EXIT_CODE,
+    signal_exit_code,
+)
 
 
 def over_recreation_limit(argv: list[str]) -> bool:
@@ -68,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return RETRYABLE_EXIT_CODE
+    except ChildFailedError as exc:
+        permanent = sorted({f.exitcode for f in exc.failures.values()} & set(PERMANENT_EXIT_CODES))
+        if not permanent:
+            raise  # exits 1, as torchrun would
+        print(
+            f"launch: a worker exited {permanent[0]}, which no restart mends; exiting {permanent[0]} too.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return permanent[0]
     except SignalException as exc:
         code = signal_exit_code(exc.sigval)
         print(

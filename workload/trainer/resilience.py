@@ -25,9 +25,12 @@ import torch.distributed as dist
 from trainer.distributed import DistContext
 
 # Exit codes, read by the PyTorchJob's `ExitCode` restart policy: 1-127 are permanent failures,
-# 128 and above retryable (signals are 128+).
+# 128 and above retryable (signals are 128+); by a TrainJob's pod failure policy: those of
+# PERMANENT_EXIT_CODES permanent, every other failure a restart of the gang.
 # A check that found a problem (trainer.preflight on its own), or a Ray Train run that failed.
 FAILED_EXIT_CODE = 1
+# Argparse's exit for a flag it refuses (the trainer's or torchrun's): a config error, permanent.
+CONFIG_EXIT_CODE = 2
 # The job's own nodes failed the check before step 0 (PreflightFailed): permanent.
 PREFLIGHT_EXIT_CODE = 3
 # A complete checkpoint exists that the ranks cannot load (CheckpointUnavailable): permanent, since a
@@ -36,6 +39,14 @@ CHECKPOINT_UNAVAILABLE_EXIT_CODE = 4
 # The launcher's, when its pod was recreated more often than the stack allows without a newer
 # checkpoint (trainer.recreations): permanent, so the operator stops recreating it.
 RECREATIONS_EXIT_CODE = 5
+# The exits no restart mends, which a TrainJob's pod failure policy fails the job on at once (1 is
+# not among them there: a survivor of a lost node exits 1, and its gang must be restarted).
+PERMANENT_EXIT_CODES = (
+    CONFIG_EXIT_CODE,
+    PREFLIGHT_EXIT_CODE,
+    CHECKPOINT_UNAVAILABLE_EXIT_CODE,
+    RECREATIONS_EXIT_CODE,
+)
 # A rank that stopped making progress (a hung collective, a dead peer, a stuck loader) exits with
 # this, after dumping every thread's stack: torchrun restarts the workers, which resume from the
 # newest complete checkpoint.
