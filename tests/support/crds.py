@@ -13,6 +13,9 @@ from support.paths import shared_dir
 
 CRD_FILES = {
     "PyTorchJob": "kubeflow.org_pytorchjobs.yaml",
+    "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
+    "ClusterTrainingRuntime": "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    "JobSet": "jobset.x-k8s.io_jobsets.yaml",
     "RayJob": "ray.io_rayjobs.yaml",
     "RayCluster": "ray.io_rayclusters.yaml",
     "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
