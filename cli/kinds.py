@@ -2,7 +2,8 @@
 says, the pods it expects and the failed attempts its operator counts. One entry per kind, keyed by
 the stack's list of kinds (`stack_outputs.JobKind`); the rest of the command asks the entry, never
 the kind's name. Read from each operator's status types: kubeflow/training-operator v1.9
-(`JobCondition` types), KubeRay v1 (`JobStatus`, `JobDeploymentStatus`, `ClusterState`)."""
+(`JobCondition` types), KubeRay v1 (`JobStatus`, `JobDeploymentStatus`, `ClusterState`), Kubeflow
+Trainer v2.3.0 (`TrainJobStatus`: its conditions and its child Jobs' counts)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,18 @@ def raycluster_phase(status: dict) -> Phase:
     return Phase(state, failed=state == "failed")
 
 
+def trainjob_phase(status: dict) -> Phase:
+    """Trainer's conditions (Complete, Failed, Suspended), else its child Jobs' counts: Running
+    once every pod of the trainer's Job is ready (`jobsStatus[].ready`)."""
+    found = _first_true(status, ("Failed", "Complete", "Suspended"), "Failed", ("Failed", "Complete"))
+    if found.name != "Pending":
+        return found
+    jobs = status.get("jobsStatus") or []
+    if jobs and all(j.get("ready", 0) >= 1 for j in jobs):
+        return Phase("Running")
+    return Phase("Created" if jobs else "Pending")
+
+
 def ray_cluster_pods(cluster: dict) -> int:
     """The head and each worker group's replicas."""
     return 1 + sum(int(g.get("replicas", 0)) for g in cluster.get("workerGroupSpecs", []))
@@ -77,4 +90,9 @@ READERS: dict[JobKind, KindReader] = {
         counts_attempts=True,
     ),
     "RayCluster": KindReader(("ray.io", "v1", "rayclusters"), raycluster_phase, ray_cluster_pods),
+    "TrainJob": KindReader(
+        ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        trainjob_phase,
+        lambda spec: int((spec.get("trainer") or {}).get("numNodes", 1)),
+    ),
 }

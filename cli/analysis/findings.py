@@ -21,6 +21,8 @@ from conventions import (
 
 REQUIRED_CRDS = (
     "pytorchjobs.kubeflow.org",
+    "trainjobs.trainer.kubeflow.org",
+    "jobsets.jobset.x-k8s.io",
     "rayjobs.ray.io",
     "rayclusters.ray.io",
     "workloads.kueue.x-k8s.io",
@@ -29,6 +31,8 @@ REQUIRED_CRDS = (
 # Deployments by the names their manifests and charts give them (release names as the stack sets).
 OPERATORS = {
     "training-operator": "Kubeflow training operator",
+    "kubeflow-trainer-controller-manager": "Kubeflow Trainer",
+    "jobset-controller": "JobSet controller",
     "kuberay-operator": "KubeRay operator",
     "kueue-controller-manager": "Kueue",
     "cluster-autoscaler-aws-cluster-autoscaler": "cluster autoscaler",

@@ -10,6 +10,11 @@ from cli.kinds import READERS, Phase
 from conventions import EFA_RESOURCE, GPU_RESOURCE, NODE_GROUP_LABEL
 from stack_outputs import GpuNodeGroup
 
+# A TrainJob's pods: JobSet's replicated Job, and the pod's index in it (its torchrun node rank,
+# which Trainer's torch plugin reads from the completion index).
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
 
 def job_phase(kind: str, obj: dict | None) -> Phase:
     """One word per job, as `kubectl get` would say it, and whether it failed."""
@@ -52,15 +57,26 @@ def pod_role(pod: dict) -> str:
     if "training.kubeflow.org/replica-type" in labels:
         kind = labels["training.kubeflow.org/replica-type"].lower()
         return f"{kind}-{labels.get('training.kubeflow.org/replica-index', '?')}"
+    if REPLICATED_JOB_LABEL in labels:
+        return f"{labels[REPLICATED_JOB_LABEL]}-{_completion_index(pod) or '?'}"
     if "ray.io/node-type" in labels:
         node_type = labels["ray.io/node-type"]
         return "head" if node_type == "head" else f"worker-{pod['metadata']['name'].rsplit('-', 1)[-1]}"
     return pod.get("metadata", {}).get("name", "?")
 
 
+def _completion_index(pod: dict) -> str | None:
+    meta = pod.get("metadata", {})
+    return (meta.get("labels") or {}).get(COMPLETION_INDEX) or (meta.get("annotations") or {}).get(
+        COMPLETION_INDEX
+    )
+
+
 def pod_rank(pod: dict) -> int | None:
-    """The node rank of a PyTorchJob worker (torchrun's ranks on it follow from it)."""
+    """The node rank of a PyTorchJob worker or a TrainJob pod (torchrun's ranks on it follow)."""
     index = pod.get("metadata", {}).get("labels", {}).get("training.kubeflow.org/replica-index")
+    if index is None and REPLICATED_JOB_LABEL in pod.get("metadata", {}).get("labels", {}):
+        index = _completion_index(pod)
     return int(index) if index is not None and str(index).isdigit() else None
 
 

@@ -116,10 +116,18 @@ def webhook(name: str) -> dict:
 
 def pod(name: str, job: str, group: str, *, index: int | None = 0, phase: str = "Running", ray: str | None = None,
         waiting: dict | None = None, restarts: int = 0, env: tuple[str, ...] = ("AWS_CONTAINER_CREDENTIALS_FULL_URI",),
-        scheduled: dict | None = None) -> dict:  # fmt: skip
+        scheduled: dict | None = None, jobset: bool = False) -> dict:  # fmt: skip
+    """A job's pod as its operator labels it: the training operator's (index), KubeRay's (ray), or
+    with `jobset` a TrainJob's, as JobSet and the Job controller label it."""
     labels = {"trainstack.dev/job": job}
     if ray:
         labels["ray.io/node-type"] = ray
+    elif jobset:
+        labels |= {
+            "jobset.sigs.k8s.io/jobset-name": job,
+            "jobset.sigs.k8s.io/replicatedjob-name": "node",
+            "batch.kubernetes.io/job-completion-index": str(index),
+        }
     elif index is not None:
         labels |= {
             "training.kubeflow.org/replica-type": "worker",
@@ -176,6 +184,23 @@ def pytorchjob(name: str, replicas: int, *conditions: tuple[str, str]) -> dict:
         "status": {
             "conditions": [{"type": t, "status": s, "lastTransitionTime": CREATED} for t, s in conditions],
             "replicaStatuses": {"Worker": {"active": replicas}},
+        },
+    }
+
+
+def trainjob(name: str, nodes: int, *conditions: tuple[str, str], ready: int = 0) -> dict:
+    jobs = {"name": "node", "ready": ready, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": meta(name, NS),
+        "spec": {"runtimeRef": {"name": "trainstack-p5"}, "trainer": {"numNodes": nodes}},
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "reason": t, "message": "", "lastTransitionTime": CREATED}
+                for t, s in conditions
+            ],
+            "jobsStatus": [jobs],
         },
     }
 
@@ -302,6 +327,8 @@ def healthy() -> FakeCluster:
     ]
     c.deployments = [
         deployment("training-operator", "kubeflow"),
+        deployment("kubeflow-trainer-controller-manager", "kubeflow-system"),
+        deployment("jobset-controller", "kubeflow-system"),
         deployment("kuberay-operator", "kuberay-system"),
         deployment("kueue-controller-manager", "kueue-system"),
         deployment("cluster-autoscaler-aws-cluster-autoscaler", "kube-system"),

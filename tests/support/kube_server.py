@@ -108,7 +108,7 @@ class Handler(BaseHTTPRequestHandler):
                 return (
                     self._send(200, _list(kind, api, items)) if items is not None else self._not_found(path)
                 )
-        if m := re.fullmatch(rf"/apis/[^/]+/v1/namespaces/{ns}/([^/]+)/([^/]+)", path):
+        if m := re.fullmatch(rf"/apis/[^/]+/v1(?:alpha1)?/namespaces/{ns}/([^/]+)/([^/]+)", path):
             found = c.custom.get((m.group(1), m.group(2)))
             return self._send(200, found) if found else self._not_found(f"{m.group(1)} {m.group(2)}")
         return self._not_found(path)
