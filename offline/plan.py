@@ -30,7 +30,7 @@ import yaml
 
 from components.kind_image import architecture_problem
 from config import PROJECT_ROOT, parse_config, template_values
-from config.job_inputs import gated_model_warnings, mount_warnings
+from config.job_inputs import auto_resume_warnings, gated_model_warnings, mount_warnings
 from offline.cost import hourly_cost, job_cost, total, unknown_items
 from offline.engine import PlanRun, Registration, close_event_loops, run_program
 from offline.first_up import image_sizes, preparations, waits_for_data
@@ -195,6 +195,7 @@ def summary(
     warnings = mount_warnings(cfg.jobs, cfg.datasets) + gated_model_warnings(
         cfg.jobs, cfg.hf_token is not None
     )
+    warnings += auto_resume_warnings(cfg.jobs, {g.name: g.instance_type for g in cfg.gpu_node_groups})
     arch = architecture_problem(platform.machine()) if cfg.image.builder == "kind" else None
     warnings += [f"WARNING: {arch} (`pulumi up` stops here)"] if arch else []
     if warnings:
