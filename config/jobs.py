@@ -1,4 +1,4 @@
-"""Jobs plane config: the PyTorchJobs, RayJobs and RayClusters the stack launches, and their own rules.
+"""Jobs plane config: the PyTorchJobs, TrainJobs, RayJobs and RayClusters the stack launches, and their own rules.
 
 Whether a job fits its node group and has its operator is a cross-plane rule (`checks.py`)."""
 
@@ -120,10 +120,11 @@ class JobConfig:
     )
     max_recreations: int = setting(
         "maxRecreations",
-        "How often a failing job is started again before it fails (0-100). PyTorchJob running the "
-        "default trainer: times a pod may be recreated after a retryable exit (a signal, an OOM kill) "
-        "without a newer checkpoint; RayJob (VERL too): KubeRay's backoffLimit, attempts on a new Ray "
-        "cluster. A PyTorchJob's `command:` and a RayCluster are not bounded by it.",
+        "How often a failing job is started again before it fails (0-100). PyTorchJob or TrainJob "
+        "running the default trainer: times a pod may be recreated after a retryable exit (a signal, "
+        "an OOM kill, a lost node; a TrainJob's whole gang) without a newer checkpoint; RayJob (VERL "
+        "too): KubeRay's backoffLimit, attempts on a new Ray cluster. A `command:` and a RayCluster "
+        "are not bounded by it.",
         2,
     )
     hyperpod: HyperPodJobConfig = setting(

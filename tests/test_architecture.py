@@ -176,7 +176,12 @@ def test_no_product_module_asks_whether_it_is_mocked():
 
 # A kind of job is one module of the jobs wing, reached through the wing's list of kinds only: adding
 # one touches the wing and the config's list of kinds.
-KIND_MODULES = {"components.jobs.pytorchjob", "components.jobs.rayjob", "components.jobs.raycluster"}
+KIND_MODULES = {
+    "components.jobs.pytorchjob",
+    "components.jobs.trainjob",
+    "components.jobs.rayjob",
+    "components.jobs.raycluster",
+}
 
 
 def test_a_job_kind_is_reached_only_through_the_wings_list_of_kinds():

@@ -1,8 +1,8 @@
 """Bring your own script: a small model trained with DistributedDataParallel.
 
 torchrun starts one process per GPU (or one per node on CPU) and sets RANK, WORLD_SIZE and the
-rendezvous; in a PyTorchJob the training operator gives torchrun its node count and rendezvous
-through PET_* variables. Run alone (no WORLD_SIZE) it trains in one process.
+rendezvous; in a TrainJob Trainer's torch plugin (in a PyTorchJob the training operator) gives
+torchrun its node count, rank and rendezvous through PET_* variables. Run alone (no WORLD_SIZE) it trains in one process.
 """
 
 from __future__ import annotations
