@@ -19,7 +19,7 @@ from support.cluster.stacks import PlannedStack, planned, planned_file, template
 from support.paths import ROOT, shared_dir
 
 from offline.nodes import NotChecked, plan_daemonsets
-from offline.scheduling import _admission, _objects, check, job_manifests, named_pod_sets
+from offline.scheduling import _admission, _objects, check, job_manifests, named_pod_sets, referenced_objects
 
 pytestmark = CLUSTER_GROUP
 
@@ -172,9 +172,10 @@ def _settled(pods, running: bool = False) -> bool:
 
 def _pod_sets(job: dict, ctx: dict) -> list[tuple[str, dict, int]]:
     """The job's pods as Kueue admits them: its flavor's node labels and tolerations added."""
-    _, assigned = _admission(job, ctx["ClusterQueue"], ctx["LocalQueue"], ctx["ResourceFlavor"])
+    objects = ctx["objects"]  # a TrainJob's runtime
+    _, assigned = _admission(job, ctx["ClusterQueue"], ctx["LocalQueue"], ctx["ResourceFlavor"], objects)
     found = []
-    for pod_set, template, count in named_pod_sets(job):
+    for pod_set, template, count in named_pod_sets(job, objects):
         flavor = ctx["ResourceFlavor"][assigned[pod_set]]["spec"]
         spec = dict(template["spec"])
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **(flavor.get("nodeLabels") or {})}
@@ -195,6 +196,7 @@ def test_the_plan_and_the_scheduler_agree(cluster, name):
     except NotChecked as err:
         pytest.fail(f"the plan could not render its DaemonSets: {err}")
     ctx = {k: _objects(stack.run, k) for k in ("ResourceFlavor", "ClusterQueue", "LocalQueue")}
+    ctx["objects"] = referenced_objects(stack.run)
     where = _plan_groups(report)
     with OnCluster(cluster, stack) as on:
         on.daemonsets(daemonsets)

@@ -16,12 +16,8 @@ from components.jobs.hyperpod import affinity as hyperpod_affinity
 from config.jobs import HyperPodJobConfig
 from conventions import HYPERPOD_AUTO_RESUME_ANNOTATION, HYPERPOD_DEEP_HEALTH_LABEL, HYPERPOD_HEALTH_LABEL
 from offline.plan import manifest_of
+from offline.scheduling import JOB_TYPES, referenced_objects
 
-JOB_TYPES = (
-    "kubernetes:kubeflow.org/v1:PyTorchJob",
-    "kubernetes:ray.io/v1:RayJob",
-    "kubernetes:ray.io/v1:RayCluster",
-)
 P5 = {
     "name": "p5",
     "instanceType": "p5.48xlarge",
@@ -31,6 +27,7 @@ P5 = {
 }
 EVERY_KIND = [
     {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "model": "1b"},
+    {"name": "tj", "kind": "TrainJob", "nodeGroup": "p5", "nodes": 2, "model": "1b", "wait": "none"},
     {"name": "ray-train", "kind": "RayJob", "nodeGroup": "p5"},
     {"name": "ray-box", "kind": "RayCluster", "nodeGroup": "p5", "wait": "none"},
     {"name": "grpo", "kind": "RayJob", "nodeGroup": "p5", "verl": {"algorithm": "grpo"}},
@@ -42,10 +39,11 @@ def jobs_of(run) -> dict[str, dict]:
     return {m["metadata"]["name"]: m for m in found}
 
 
-def checkpoint_volume(m: dict) -> tuple[dict, dict]:
-    pod = worker_pod(m)
+def checkpoint_volume(m: dict, run=None) -> tuple[dict, dict]:
+    """The pod's checkpoint volume and mount (a TrainJob's from its runtime in `run` and its patch)."""
+    pod = worker_pod(m, referenced_objects(run) if run else {})
     (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
-    (mount,) = [v for v in worker_container(m)["volumeMounts"] if v["name"] == "checkpoints"]
+    (mount,) = [v for v in pod["containers"][0]["volumeMounts"] if v["name"] == "checkpoints"]
     return volume, mount
 
 
@@ -61,10 +59,10 @@ def claim_plan():
 
 def test_every_job_kind_keeps_checkpoints_in_its_own_directory_of_the_claim(claim_plan):
     jobs = jobs_of(claim_plan)
-    assert set(jobs) == {"fsdp", "ray-train", "ray-box", "grpo"}
+    assert set(jobs) == {"fsdp", "tj", "ray-train", "ray-box", "grpo"}
     for name, m in jobs.items():
         assert crd_errors(m) == [], name
-        volume, mount = checkpoint_volume(m)
+        volume, mount = checkpoint_volume(m, claim_plan)
         assert volume["persistentVolumeClaim"] == {"claimName": "fsx-claim"}, name
         assert mount == {"name": "checkpoints", "mountPath": "/checkpoints", "subPath": f"checkpoints/{name}"}
     # On the claim, the default trainer uploads nothing to S3: the file system is the copy.
@@ -88,17 +86,18 @@ def test_a_kubeconfig_stack_mounts_a_claim_instead_of_a_node_path():
     existing = {k: v for k, v in existing.items() if k != "checkpointHostPath"} | {
         "checkpointClaim": "shared"
     }
-    jobs = jobs_of(plan("local", existingCluster=existing))
-    assert jobs
+    run = plan("local", existingCluster=existing)
+    jobs = jobs_of(run)
+    assert {m["kind"] for m in jobs.values()} == {"TrainJob", "RayJob"}
     for name, m in jobs.items():
-        volume, mount = checkpoint_volume(m)
+        volume, mount = checkpoint_volume(m, run)
         assert volume["persistentVolumeClaim"] == {"claimName": "shared"}, name
         assert mount["subPath"] == f"checkpoints/{name}"
 
 
 def test_jobs_on_ec2_groups_carry_nothing_of_hyperpod(claim_plan):
     for name, m in jobs_of(claim_plan).items():
-        assert "affinity" not in worker_pod(m), name
+        assert "affinity" not in worker_pod(m, referenced_objects(claim_plan)), name
         assert HYPERPOD_AUTO_RESUME_ANNOTATION not in m["metadata"]["annotations"], name
     fsdp = jobs_of(claim_plan)["fsdp"]
     assert fsdp["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "ExitCode"

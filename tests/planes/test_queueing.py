@@ -24,14 +24,16 @@ from conventions import (
 from domain.placement import gpu_placement
 from domain.quota import job_demand, shortfall
 from offline.plan import manifest_of
-from offline.scheduling import admitted_demand, matches, pod_sets, quota_of  # the one Kueue model
+from offline.scheduling import (  # the one Kueue model
+    JOB_TYPES,
+    admitted_demand,
+    matches,
+    pod_sets,
+    quota_of,
+    referenced_objects,
+)
 
 CR = "kubernetes:kueue.x-k8s.io/v1beta2:"
-JOB_TYPES = (
-    "kubernetes:kubeflow.org/v1:PyTorchJob",
-    "kubernetes:ray.io/v1:RayJob",
-    "kubernetes:ray.io/v1:RayCluster",
-)
 TAG = "aws:autoscaling/tag:Tag"
 NG = "eks:index:ManagedNodeGroup"
 CAPACITY_BLOCK = {
@@ -86,7 +88,7 @@ def test_every_pod_set_matches_exactly_one_flavor_and_fits_its_queue(stack, dev_
     for job in jobs:
         queue_name = job["metadata"]["labels"][QUEUE_LABEL]
         queue = queues[local[queue_name]["spec"]["clusterQueue"]]
-        demand = admitted_demand(job, queue, flavors)
+        demand = admitted_demand(job, queue, flavors, referenced_objects(run))
         assert shortfall(demand, quota_of(queue)) == [], job["metadata"]["name"]
         # The program's own model of the demand is what Kueue would charge.
         group = job["metadata"]["labels"]["trainstack.dev/node-group"]
@@ -131,10 +133,10 @@ def test_quotas_are_what_each_group_holds_at_its_largest(mixed_plan, prod_plan):
 def test_prods_two_jobs_share_one_queue_and_are_never_admitted_together(prod_plan):
     flavors = kueue_objects(prod_plan, "ResourceFlavor")
     queue = kueue_objects(prod_plan, "ClusterQueue")["trainstack-p5"]
-    fsdp, ray = sorted(job_manifests(prod_plan), key=lambda j: j["kind"])
+    ray, fsdp = sorted(job_manifests(prod_plan), key=lambda j: j["kind"])
     assert fsdp["metadata"]["labels"][QUEUE_LABEL] == ray["metadata"]["labels"][QUEUE_LABEL] == "p5"
     quota = quota_of(queue)
-    alone = [admitted_demand(j, queue, flavors) for j in (fsdp, ray)]
+    alone = [admitted_demand(j, queue, flavors, referenced_objects(prod_plan)) for j in (fsdp, ray)]
     assert all(shortfall(d, quota) == [] for d in alone)
     together = {f: {r: sum(d.get(f, {}).get(r, 0) for d in alone) for r in quota[f]} for f in quota}
     assert "nvidia.com/gpu 32 > 16 on flavor trainstack-p5" in shortfall(together, quota)
@@ -147,8 +149,9 @@ def test_the_programs_demand_model_is_kueues(prod_plan):
     flavors = kueue_objects(prod_plan, "ResourceFlavor")
     queue = kueue_objects(prod_plan, "ClusterQueue")["trainstack-p5"]
     p5 = gpu_placement("p5", "p5.48xlarge", 8, 32, 192, 2048, 0.0)
-    for job in job_manifests(prod_plan):
-        assert admitted_demand(job, queue, flavors) == job_demand(p5, 2, job["kind"])
+    for job in job_manifests(prod_plan):  # a TrainJob and a RayJob
+        demand = admitted_demand(job, queue, flavors, referenced_objects(prod_plan))
+        assert demand == job_demand(p5, 2, job["kind"])
 
 
 def test_every_kueue_object_validates_against_the_kueue_crds(prod_plan, mixed_plan):
@@ -191,7 +194,7 @@ def test_the_program_never_sets_what_kueue_owns(prod_plan, mixed_plan):
         for job in job_manifests(run):
             spec = job["spec"]
             assert "suspend" not in spec and "suspend" not in spec.get("runPolicy", {})
-            for template, _ in pod_sets(job):
+            for template, _ in pod_sets(job, referenced_objects(run)):
                 (flavor,) = [f for f in flavors.values() if matches(template, f)]
                 pod = template["spec"]
                 assert flavor["spec"]["nodeLabels"].items() <= pod["nodeSelector"].items()
