@@ -43,7 +43,7 @@ def test_bad_kind():
     (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(kind="TFJob")])
     assert (
         msg
-        == 'trainstack:jobs[0].kind = "TFJob": not a known value; allowed: PyTorchJob | RayJob | RayCluster'
+        == 'trainstack:jobs[0].kind = "TFJob": not a known value; allowed: PyTorchJob | RayJob | RayCluster | TrainJob'
     )
 
 
