@@ -149,6 +149,9 @@ def test_the_restart_rules_fail_at_once_on_permanent_exits_and_restart_the_gang_
         ],
     }
     (rjob,) = jobset["replicatedJobs"]
+    # Trainer's runtime webhook: the trainer's replicated Job has one replica and a `node` container
+    # (pkg/webhooks/trainingruntime_webhook.go, validateReplicatedJobs); the node count is the Job's.
+    assert rjob["replicas"] == 1 and rjob["name"] == "node"
     assert rjob["template"]["metadata"]["labels"] == {
         "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
     }
