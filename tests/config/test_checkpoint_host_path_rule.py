@@ -4,10 +4,12 @@ a system path (/, /etc, the kubelet's state) is refused with its key, before any
 from __future__ import annotations
 
 import pytest
+from support.manifests import worker_pod
 from support.plans import plan
 
 from config.schema import ConfigError
 from offline.plan import manifest_of
+from offline.scheduling import referenced_objects
 
 KEY = "trainstack:existingCluster.checkpointHostPath"
 ALLOWED = "a directory below /var/local, /srv, /mnt, /data (/var/local/trainstack, say), without .."
@@ -56,8 +58,11 @@ def test_a_relative_path_is_still_refused_as_such():
     "path", ["/var/local/trainstack", "/srv/ckpt/", "/mnt/nvme0/trainstack", "/data/ckpt"]
 )
 def test_a_data_directory_is_accepted_and_each_job_gets_its_own_under_it(path):
+    """The local template's TrainJob: its group's runtime mounts the directory, the job its own
+    directory in it (the mount's sub-path, which the kubelet creates)."""
     run = plan("local", existingCluster=existing(path))
-    job = manifest_of(run.one("kubernetes:kubeflow.org/v1:PyTorchJob", "job-tiny-fsdp"))[1]
-    pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-    paths = [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v]
-    assert paths == [f"{path.rstrip('/')}/tiny-fsdp"]
+    job = manifest_of(run.one("kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob", "job-tiny-fsdp"))[1]
+    pod = worker_pod(job, referenced_objects(run))
+    (volume,) = [v for v in pod["volumes"] if "hostPath" in v]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+    assert f"{volume['hostPath']['path']}/{mount['subPath']}" == f"{path.rstrip('/')}/tiny-fsdp"

@@ -18,6 +18,7 @@ import yaml
 from support.paths import ROOT
 
 from components.image import TRAINING_TARGET
+from components.jobs.kinds import KINDS
 from config.build import ImageConfig
 from offline.plan import main
 from offline.stack_file import read_stack_file
@@ -62,17 +63,24 @@ def test_every_example_plans_and_names_its_walkthrough(name, tmp_path):
     assert "docs/examples.md#" in (EXAMPLES / f"{name}.yaml").read_text()
 
 
-def worker(job: dict) -> dict:
-    return job["spec"]["pytorchReplicaSpecs"]["Worker"]
+def trainjob_pods(run, name: str) -> tuple[dict, int]:
+    """A TrainJob's pod template and pod count, as Trainer builds them from the job and its
+    group's runtime (the plan's two manifests) and Kueue counts them."""
+    job = run.manifest(f"trainjob-training-{name}")
+    runtime = run.manifest(f"clustertrainingruntime-{job['spec']['runtimeRef']['name']}")
+    ((_, template, count),) = KINDS["TrainJob"].pod_sets(
+        job, {("ClusterTrainingRuntime", runtime["metadata"]["name"]): runtime}
+    )
+    return template, count
 
 
 def test_llama_on_c4_runs_on_four_single_gpu_nodes_with_the_token_from_a_secret(tmp_path):
     run = planned("llama-c4", tmp_path)
     # The `secure:` form, as `pulumi config set --secret hfToken` writes it, is read as a secret.
     assert read_stack_file(EXAMPLES / "llama-c4.yaml")[1] == ["trainstack:hfToken"]
-    w = worker(run.manifest("pytorchjob-training-llama-1b-c4"))
-    assert w["replicas"] == 4
-    (container,) = w["template"]["spec"]["containers"]
+    template, count = trainjob_pods(run, "llama-1b-c4")
+    assert count == 4
+    (container,) = template["spec"]["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert {
         "name": "HF_TOKEN",
@@ -99,13 +107,15 @@ def test_verl_grpo_runs_on_the_existing_cluster_without_creating_one(tmp_path):
 
 def test_cpu_ddp_runs_with_gloo_on_the_system_nodes(tmp_path):
     run = planned("cpu-ddp-gloo", tmp_path)
-    w = worker(run.manifest("pytorchjob-training-ddp-gloo"))
-    assert w["replicas"] == 2
-    (container,) = w["template"]["spec"]["containers"]
+    template, count = trainjob_pods(run, "ddp-gloo")
+    assert count == 2
+    (container,) = template["spec"]["containers"]
     assert "nvidia.com/gpu" not in json.dumps(container["resources"])
-    assert run.manifest("pytorchjob-training-ddp-gloo")["spec"]["nprocPerNode"] == "1"
+    # One process per pod: Trainer's `auto` would start one per CPU.
+    assert run.manifest("trainjob-training-ddp-gloo")["spec"]["trainer"]["numProcPerNode"] == 1
+    assert {"name": "PET_NPROC_PER_NODE", "value": "1"} in container["env"]
     assert (
-        "ddp-gloo                       PyTorchJob 2 node(s) of system (queue system), 0 GPUs" in run.stdout
+        "ddp-gloo                       TrainJob   2 node(s) of system (queue system), 0 GPUs" in run.stdout
     )
 
 
@@ -117,8 +127,8 @@ def test_the_kind_example_is_the_local_stack(tmp_path):
 
 def test_byo_builds_its_own_context_and_runs_its_command(tmp_path):
     run = planned("byo", tmp_path)
-    job = run.manifest("pytorchjob-training-byo-ddp")
-    (container,) = worker(job)["template"]["spec"]["containers"]
+    template, _ = trainjob_pods(run, "byo-ddp")
+    (container,) = template["spec"]["containers"]
     assert container["command"] == ["torchrun", "/opt/byo/train.py"]
     assert container["args"] == ["--steps", "500", "--checkpoint-dir", "/checkpoints"]
     # The image the job runs is built from examples/byo, not workload/, on the default pinned base.

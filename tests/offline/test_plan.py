@@ -46,6 +46,7 @@ def test_plan_exits_zero_and_writes_files(planned):
             "admissioncheck-trainstack-provisioning.yaml",
             f"clusterqueue-trainstack-{group}.yaml",
             "clusterqueue-trainstack-system.yaml",
+            f"clustertrainingruntime-trainstack-{group}.yaml",
             "configgroup-operators-kuberay-crds.yaml",
             "configgroup-queueing-provisioning-request-crd.yaml",
             *(["helm-aws-efa-k8s-device-plugin.yaml"] if prod else []),
@@ -69,11 +70,7 @@ def test_plan_exits_zero_and_writes_files(planned):
                 else ["networkpolicy-training-job-llama-tiny.yaml"]
             ),
             "provisioningrequestconfig-trainstack-provisioning.yaml",
-            *(
-                ["pytorchjob-training-llama-1b-fsdp.yaml"]
-                if prod
-                else ["pytorchjob-training-llama-tiny.yaml"]
-            ),
+            *(["trainjob-training-llama-1b-fsdp.yaml"] if prod else ["trainjob-training-llama-tiny.yaml"]),
             *(["rayjob-training-llama-1b-ray.yaml"] if prod else []),
             f"resourceflavor-trainstack-{group}.yaml",
             *(["topology-trainstack-network-3.yaml"] if prod else []),
@@ -140,7 +137,8 @@ def test_resources_json_shape(planned):
         "trainstack:compute:GpuNodeGroup",
         "trainstack:operators:ClusterOperators",
         "trainstack:queueing:Queueing",
-        "trainstack:jobs:PyTorchJob",
+        "trainstack:jobs:TrainJob",
+        "trainstack:jobs:TrainingRuntime",
         *(["trainstack:jobs:RayJob"] if stack == "prod" else []),
         "trainstack:compute:TrainingPodIdentity",
         "trainstack:compute:JobIdentity",

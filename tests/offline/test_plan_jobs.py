@@ -102,8 +102,7 @@ def test_a_multi_node_job_without_efa_says_it_waits_on_the_network():
 def test_the_retention_keys_set_the_trainers_flags_and_the_footprint():
     storage = {"checkpointsKept": 2, "checkpointKeepEvery": 1000}
     run, cfg = plan("prod", storage=storage), parse_config("prod", stack_values("prod", storage=storage))
-    worker = body(job(run, "llama-1b-fsdp"))["spec"]["pytorchReplicaSpecs"]["Worker"]
-    args = worker["template"]["spec"]["containers"][0]["args"]
+    args = body(job(run, "llama-1b-fsdp"))["spec"]["trainer"]["args"]  # prod's TrainJob
     assert (
         args[args.index("--keep-checkpoints") + 1] == "2" and args[args.index("--keep-every") + 1] == "1000"
     )

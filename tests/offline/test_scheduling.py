@@ -15,7 +15,8 @@ from offline.plan import main
 from offline.scheduling import check
 
 EXISTING = {"eks-cluster:ml-platform": {"version": "1.35", "zones": ["us-east-1a", "us-east-1b"]}}
-PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
+TRAINJOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
+RUNTIME = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
 RAYJOB = "kubernetes:ray.io/v1:RayJob"
 NVIDIA_TOLERATION = {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}
 
@@ -37,8 +38,10 @@ def chain(report, job: str):
     return found
 
 
-def worker(run) -> dict:
-    return run.one(PYTORCHJOB).inputs["spec"]["pytorchReplicaSpecs"]["Worker"]
+def node_pods(run) -> dict:
+    """The pod template prod's TrainJob's pods are built from: its group's runtime's."""
+    (rjob,) = run.one(RUNTIME).inputs["spec"]["template"]["spec"]["replicatedJobs"]
+    return rjob["template"]["spec"]["template"]
 
 
 @pytest.mark.parametrize("stack", ["prod", "dev", "local", "existing"])
@@ -58,10 +61,10 @@ def test_prods_chains_name_the_flavors_nodes_and_devices():
     report = checked("prod")
     fsdp, ray = chain(report, "llama-1b-fsdp"), chain(report, "llama-1b-ray")
     assert fsdp.links == [
-        "admission: trainstack-p5 (worker on trainstack-p5)",
+        "admission: trainstack-p5 (node on trainstack-p5)",
         "nodes: p5 (p5.48xlarge x2, from the ASG's node-template tags)",
         "device plugins: p5 nvidia.com/gpu 8, vpc.amazonaws.com/efa 32",
-        "topology: pod set worker: prefers one network-node-layer-3 domain; the closest that holds its 2 "
+        "topology: pod set node: prefers one network-node-layer-3 domain; the closest that holds its 2 "
         "pods is one network-node-layer-2 domain (simulated DescribeInstanceTopology of 2 nodes; fact "
         "instance-topology:p5 gives yours) once the provisioned nodes are Ready",
     ]
@@ -150,16 +153,16 @@ def test_a_daemonset_that_misses_a_group_stops_the_plan_without_any_job(tmp_path
 
 
 def _efa(run, count: str) -> None:
-    resources = worker(run)["template"]["spec"]["containers"][0]["resources"]
+    resources = node_pods(run)["spec"]["containers"][0]["resources"]
     resources["requests"]["vpc.amazonaws.com/efa"] = resources["limits"]["vpc.amazonaws.com/efa"] = count
 
 
 def test_more_efa_interfaces_than_the_type_has():
     run = plan("prod")
-    worker(run)["replicas"] = 1  # within the queue's 64: the node is what refuses it
+    run.one(TRAINJOB).inputs["spec"]["trainer"]["numNodes"] = 1  # within the queue's 64: the node refuses it
     _efa(run, "64")
     assert chain(checked("prod", run), "llama-1b-fsdp").broken == (
-        "pods: pod set worker requests vpc.amazonaws.com/efa 64, but a p5.48xlarge node of group p5 "
+        "pods: pod set node requests vpc.amazonaws.com/efa 64, but a p5.48xlarge node of group p5 "
         "advertises 32"
     )
 
@@ -168,7 +171,7 @@ def test_more_efa_interfaces_than_the_queue_holds_is_never_admitted():
     run = plan("prod")
     _efa(run, "64")
     assert chain(checked("prod", run), "llama-1b-fsdp").broken == (
-        "admission: pod set worker (cpu 364, memory 3684Gi, nvidia.com/gpu 16, vpc.amazonaws.com/efa 128) "
+        "admission: pod set node (cpu 364, memory 3684Gi, nvidia.com/gpu 16, vpc.amazonaws.com/efa 128) "
         "fits no flavor of trainstack-p5 (trainstack-system: nodeSelector trainstack.dev/role=gpu is not its "
         "trainstack.dev/role=system; trainstack-p5: vpc.amazonaws.com/efa 128 > 64 on flavor trainstack-p5)"
     )
@@ -177,11 +180,11 @@ def test_more_efa_interfaces_than_the_queue_holds_is_never_admitted():
 def test_a_node_selector_no_group_carries():
     """Kueue compares only its flavors' label keys, so the job is admitted; no node takes it."""
     run = plan("prod")
-    worker(run)["template"]["spec"]["nodeSelector"]["example.com/rack"] = "r1"
+    node_pods(run)["spec"]["nodeSelector"]["example.com/rack"] = "r1"
     report = checked("prod", run)
-    assert chain(report, "llama-1b-fsdp").links[0] == "admission: trainstack-p5 (worker on trainstack-p5)"
+    assert chain(report, "llama-1b-fsdp").links[0] == "admission: trainstack-p5 (node on trainstack-p5)"
     assert chain(report, "llama-1b-fsdp").broken == (
-        "nodes: no node group takes pod set worker (group system: nodeSelector example.com/rack=r1 "
+        "nodes: no node group takes pod set node (group system: nodeSelector example.com/rack=r1 "
         "does not match; group p5: nodeSelector example.com/rack=r1 does not match)"
     )
     assert chain(report, "llama-1b-ray").fits
@@ -196,7 +199,7 @@ def test_an_autoscaled_group_whose_tags_lack_a_label_is_never_scaled_up():
         if not (r.type == "aws:autoscaling/tag:Tag" and r.inputs["tag"]["key"] == label)
     ]
     assert chain(checked("prod", run), "llama-1b-fsdp").broken == (
-        "nodes: no node group takes pod set worker (group system: nodeSelector trainstack.dev/node-group=p5 "
+        "nodes: no node group takes pod set node (group system: nodeSelector trainstack.dev/node-group=p5 "
         "does not match; group p5: nodeSelector trainstack.dev/node-group=p5 does not match on the "
         "autoscaler's node template (ASG tags))"
     )
@@ -206,7 +209,7 @@ def test_a_daemonset_whose_requests_leave_no_room_for_a_job_pod():
     greedy = {"operators": {"nvidiaDevicePlugin": {"values": {"resources": {"requests": {"cpu": "20"}}}}}}
     report = checked("prod", **greedy)
     assert chain(report, "llama-1b-fsdp").broken == (
-        "pods: pod set worker requests cpu 182, but a p5.48xlarge node of group p5 has 171.43 left of "
+        "pods: pod set node requests cpu 182, but a p5.48xlarge node of group p5 has 171.43 left of "
         "191.45 allocatable after DaemonSets (aws-efa-k8s-device-plugin 0.01, nvidia-device-plugin 20, "
         "eks-node-monitoring-agent 0.01)"
     )

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 from support.crds import crd_errors
+from support.manifests import worker_pod
 from support.paths import ROOT
 from support.plans import EXISTING_CLUSTER as CLUSTER
 from support.plans import plan, policy_of, stack_values
@@ -20,12 +21,8 @@ from conventions import STACK_LABEL
 from domain.operators import RELEASES
 from offline.engine import SECRET_MASK, run_program
 from offline.plan import manifest_of
+from offline.scheduling import JOB_TYPES, referenced_objects
 
-JOBS = (
-    "kubernetes:kubeflow.org/v1:PyTorchJob",
-    "kubernetes:ray.io/v1:RayJob",
-    "kubernetes:ray.io/v1:RayCluster",
-)
 # What only a stack that creates its cluster registers.
 CREATED_ONLY = (
     "aws:ec2/",
@@ -48,13 +45,7 @@ def local_plan():
 
 
 def jobs_of(run) -> list[dict]:
-    return [manifest_of(r)[1] for t in JOBS for r in run.by_type(t)]
-
-
-def worker_pod(job: dict) -> dict:
-    if job["kind"] == "PyTorchJob":
-        return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-    return job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    return [manifest_of(r)[1] for t in JOB_TYPES for r in run.by_type(t)]
 
 
 def test_an_existing_eks_cluster_gets_no_vpc_cluster_or_node_group(existing_plan):
@@ -229,9 +220,9 @@ def test_the_local_image_is_built_by_docker_and_loaded_into_kind(local_plan):
     load = local_plan.one("command:local:Command")
     assert load.inputs["create"] == f"kind load docker-image {image.inputs['imageName']} --name trainstack"
     for job in jobs_of(local_plan):
-        pod = worker_pod(job)
+        pod = worker_pod(job, referenced_objects(local_plan))
         assert pod["containers"][0]["image"] == image.inputs["imageName"]
-    for r in local_plan.by_type(JOBS[0]) + local_plan.by_type(JOBS[1]):
+    for r in [r for t in JOB_TYPES for r in local_plan.by_type(t)]:
         assert load.urn in r.dependencies or any(
             load.urn in deps for deps in r.property_dependencies.values()
         ), r.name
@@ -239,17 +230,17 @@ def test_the_local_image_is_built_by_docker_and_loaded_into_kind(local_plan):
 
 def test_local_jobs_are_cpu_jobs_with_checkpoints_on_the_nodes_shared_path(local_plan):
     jobs = {j["metadata"]["name"]: j for j in jobs_of(local_plan)}
-    assert set(jobs) == {"tiny-fsdp", "tiny-ray"}
+    assert {n: j["kind"] for n, j in jobs.items()} == {"tiny-fsdp": "TrainJob", "tiny-ray": "RayJob"}
     for name, job in jobs.items():
         assert crd_errors(job) == [], name
-        pod = worker_pod(job)
+        pod = worker_pod(job, referenced_objects(local_plan))
         assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
         assert "nvidia.com/gpu" not in json.dumps(pod)
         (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
-        assert volume == {
-            "name": "checkpoints",
-            "hostPath": {"path": f"/var/local/trainstack/{name}", "type": "DirectoryOrCreate"},
-        }
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "checkpoints"]
+        # A TrainJob's runtime mounts the nodes' directory, the job its own in it (the sub-path).
+        where = "/".join([volume["hostPath"]["path"], *([mount["subPath"]] if "subPath" in mount else [])])
+        assert (where, volume["hostPath"]["type"]) == (f"/var/local/trainstack/{name}", "DirectoryOrCreate")
         assert "--s3-checkpoints" not in json.dumps(job["spec"])
     # No GPU nodes, no device plugin to install; the operators the jobs need are there.
     releases = {r.inputs["name"] for r in local_plan.by_type("kubernetes:helm.sh/v3:Release")}
@@ -308,8 +299,8 @@ def test_kubeconfig_stacks_can_keep_checkpoints_in_s3_with_the_users_secret():
             "systemNodes": {"cpus": 4, "memoryGiB": 8, "count": 2},
         },
     )
-    (job,) = [j for j in jobs_of(run) if j["kind"] == "PyTorchJob"]
-    container = worker_pod(job)["containers"][0]
+    (job,) = [j for j in jobs_of(run) if j["kind"] == "TrainJob"]
+    container = worker_pod(job, referenced_objects(run))["containers"][0]
     args = container["args"]
     assert args[args.index("--s3-checkpoints") + 1] == "s3://team-ckpt/trainstack/checkpoints/tiny-fsdp/"
     env = {e["name"]: e.get("valueFrom") for e in container["env"]}

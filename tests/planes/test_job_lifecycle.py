@@ -7,7 +7,7 @@ import json
 
 import jsonpath_rfc9535 as jsonpath
 import pytest
-from support.jobs import PYTORCHJOB, RAYJOB, body, groups, job
+from support.jobs import RAYJOB, TRAINJOB, body, groups, job
 from support.manifests import worker_container
 from support.plans import plan
 
@@ -175,7 +175,7 @@ def test_the_time_to_training_chain_ends_at_a_job(prod_plan):
     long = [s.name for s in chain if s.minutes >= 1]
     # p5 starts empty: its nodes come with the job (in the job's own minutes), not before it.
     assert long[:2] == ["eks", "eks-system"] and "gpu-p5" not in long
-    assert chain[-1].type in (PYTORCHJOB, RAYJOB)
+    assert chain[-1].type in (TRAINJOB, RAYJOB)
 
 
 # --- redeploys while a job trains -----------------------------------------------------------------

@@ -34,7 +34,7 @@ def test_every_manifest_validates_strictly(stack, dev_plan, prod_plan, kinds_pla
     run = {"dev": dev_plan, "prod": prod_plan, "kinds": kinds_plan}[stack]
     manifests = kubernetes_manifests(run)
     kinds = {m["kind"] for m in manifests}
-    assert {"PyTorchJob", "Namespace", "ServiceAccount"} <= kinds
+    assert {"TrainJob", "ClusterTrainingRuntime", "Namespace", "ServiceAccount"} <= kinds
     for m in manifests:
         if m["kind"] in CRD_FILES:
             assert crd_errors(m) == [], m["metadata"]["name"]

@@ -370,7 +370,7 @@ def test_idle_time_and_provisioning_limits_come_from_config(tmp_path):
         pod_spec(render(run, "cluster-autoscaler", tmp_path), "Deployment")["containers"][0]["command"]
     )
     assert {"--scale-down-unneeded-time=45m", "--max-node-provision-time=40m"} <= flags
-    job = run.one("kubernetes:kubeflow.org/v1:PyTorchJob")
+    job = run.one("kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob")
     assert job.options["customTimeouts"]["create"] == "100m"  # 60 to run, 40 for nodes
     config = yaml.safe_load(
         run.one("kubernetes:helm.sh/v3:Release", "kueue").inputs["values"]["managerConfig"][

@@ -10,12 +10,14 @@ import pytest
 import yaml
 from support.compute import user_data_parts
 from support.crds import crd_errors
+from support.manifests import worker_pod
 from support.plans import plan, policy_of, stack_values
 
 from account_checks import AccountCheckError
 from config import parse_config
 from offline.cost import hourly_cost
 from offline.plan import manifest_of
+from offline.scheduling import JOB_TYPES, referenced_objects
 from offline.timeline import critical_path, until_training
 
 FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -45,17 +47,10 @@ def body(run, type_: str, name: str | None = None) -> dict:
     return manifest_of(run.one(type_, name))[1]
 
 
-def worker_pod(job: dict) -> dict:
-    if job["kind"] == "PyTorchJob":
-        return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-    cluster = job["spec"]["rayClusterSpec"] if job["kind"] == "RayJob" else job["spec"]
-    return cluster["workerGroupSpecs"][0]["template"]["spec"]
-
-
 def jobs(run) -> dict[str, dict]:
     found = {}
-    for t in ("kubeflow.org/v1:PyTorchJob", "ray.io/v1:RayJob", "ray.io/v1:RayCluster"):
-        for r in run.by_type(f"kubernetes:{t}"):
+    for t in JOB_TYPES:
+        for r in run.by_type(t):
             m = manifest_of(r)[1]
             found[m["metadata"]["name"]] = m
     return found
@@ -133,7 +128,7 @@ def test_every_job_kind_on_an_fsx_group_mounts_it_at_checkpoints(fsx_plan):
     for name in ("fsdp", "ray", "box"):
         job = found[name]
         assert crd_errors(job) == [], name
-        pod = worker_pod(job)
+        pod = worker_pod(job, referenced_objects(fsx_plan))
         (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
         assert volume == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-checkpoints"}}
         (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "checkpoints"]
@@ -141,7 +136,7 @@ def test_every_job_kind_on_an_fsx_group_mounts_it_at_checkpoints(fsx_plan):
         # Shared-volume mode: the file system exports to S3, no rank uploads.
         assert "--s3-checkpoints" not in json.dumps(job["spec"]), name
     # A group without FSx keeps today's node disk plus S3.
-    small = worker_pod(found["small"])
+    small = worker_pod(found["small"], referenced_objects(fsx_plan))
     assert [v for v in small["volumes"] if v["name"] == "checkpoints"] == [
         {"name": "checkpoints", "emptyDir": {}}
     ]
@@ -156,7 +151,7 @@ def test_datasets_are_mounted_read_only_through_mountpoint(fsx_plan):
     assert pv["spec"]["accessModes"] == ["ReadOnlyMany"]
     assert "read-only" in pv["spec"]["mountOptions"] and "prefix datasets/" in pv["spec"]["mountOptions"]
     for job in jobs(fsx_plan).values():
-        pod = worker_pod(job)
+        pod = worker_pod(job, referenced_objects(fsx_plan))
         assert {"name": "datasets", "mountPath": "/datasets", "readOnly": True} in pod["containers"][0][
             "volumeMounts"
         ]
@@ -205,7 +200,7 @@ def test_fsx_is_off_by_default_and_a_plan_without_it_has_none(prod_plan):
     assert set(found) == {"llama-1b-fsdp", "llama-1b-ray"}
     bucket = prod_plan.outputs["bucketName"]
     for name, job in found.items():
-        pod = worker_pod(job)
+        pod = worker_pod(job, referenced_objects(prod_plan))
         assert [v for v in pod["volumes"] if v["name"] == "checkpoints"] == [
             {"name": "checkpoints", "emptyDir": {}}
         ], name

@@ -9,14 +9,17 @@ import pytest
 from support.config_rules import problems
 from support.plans import EXISTING_CLUSTER, plan, stack_values
 
+from components.jobs.kinds import KINDS
 from config import parse_config
 from domain.topology import PREFERRED_ANNOTATION, REQUIRED_ANNOTATION, UNCONSTRAINED_ANNOTATION
-from offline.scheduling import check
+from offline.plan import manifest_of
+from offline.scheduling import check, referenced_objects
 from offline.simulated_account import FactError, OfflineAccount
 from offline.topology import tas_problem
 
 CR = "kubernetes:kueue.x-k8s.io/v1beta2:"
 PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
+TRAINJOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
 RAYJOB = "kubernetes:ray.io/v1:RayJob"
 LAYER = "topology.k8s.aws/network-node-layer-{}"
 
@@ -26,8 +29,11 @@ def kueue(run, kind: str) -> dict[str, dict]:
 
 
 def worker_annotations(run) -> dict[str, str]:
-    spec = run.one(PYTORCHJOB).inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-    return spec["metadata"].get("annotations", {})
+    """The annotations on the pods of the plan's one PyTorchJob or TrainJob (a TrainJob's come
+    from its runtime patch)."""
+    (m,) = [manifest_of(r)[1] for t in (PYTORCHJOB, TRAINJOB) for r in run.by_type(t)]
+    ((_, template, _),) = KINDS[m["kind"]].pod_sets(m, referenced_objects(run))
+    return template["metadata"].get("annotations", {})
 
 
 def chain(run, stack: str, job: str, **overrides):
@@ -58,12 +64,7 @@ def test_prods_p5_flavor_names_a_topology_of_the_network_layers_and_the_node(pro
 
 def test_groups_eks_does_not_label_and_clusters_the_stack_did_not_create_get_no_topology(dev_plan):
     assert kueue(dev_plan, "Topology") == {}  # g6.xlarge: EC2 describes no network place for it
-    assert (
-        "annotations"
-        not in dev_plan.one(PYTORCHJOB).inputs["spec"]["pytorchReplicaSpecs"]["Worker"]["template"][
-            "metadata"
-        ]
-    )
+    assert worker_annotations(dev_plan) == {}
     existing = plan("existing", facts=EXISTING_CLUSTER)
     assert kueue(existing, "Topology") == {}
     assert all("topologyName" not in f for f in kueue(existing, "ResourceFlavor").values())

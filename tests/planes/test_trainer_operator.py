@@ -67,7 +67,9 @@ def test_kueue_manages_trainjob_beside_pytorchjob(prod_plan):
         "ray.io/raycluster",
         "trainer.kubeflow.org/trainjob",
     ]
-    no_trainer = plan("prod", operators={"trainer": {"enabled": False}})
+    # Without Trainer a stack runs its training as PyTorchJobs (a TrainJob would be refused).
+    pytorchjob = {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2}
+    no_trainer = plan("prod", operators={"trainer": {"enabled": False}}, jobs=[pytorchjob])
     assert not [r for r in no_trainer.by_type(RELEASE) if r.inputs["name"] == "kubeflow-trainer"]
 
 

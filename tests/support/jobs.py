@@ -10,6 +10,7 @@ from offline.plan import manifest_of
 from support.plans import stack_values
 
 PYTORCHJOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
+TRAINJOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
 RAYJOB = "kubernetes:ray.io/v1:RayJob"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 HF_TOKEN = "hf_offlineSECRETtoken"
