@@ -32,6 +32,7 @@ def all_kinds_jobs() -> list[dict]:
         {"name": "ray-l4", "kind": "RayJob", "nodeGroup": "gpu", "env": {"WANDB_API_KEY": SECRET_ENV}},
         {"name": "ray-box", "kind": "RayCluster", "nodeGroup": "gpu", "wait": "none"},
         {"name": "cpu-smoke", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 2, "steps": 20},
+        {"name": "trainer-v2", "kind": "TrainJob", "nodeGroup": "p4d", "nodes": 2, "wait": "none"},
     ]
 
 
