@@ -17,9 +17,9 @@ from pathlib import Path, PurePosixPath
 from config.datasets import DatasetConfig
 from config.jobs import JobConfig
 from config.names import PROJECT, PROJECT_ROOT
+from config.node_groups import GpuNodeGroupConfig
 from config.schema import Reader
 from conventions import DATASETS_MOUNT
-from domain.catalog import is_sagemaker_type
 from domain.datasets import TRAIN_FILE, VAL_FILE
 from domain.job_kinds import KINDS
 
@@ -249,16 +249,15 @@ def gated_model_warnings(jobs: tuple[JobConfig, ...], token_set: bool) -> list[s
     ]
 
 
-def auto_resume_warnings(jobs: tuple[JobConfig, ...], instance_types: dict[str, str]) -> list[str]:
+def auto_resume_warnings(jobs: tuple[JobConfig, ...], groups: tuple[GpuNodeGroupConfig, ...]) -> list[str]:
     """Training jobs on a HyperPod group of a kind HyperPod's auto-resume does not watch (a TrainJob:
-    its job-auto-restart controller reads PyTorchJobs only). `instance_types`: each group's."""
+    its job-auto-restart controller reads PyTorchJobs only)."""
+    hyperpod = {g.name: g.instance_type for g in groups if g.hyperpod}
     return [
         f"WARNING: {PROJECT}:jobs[{i}].kind: job '{j.name}' is a {j.kind} on HyperPod group "
-        f"'{j.node_group}' ({instance_types[j.node_group]}): it gives up HyperPod's auto-resume, which "
+        f"'{j.node_group}' ({hyperpod[j.node_group]}): it gives up HyperPod's auto-resume, which "
         "watches PyTorchJobs only; after a node fault JobSet restarts its gang instead, within "
         "jobs[].maxRecreations. `kind: PyTorchJob` keeps auto-resume"
         for i, j in enumerate(jobs)
-        if is_sagemaker_type(instance_types.get(j.node_group, ""))
-        and not KINDS[j.kind].hyperpod_auto_resume
-        and not KINDS[j.kind].ray
+        if j.node_group in hyperpod and not KINDS[j.kind].hyperpod_auto_resume and not KINDS[j.kind].ray
     ]

@@ -195,7 +195,7 @@ def summary(
     warnings = mount_warnings(cfg.jobs, cfg.datasets) + gated_model_warnings(
         cfg.jobs, cfg.hf_token is not None
     )
-    warnings += auto_resume_warnings(cfg.jobs, {g.name: g.instance_type for g in cfg.gpu_node_groups})
+    warnings += auto_resume_warnings(cfg.jobs, cfg.gpu_node_groups)
     arch = architecture_problem(platform.machine()) if cfg.image.builder == "kind" else None
     warnings += [f"WARNING: {arch} (`pulumi up` stops here)"] if arch else []
     if warnings:

@@ -48,7 +48,7 @@ def stack(tmp_path_factory):
 def test_the_plan_and_the_jobs_sentence_say_it_gives_up_auto_resume(stack, tmp_path: Path):
     run, cfg, template = stack
     assert WARNING in summary(run, cfg, 0, tmp_path).splitlines()
-    assert auto_resume_warnings(template.jobs, {"g5": "ml.g5.8xlarge"}) == []  # PyTorchJob, RayJob
+    assert auto_resume_warnings(template.jobs, template.gpu_node_groups) == []  # PyTorchJob, RayJob
     assert run.outputs["jobs"]["llama-1b-c4"]["retries"].endswith(
         "HyperPod's auto-resume does not watch TrainJobs"
     )
