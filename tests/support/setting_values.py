@@ -200,7 +200,9 @@ TABLE = [
     # A secret shows in a plan as [secret]: set against unset.
     Change(DEV, "trackingPassword", "pw", EXTERNAL, also={"tracking.username": "u"}),
     Change(DEV, "dockerHubAccessToken", "dckr_pat_x", also={"image.dockerHubUsername": "someone"}),
-    *(Change(PROD if op == "efaDevicePlugin" else DEV, f"operators.{op}.{key}", value)
+    # dev's job is a TrainJob: with Trainer off it runs as a PyTorchJob in both plans.
+    *(Change(PROD if op == "efaDevicePlugin" else DEV, f"operators.{op}.{key}", value,
+             {"jobs[0].kind": "PyTorchJob"} if (op, key) == ("trainer", "enabled") else {})
       for op in ("nvidiaDevicePlugin", "efaDevicePlugin", "kuberay", "trainer", "kueue", "clusterAutoscaler")
       for key, value in (("enabled", False), ("version", "9.9.9"), ("values", {"extra": "1"}))
       if (op, key) != ("kuberay", "version")),
