@@ -49,6 +49,10 @@ class Signs:
     kind: str  # its workload's kind
     image: str  # its container image's repository, registry left out
     crds: dict[str, tuple[str, tuple[str, ...]]]  # CRD -> (version served, spec fields the stack sets)
+    other_images: tuple[str, ...] = ()  # repositories other releases of it run
+
+    def runs(self, workload: dict[str, Any]) -> bool:
+        return any(runs_image(workload, i) for i in (self.image, *self.other_images))
 
 
 # The fields the stack's manifests set (components/jobs.py, components/queueing.py), and the one Kueue
@@ -64,6 +68,9 @@ SIGNS = {
                 ("elasticPolicy.rdzvBackend", "elasticPolicy.rdzvConf", "nprocPerNode", "runPolicy.suspend"),
             )
         },
+        # v1.9's manifests (manifests/base/deployment.yaml, what the stack installs) moved it to
+        # ghcr.io/kubeflow/training-v1/training-operator; HyperPod's chart still runs the old path.
+        ("kubeflow/training-v1/training-operator",),
     ),
     "kuberay": Signs(
         "KubeRay",
@@ -293,7 +300,7 @@ def decide(
     signs = SIGNS[key]
     if not needed:
         return OperatorDecision(key, "off", "not read")
-    workloads = [w for w in inventory.of_kind(signs.kind) if runs_image(w, signs.image)]
+    workloads = [w for w in inventory.of_kind(signs.kind) if signs.runs(w)]
     crds = [inventory.crd(n) for n in signs.crds if inventory.crd(n) is not None]
     there = [describe(o) for o in workloads] + [f"CRD {c['metadata']['name']}" for c in crds]
     found = "; ".join(there) or "nothing"

@@ -26,7 +26,8 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 SECRET_PATCH = "kubernetes:core/v1:SecretPatch"
 DIRECTORY = "kubernetes:kustomize/v2:Directory"
 CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
-# The training operator's Deployment as its v1.9.4 bundle makes it (manifests/base/deployment.yaml).
+# The training operator's Deployment as its v1.9.4 bundle makes it (manifests/base/deployment.yaml, the
+# standalone overlay's tag).
 TRAINING_OPERATOR = {
     "apiVersion": "apps/v1",
     "kind": "Deployment",
@@ -35,7 +36,7 @@ TRAINING_OPERATOR = {
         "selector": {"matchLabels": {"control-plane": "kubeflow-training-operator"}},
         "template": {
             "metadata": {"labels": {"control-plane": "kubeflow-training-operator"}},
-            "spec": {"containers": [{"name": "training-operator", "image": "kubeflow/training-operator:v1-855e096"}]},
+            "spec": {"containers": [{"name": "training-operator", "image": "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"}]},
         },
     },
 }  # fmt: skip
