@@ -243,12 +243,15 @@ def kueue_frameworks(deployment: dict[str, Any], inventory: ClusterInventory) ->
 
 
 def _own_name(key: str, inventory: ClusterInventory) -> tuple[str, dict[str, str]] | None:
-    """What the cluster holds at the stack's own name for this operator (its Helm release, or the
-    training operator's Deployment), as a sentence names it, and its labels."""
-    chart = RELEASES.get(key)
+    """What the cluster holds at the stack's own name for this operator (its Helm release, Trainer's
+    for JobSet, its subchart; or the training operator's Deployment), as a sentence names it, and its
+    labels."""
+    chart = RELEASES.get("trainer" if key == "jobset" else key)
     if chart is not None:
         release = inventory.helm_releases().get((chart.namespace, chart.release))
         return (f"Helm release {release.name} in {release.namespace}", release.labels) if release else None
+    if key != "trainingOperator":
+        return None
     deployment = inventory.named("Deployment", *TRAINING_OPERATOR_DEPLOYMENT)
     if deployment is None:
         return None

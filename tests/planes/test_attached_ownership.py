@@ -186,3 +186,19 @@ def test_the_training_namespace_is_used_where_it_exists_and_never_deleted(first,
         "metadata", []
     )
     assert dev_plan.one("kubernetes:core/v1:Namespace", "training-pods-namespace")
+
+
+def test_jobset_is_judged_by_trainers_release_not_by_the_training_operators_deployment():
+    """JobSet comes with Trainer's release (its subchart): the user's own training operator at the
+    stack's name, reused, says nothing of JobSet, which the stack installs with Trainer."""
+    crd = yaml.safe_load((shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES["PyTorchJob"]).read_text())
+    users = [crd, copy.deepcopy(TRAINING_OPERATOR)]
+    run = plan(
+        "existing",
+        facts={**EXISTING_CLUSTER, **as_facts("users", users)},
+        operators={"trainingOperator": {"mode": "reuse"}},
+    )
+    lines = {line.split(":")[0].split()[-1]: line.split()[0] for line in decision_lines(run)[:-1]}
+    assert lines["trainingOperator"] == "reuse"
+    assert lines["trainer"] == lines["jobset"] == "install"
+    assert run.by_type(DIRECTORY) == []
