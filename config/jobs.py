@@ -98,8 +98,8 @@ class JobConfig:
     )
     wait: WaitMode = setting(
         "wait",
-        "What `pulumi up` waits for: admitted (Kueue admitted it whole and its nodes exist), running, "
-        "succeeded, or none.",
+        "What `pulumi up` waits for: admitted (Kueue admitted it whole and its nodes exist; not a RayJob, "
+        "whose admission leaves nothing to watch), running, succeeded, or none.",
         "running",
     )
     timeout_minutes: int = setting(
@@ -264,7 +264,9 @@ def check_job_env_and_wait(j: JobConfig, k: str, r: Reader) -> None:
         r.problem(f"{k}.timeoutMinutes", j.timeout_minutes, "out of range", "1-10080 (one week)")
     waits = KINDS[j.kind].waits
     if j.wait != "none" and j.wait not in waits:
-        r.problem(f"{k}.wait", j.wait, f"a {j.kind} never reaches it", " | ".join(("none", *waits)))
+        r.problem(
+            f"{k}.wait", j.wait, f"`pulumi up` cannot watch a {j.kind} reach it", " | ".join(("none", *waits))
+        )
 
 
 # KubeRay sets these on every Ray pod for token auth, and only where the container has not

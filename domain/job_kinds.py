@@ -44,7 +44,10 @@ KINDS: dict[str, KindFacts] = {
             "RayJob",
             "kuberay",
             47,
-            ("admitted", "running", "succeeded"),
+            # Not `admitted`: KubeRay writes a resumed RayJob's `suspend: false` as no field at all
+            # (a plain bool, omitempty: ray-operator apis/ray/v1/rayjob_types.go), so nothing a
+            # watch can match marks its admission; `trainstack status` shows its Workload instead.
+            ("running", "succeeded"),
             (RAY_HEAD, RAY_SUBMITTER),
             ray=True,
         ),

@@ -50,7 +50,19 @@ def test_bad_kind():
 def test_ray_cluster_never_succeeds():
     (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(kind="RayCluster", wait="succeeded")])
     assert msg == (
-        'trainstack:jobs[0].wait = "succeeded": a RayCluster never reaches it; allowed: none | admitted | running'
+        'trainstack:jobs[0].wait = "succeeded": `pulumi up` cannot watch a RayCluster reach it; '
+        "allowed: none | admitted | running"
+    )
+
+
+def test_a_rayjob_cannot_wait_for_admission():
+    """KubeRay serializes a resumed RayJob's `suspend` (a plain bool, omitempty: ray-operator
+    apis/ray/v1/rayjob_types.go) as no field, so `{.spec.suspend}=false` would never match and
+    `pulumi up` would wait until its timeout."""
+    (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(kind="RayJob", wait="admitted")])
+    assert msg == (
+        'trainstack:jobs[0].wait = "admitted": `pulumi up` cannot watch a RayJob reach it; '
+        "allowed: none | running | succeeded"
     )
 
 

@@ -75,7 +75,7 @@ def test_wait_for_expressions_per_kind_and_mode(kind, wait, ready_in):
     assert {state for state, obj in SAMPLES[kind].items() if wait_satisfied(expression, obj)} == ready_in
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "RayCluster"])
+@pytest.mark.parametrize("kind", ["PyTorchJob", "RayCluster"])
 def test_wait_admitted_is_kueue_resuming_the_job(kind):
     """Kueue's webhook suspends a queued job at creation; it sets suspend false once the whole
     job is admitted (and its nodes exist, on an autoscaled group)."""
