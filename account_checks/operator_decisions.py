@@ -131,6 +131,13 @@ SIGNS = {
 # Read and reported, never installed by the stack: a node health agent (EKS's, or HyperPod's).
 MONITORING_IMAGES = ("eks-node-monitoring-agent", "health-monitoring-agent")
 CRD_NAMES = tuple(name for s in SIGNS.values() for name in s.crds)
+# Kueue sets a kind's integration up at start only if its API is served, else when a poll backing off
+# to every 2 minutes finds it (kueue v0.19.2 pkg/controller/jobframework/setup.go, WaitForAPI); its
+# TrainJob webhook validates each TrainJob's PodSets through Trainer's runtimes, which only that
+# integration's reconciler loads (pkg/controller/jobs/trainjob: NewReconciler, getChildJobSet), so
+# until then it refuses every TrainJob: "unsupported runtime".
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 
 
 def read_operators(connect: KubeClients, address: ClusterAddress, stack: str) -> ClusterInventory:
@@ -363,6 +370,15 @@ def _incompatible(
                     "lets a kind it does not manage run at once, outside the quota; allowed: add "
                     f"{', '.join(missing)} to its integrations.frameworks and restart it, or install"
                 )
+        if TRAINJOB_FRAMEWORK in wanted and inventory.crd(TRAINJOB_CRD) is None:
+            return (
+                "the TrainJob API is not served yet (this `up` would install Trainer), and a Kueue started "
+                "before that API sets its TrainJob integration up only when it next polls for it, up to 2 "
+                "minutes later, refusing every TrainJob until then (its webhook asks Trainer's runtimes, "
+                "which that integration loads); allowed: a first `pulumi up` with no TrainJob in "
+                "trainstack:jobs (it installs Trainer), then the TrainJobs once Kueue is restarted or 2 "
+                "minutes have passed; or install"
+            )
     if signs.kind == "DaemonSet":
         groups = group_labels(cfg)
         if key == "efaDevicePlugin":

@@ -198,6 +198,38 @@ def test_a_reused_kueue_must_manage_every_kind_the_stack_submits(tmp_path):
     assert "kueue" not in releases(run)
 
 
+def test_a_reused_kueue_cannot_take_trainjobs_in_the_up_that_installs_trainer(tmp_path):
+    """Kueue started before the TrainJob API refuses every TrainJob until its poll finds that API
+    (up to 2 minutes), and pulumi-kubernetes does not retry a refused create: the first `up` would
+    install Trainer and then fail on the job. On a cluster that runs Trainer already, the same Kueue
+    is reused."""
+    kueue = installed(charts() / "kueue-0.19.2", "platform-kueue", "kueue-system", tmp_path)
+    trainjob = {
+        "name": "llama",
+        "kind": "TrainJob",
+        "nodeGroup": "p5",
+        "nodes": 1,
+        "model": "1b",
+        "steps": 10,
+    }
+    with pytest.raises(ClusterOperatorsError) as err:
+        plan("existing", facts={**EXISTING_CLUSTER, **as_facts("kueue", kueue)}, jobs=[trainjob])
+    (line,) = [x for x in str(err.value).splitlines() if x.startswith("  - ")]
+    assert line.startswith("  - trainstack:operators.kueue.mode = auto: the cluster runs Kueue (Deployment ")
+    assert line.endswith(
+        "but the TrainJob API is not served yet (this `up` would install Trainer), and a Kueue started before "
+        "that API sets its TrainJob integration up only when it next polls for it, up to 2 minutes later, "
+        "refusing every TrainJob until then (its webhook asks Trainer's runtimes, which that integration "
+        "loads); allowed: a first `pulumi up` with no TrainJob in trainstack:jobs (it installs Trainer), then "
+        "the TrainJobs once Kueue is restarted or 2 minutes have passed; or install"
+    )
+    trainer = installed(charts() / "kubeflow-trainer-2.3.0", "platform-trainer", "kubeflow-system", tmp_path)
+    facts = {**EXISTING_CLUSTER, **as_facts("kueue", kueue), **as_facts("trainer", trainer)}
+    run = plan("existing", facts=facts, jobs=[trainjob])
+    (line,) = [x for x in decision_lines(run) if " kueue: " in x]
+    assert line.startswith("  reuse    kueue: found Deployment kueue-system/")
+
+
 def test_the_efa_device_plugin_is_not_taken_for_the_nvidia_one(tmp_path):
     """`aws-efa-k8s-device-plugin` contains `k8s-device-plugin`: told apart by image repository."""
     efa = installed(charts() / "aws-efa-k8s-device-plugin-v0.5.30", "efa", "kube-system", tmp_path)
