@@ -8,13 +8,15 @@ here="$(cd "$(dirname "$0")" && pwd)"
 out="$(mkdir -p "${1:-$here/../../.tools/cluster/bin}" && cd "${1:-$here/../../.tools/cluster/bin}" && pwd)"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
-# Version strings the programs report (the API server's /version), which the binaries otherwise leave
-# empty.
+# Version strings the programs report (the API server's /version, `pulumi version`, the provider's plugin
+# version), which the binaries otherwise leave empty.
 ldflags() {
 	local dir=$1 v
 	v=$(cd "$here/$dir" && go list -m -f '{{.Version}}' "$2")
 	case $dir in
 	kube) echo "-X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$v" | cut -d. -f2) -X k8s.io/client-go/pkg/version.gitVersion=$v" ;;
+	pulumi) echo "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v" ;;
+	pulumi-kubernetes) echo "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${v#v}" ;;
 	esac
 }
 
@@ -28,6 +30,12 @@ for dir in "${folders[@]}"; do
 	stamp="$out/.stamp-$dir"
 	if [[ -f $stamp && $(cat "$stamp") == "$(pins "$dir")" ]]; then continue; fi
 	cd "$here/$dir"
+	if [[ $dir == pulumi-kubernetes ]]; then
+		src=$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)/cmd/pulumi-resource-kubernetes
+		cp "$src/schema.json" schema-embed.json
+		cp "$src/terraform-mapping.json" terraform-mapping-embed.json
+		chmod u+w schema-embed.json terraform-mapping-embed.json
+	fi
 	grep "^$dir " "$here/programs" | while read -r _ binary package module; do
 		echo "building $binary ($dir: $module)"
 		go build -trimpath -ldflags "-s -w $(ldflags "$dir" "$module")" -o "$out/$binary" "$package"

@@ -1,2 +1,2 @@
-"""A Kubernetes control plane and kwok nodes, built from upstream source by
+"""A Kubernetes control plane, kwok nodes and the operators, all built from upstream source by
 `make cluster-bins` (tools/cluster/), run as local processes for the tests in tests/cluster/."""

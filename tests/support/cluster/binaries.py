@@ -1,5 +1,5 @@
-"""Where `make cluster-bins` put the upstream programs, and the upstream files (kwok's stages) read
-from the very module versions tools/cluster/*/go.mod pin."""
+"""Where `make cluster-bins` put the upstream programs, and the upstream files (kwok's stages, the
+operators' manifests) read from the very module versions tools/cluster/*/go.mod pin."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One cluster for the tests of tests/cluster/: the control plane, kwok and the device-plugin
 stand-in, started once per session (pytest-xdist keeps those tests on one worker: the `cluster`
-group). Nodes are added by the scenarios that need them."""
+group). Nodes and operators are added by the scenarios that need them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from support.cluster.binaries import BIN
 from support.cluster.control_plane import ControlPlane
 from support.cluster.kwok import DevicePlugins, create_nodes, start_kwok
 from support.cluster.objects import Objects
+from support.cluster.operators import Operators
 
 # The taint the API server's TaintNodesByCondition admission puts on every new node, and that the node
 # lifecycle controller (kube-controller-manager) removes once it has seen the node Ready.
@@ -47,6 +48,9 @@ class Cluster:
         )
         self.device_plugins = DevicePlugins(self.api)
         self.device_plugins.start()
+        self.operators = Operators(
+            self.dir, self.processes, self.objects, self.control_plane.pki, self.kubeconfig
+        )
 
     def stop(self) -> None:
         if hasattr(self, "device_plugins"):

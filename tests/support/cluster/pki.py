@@ -1,7 +1,7 @@
 """The certificates a control plane on loopback needs, made fresh in its directory: a CA, the API
 server's serving certificate, an admin client (system:masters), the service-account key, and the
-webhook servers' certificates (127.0.0.1, as envtest gives its webhooks). Valid for ten years:
-certificate rotators (open-policy-agent/cert-controller) replace one that expires within 90 days."""
+webhook servers' certificates (127.0.0.1, as envtest gives its webhooks). Valid for ten years: the
+training operator's certificate rotator replaces one that expires within 90 days."""
 
 from __future__ import annotations
 

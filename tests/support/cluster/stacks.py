@@ -1,5 +1,6 @@
-"""A template's config with its offline plan: the nodes the plan says the cluster has are the ones
-the harness makes, so what the real scheduler does can be held against what the plan says."""
+"""A template's config pointed at the harness's cluster, with its offline plan: the nodes the plan
+says the cluster has are the ones the harness makes, so what the real scheduler does can be held
+against what the plan says."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from config import parse_config
 from offline.engine import PlanRun, run_program
 from offline.nodes import Node, plan_nodes
 from support.paths import ROOT
+
+# What the stack would build, named instead: the harness has no Docker and no registry, and kwok
+# runs no container, so any reference will do as long as the stack sends it unchanged.
+PREBUILT_IMAGE = "registry.example.com/trainstack/trainer:prebuilt"
 
 
 def template_config(template: str) -> dict[str, Any]:
@@ -40,6 +45,18 @@ def planned(name: str, config: dict[str, Any]) -> PlannedStack:
     cfg = parse_config(name, values)
     run = run_program(name, values)
     return PlannedStack(name, config, run, cfg, plan_nodes(run, cfg))
+
+
+def on_cluster(config: dict[str, Any], kubeconfig: Path, context: str) -> dict[str, Any]:
+    """An attached-cluster config aimed at the harness: its kubeconfig, a prebuilt image."""
+    config = json.loads(json.dumps(config))
+    existing = config["trainstack:existingCluster"]
+    existing |= {"kubeconfig": str(kubeconfig), "context": context}
+    existing.pop("kindClusterName", None)
+    config["trainstack:image"] = {**config.get("trainstack:image", {}), "builder": "none"}
+    for job in config.get("trainstack:jobs") or []:
+        job["image"] = PREBUILT_IMAGE
+    return config
 
 
 def planned_file(name: str, path: Path) -> PlannedStack:

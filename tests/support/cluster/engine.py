@@ -1,0 +1,130 @@
+"""The real Pulumi engine on the stack's unchanged program: the CLI built from source
+(tools/cluster/pulumi), pulumi-kubernetes's provider from PATH, the local file backend.
+
+The Python language host (pulumi-language-python) is not served by the Go module proxy at any
+version, so the program runs as an Automation API inline program: the Python SDK serves the
+language runtime to the CLI itself (`pulumi up --client`, pulumi pkg/engine/plugin_host.go), and
+the CLI does the rest as for any program. A stack operation runs in its own process
+(`python -m support.cluster.engine`), away from the mocks other tests set in theirs.
+
+    python -m support.cluster.engine up|preview|destroy|refresh WORK_DIR STACK
+
+WORK_DIR holds Pulumi.yaml and Pulumi.STACK.yaml; the environment names the backend and passphrase
+(`Engine.env`). Prints one JSON line: the operation's change summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from support.cluster.binaries import binary
+from support.paths import ROOT
+
+PROJECT = "trainstack"
+
+
+def program() -> None:
+    runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+
+
+def run(operation: str, work_dir: str, stack_name: str) -> dict:
+    from pulumi import automation as auto
+
+    bin_dir = Path(os.environ["TRAINSTACK_CLUSTER_BIN"])
+    stack = auto.select_stack(
+        stack_name,
+        PROJECT,
+        program,
+        opts=auto.LocalWorkspaceOptions(
+            work_dir=work_dir, pulumi_command=auto.PulumiCommand(root=str(bin_dir.parent))
+        ),
+    )
+    if operation == "up":
+        result = stack.up(color="never", on_output=print)
+        return {"result": result.summary.result, "changes": result.summary.resource_changes or {}}
+    if operation == "preview":
+        result = stack.preview(color="never", on_output=print, diff=True)
+        return {"changes": result.change_summary}
+    if operation == "destroy":
+        result = stack.destroy(color="never", on_output=print)
+        return {"result": result.summary.result, "changes": result.summary.resource_changes or {}}
+    if operation == "refresh":
+        result = stack.refresh(color="never", on_output=print)
+        return {"result": result.summary.result, "changes": result.summary.resource_changes or {}}
+    raise SystemExit(f"unknown operation {operation}")
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    output: str
+    changes: dict
+
+    def __str__(self) -> str:
+        return self.output[-6000:]
+
+
+class Engine:
+    """A stack of the unchanged program in `directory`, on the file backend there."""
+
+    def __init__(self, directory: Path, bin_dir: Path, stack: str = "cluster"):
+        self.dir = directory
+        self.stack = stack
+        self.bin_dir = bin_dir
+        for name in ("pulumi", "pulumi-resource-kubernetes"):
+            binary(name)
+        (directory / "state").mkdir(parents=True, exist_ok=True)
+        (directory / "Pulumi.yaml").write_text(
+            yaml.safe_dump(
+                {"name": PROJECT, "runtime": {"name": "python"}, "description": "trainstack under test"}
+            )
+        )
+        self.env = {
+            **os.environ,
+            "PULUMI_BACKEND_URL": f"file://{directory / 'state'}",
+            "PULUMI_CONFIG_PASSPHRASE": "trainstack-test",
+            "PULUMI_HOME": str(directory / "pulumi-home"),
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "TRAINSTACK_CLUSTER_BIN": str(bin_dir),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        }
+        subprocess.run(
+            [str(bin_dir / "pulumi"), "stack", "init", stack, "--non-interactive"],
+            cwd=directory,
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
+
+    def configure(self, config: dict) -> None:
+        (self.dir / f"Pulumi.{self.stack}.yaml").write_text(
+            yaml.safe_dump({"config": config}, sort_keys=False)
+        )
+
+    def __call__(self, operation: str, timeout: float = 600) -> Outcome:
+        done = subprocess.run(
+            [sys.executable, "-m", "support.cluster.engine", operation, str(self.dir), self.stack],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        lines = done.stdout.strip().splitlines()
+        changes = json.loads(lines[-1]).get("changes", {}) if done.returncode == 0 and lines else {}
+        return Outcome(done.returncode, done.stdout + done.stderr, changes)
+
+
+if __name__ == "__main__":
+    operation, work_dir, stack_name = sys.argv[1:4]
+    print(json.dumps(run(operation, work_dir, stack_name)))

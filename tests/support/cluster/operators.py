@@ -1,0 +1,234 @@
+"""The operators the stack runs, as local processes against the harness's API server, built from
+the versions tools/cluster pins: Kueue, the KubeRay operator and the Kubeflow training operator.
+
+Each is first laid on the cluster as its own install lays it (the chart rendered by the real helm
+from ../shared/charts, or the training operator's kustomize base from its module): CRDs, RBAC, its
+namespace, its Deployment (whose pod kwok runs on a system node, so the cluster shows the operator as
+a cluster that runs it does) and its webhook configurations. The webhooks point at the local
+process by URL with the harness's CA, as controller-runtime's envtest serves webhooks."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from components.queueing import kueue_values
+from offline.nodes import charts_dir, helm_binary
+from support.cluster.binaries import binary, module_dir, pinned
+from support.cluster.objects import Objects
+from support.cluster.pki import Pki
+from support.cluster.processes import Processes
+from support.ports import unused_port
+
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+# Served by Kueue's visibility server, which the harness does not run: an APIService nobody answers
+# breaks discovery for every client.
+SKIPPED_KINDS = ("APIService",)
+
+
+def helm_template(chart: str, release: str, namespace: str, values: dict) -> list[dict]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(values, f)
+        f.flush()
+        argv = [
+            str(helm_binary()),
+            "template",
+            release,
+            str(charts_dir() / chart),
+            "-n",
+            namespace,
+            "-f",
+            f.name,
+        ]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def point_webhooks(obj: dict, port: int, ca: Path) -> dict:
+    """A webhook configuration whose webhooks call https://127.0.0.1:<port><path> with our CA."""
+    bundle = base64.b64encode(ca.read_bytes()).decode()
+    for hook in obj.get("webhooks") or []:
+        path = (hook["clientConfig"].get("service") or {}).get("path", "/")
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+    return obj
+
+
+def _namespaced(objs: list[dict], namespace: str) -> list[dict]:
+    for o in objs:
+        if o["kind"] not in (
+            "CustomResourceDefinition",
+            "Namespace",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            *WEBHOOK_KINDS,
+        ):
+            o["metadata"].setdefault("namespace", namespace)
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, *objs]
+
+
+class Operators:
+    def __init__(self, directory: Path, processes: Processes, objects: Objects, pki: Pki, kubeconfig: Path):
+        self.dir = directory
+        self.processes = processes
+        self.objects = objects
+        self.pki = pki
+        self.env = {"KUBECONFIG": str(kubeconfig)}
+        self.kubeconfig = kubeconfig
+
+    def _certs(self, name: str, *dns: str) -> Path:
+        """A serving certificate for 127.0.0.1 (and `dns`), as tls.crt/tls.key in its own folder."""
+        pair = self.pki.issue(f"{name}-webhook", "127.0.0.1", server=True, dns=dns)
+        folder = self.dir / f"{name}-certs"
+        folder.mkdir(exist_ok=True)
+        shutil.copy(pair.cert, folder / "tls.crt")
+        shutil.copy(pair.key, folder / "tls.key")
+        return folder
+
+    def _wait_ready(self, name: str, probe_port: int, timeout: float = 120) -> None:
+        url = f"http://127.0.0.1:{probe_port}/readyz"
+        self.processes.wait_until(
+            name, lambda: urllib.request.urlopen(url, timeout=2).status == 200, timeout, name
+        )
+
+    # --- Kueue ----------------------------------------------------------------------------------
+
+    def kueue(self, system_selector: dict[str, str], pods_ready_timeout_minutes: int = 15) -> None:
+        """Kueue as the stack installs it: the chart with the stack's values (components.queueing)."""
+        namespace = "kueue-system"
+        objs = helm_template(
+            f"kueue-{pinned('kueue', 'sigs.k8s.io/kueue').lstrip('v')}",
+            "kueue",
+            namespace,
+            kueue_values(pods_ready_timeout_minutes, system_selector, provisioning=False),
+        )
+        port, probe = unused_port(), unused_port()
+        config = next(
+            o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config"
+        )
+        manager = yaml.safe_load(config["data"]["controller_manager_config.yaml"])
+        manager |= {
+            "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(self._certs("kueue"))},
+            "internalCertManagement": {"enable": False},
+            "leaderElection": {"leaderElect": False},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"},
+        }
+        path = self.dir / "kueue-config.yaml"
+        path.write_text(yaml.safe_dump(manager))
+        objs = [point_webhooks(o, port, self.pki.ca.cert) if o["kind"] in WEBHOOK_KINDS else o for o in objs]
+        self.objects.apply_all(o for o in objs if o["kind"] not in SKIPPED_KINDS)
+        self.processes.start(
+            "kueue", [binary("kueue"), f"--config={path}", f"--kubeconfig={self.kubeconfig}"], self.env
+        )
+        self._wait_ready("kueue", probe)
+
+    # --- KubeRay --------------------------------------------------------------------------------
+
+    def kuberay(self, system_selector: dict[str, str]) -> None:
+        """The KubeRay operator: the chart's objects (its crds/ are not rendered by `helm template`),
+        and the CRDs of the operator version that runs."""
+        version = pinned("kuberay", "github.com/ray-project/kuberay/ray-operator")
+        objs = helm_template(
+            "kuberay-operator-1.7.0",
+            "kuberay-operator",
+            "kuberay-system",
+            {"image": {"tag": version}, "nodeSelector": dict(system_selector)},
+        )
+        crds = (
+            module_dir("kuberay", "github.com/ray-project/kuberay/ray-operator") / "config" / "crd" / "bases"
+        )
+        objs += [yaml.safe_load(p.read_text()) for p in sorted(crds.glob("ray.io_*.yaml"))]
+        self.objects.apply_all(_namespaced(objs, "kuberay-system"))
+        probe = unused_port()
+        self.processes.start(
+            "kuberay-operator",
+            [
+                binary("kuberay-operator"),
+                "--metrics-addr=0",
+                f"--health-probe-bind-address=127.0.0.1:{probe}",
+                "--enable-leader-election=false",
+            ],
+            self.env,
+        )
+        self._wait_ready("kuberay-operator", probe)
+
+    # --- the training operator ------------------------------------------------------------------
+
+    def training_operator(self, system_selector: dict[str, str]) -> None:
+        """The training operator from its kustomize base (namespace kubeflow, as its standalone
+        overlay sets). Its certificate rotator keeps a Secret's certificate while it is valid for
+        its Service's name: the harness's, which is valid for 127.0.0.1 too."""
+        namespace = "kubeflow"
+        base = module_dir("training-operator", "github.com/kubeflow/training-operator") / "manifests" / "base"
+        objs = [yaml.safe_load(p.read_text()) for p in sorted((base / "crds").glob("kubeflow.org_*.yaml"))]
+        for name in (
+            "rbac/cluster-role-binding.yaml",
+            "rbac/role.yaml",
+            "rbac/service-account.yaml",
+            "service.yaml",
+            "deployment.yaml",
+        ):
+            objs += [d for d in yaml.safe_load_all((base / name).read_text()) if d]
+        webhook = yaml.safe_load((base / "webhook" / "manifests.yaml").read_text())
+        for op in yaml.safe_load((base / "webhook" / "patch.yaml").read_text()):
+            if op["path"] == "/metadata/name":
+                webhook["metadata"]["name"] = op["value"]
+        port = unused_port()
+        objs.append(point_webhooks(webhook, port, self.pki.ca.cert))
+        for o in objs:
+            if o["kind"] == "ClusterRoleBinding":
+                for s in o.get("subjects") or []:
+                    s["namespace"] = namespace
+            if o["kind"] == "Deployment":
+                o["spec"]["template"]["spec"]["nodeSelector"] = dict(system_selector)
+        certs = self._certs("training-operator", f"training-operator.{namespace}.svc")
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "training-operator-webhook-cert", "namespace": namespace},
+                "data": {
+                    k: base64.b64encode(Path(v).read_bytes()).decode()
+                    for k, v in {
+                        "ca.crt": self.pki.ca.cert,
+                        "ca.key": self.pki.ca.key,
+                        "tls.crt": certs / "tls.crt",
+                        "tls.key": certs / "tls.key",
+                    }.items()
+                },
+            }
+        )
+        self.objects.apply_all(_namespaced(objs, namespace))
+        probe = unused_port()
+        argv = [
+            binary("training-operator"),
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{probe}",
+            f"--webhook-server-port={port}",
+            "--enable-scheme=pytorchjob",
+        ]
+        # Its certificate folder is fixed (/tmp/k8s-webhook-server/serving-certs): a private mount
+        # keeps two harnesses on one machine from serving each other's certificate.
+        if subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False).returncode == 0:
+            fixed = "/tmp/k8s-webhook-server/serving-certs"
+            Path(fixed).mkdir(parents=True, exist_ok=True)
+            argv = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f'mount -t tmpfs tmpfs {fixed} && exec "$@"',
+                "sh",
+                *argv,
+            ]
+        self.processes.start("training-operator", argv, {**self.env, "MY_POD_NAMESPACE": namespace})
+        self._wait_ready("training-operator", probe)
