@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from components.operators import trainer_values
 from components.queueing import kueue_values
 from offline.nodes import charts_dir, helm_binary
 from support.cluster.binaries import binary, module_dir, pinned
@@ -33,7 +34,8 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 SKIPPED_KINDS = ("APIService",)
 
 
-def helm_template(chart: str, release: str, namespace: str, values: dict) -> list[dict]:
+def helm_template(chart: str, release: str, namespace: str, values: dict, crds: bool = False) -> list[dict]:
+    """The chart's objects as `helm template` renders them (with its crds/ folders' CRDs: `crds`)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump(values, f)
         f.flush()
@@ -46,6 +48,7 @@ def helm_template(chart: str, release: str, namespace: str, values: dict) -> lis
             namespace,
             "-f",
             f.name,
+            *(["--include-crds"] if crds else []),
         ]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
     return [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -232,3 +235,74 @@ class Operators:
             ]
         self.processes.start("training-operator", argv, {**self.env, "MY_POD_NAMESPACE": namespace})
         self._wait_ready("training-operator", probe)
+
+    # --- Trainer and JobSet -----------------------------------------------------------------------
+
+    def trainer(self, system_selector: dict[str, str]) -> None:
+        """Kubeflow Trainer and JobSet as the stack installs them (the Trainer chart with the stack's
+        values, JobSet its subchart, CRDs included), each manager reading its chart's config with
+        the harness's webhook address and certificates (its own certificate management off)."""
+        namespace = "kubeflow-system"
+        version = pinned("trainer", "github.com/kubeflow/trainer/v2").lstrip("v")
+        objs = helm_template(
+            f"kubeflow-trainer-{version}",
+            "kubeflow-trainer",
+            namespace,
+            trainer_values(system_selector, install_jobset=True),
+            crds=True,
+        )
+        trainer_port, jobset_port = unused_port(), unused_port()
+        for o in objs:
+            if o["kind"] in WEBHOOK_KINDS:
+                jobset = o["metadata"]["name"].startswith("jobset-")
+                point_webhooks(o, jobset_port if jobset else trainer_port, self.pki.ca.cert)
+        configs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+        self.objects.apply_all(
+            _namespaced([o for o in objs if o["kind"] not in ("Job", *SKIPPED_KINDS)], namespace)
+        )
+        jobset_probe, trainer_probe = unused_port(), unused_port()
+        certs = self._certs("jobset")
+        jobset_config = _manager_config(configs["jobset-controller-config"])
+        jobset_config |= {
+            "webhook": {"port": jobset_port, "host": "127.0.0.1", "certDir": str(certs)},
+            "internalCertManagement": {"enable": False},
+            "leaderElection": {"leaderElect": False},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{jobset_probe}"},
+        }
+        path = self.dir / "jobset-config.yaml"
+        path.write_text(yaml.safe_dump(jobset_config))
+        self.processes.start(
+            "jobset-controller",
+            [binary("jobset-controller"), f"--config={path}", "--metrics-bind-address=0"],
+            self.env,
+        )
+        trainer_config = _manager_config(configs["kubeflow-trainer-config"])
+        trainer_config |= {
+            "webhook": {"port": trainer_port, "host": "127.0.0.1"},
+            "certManagement": {"enable": False},
+            "leaderElection": {"leaderElect": False},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{trainer_probe}"},
+        }
+        path = self.dir / "trainer-config.yaml"
+        path.write_text(yaml.safe_dump(trainer_config))
+        # Its webhook server reads controller-runtime's default folder under the temporary
+        # directory: a private one per harness.
+        tmp = self.dir / "trainer-tmp"
+        served = tmp / "k8s-webhook-server" / "serving-certs"
+        served.mkdir(parents=True, exist_ok=True)
+        certs = self._certs("trainer")
+        for name in ("tls.crt", "tls.key"):
+            shutil.copy(certs / name, served / name)
+        self.processes.start(
+            "trainer-controller-manager",
+            [binary("trainer-controller-manager"), f"--config={path}"],
+            {**self.env, "TMPDIR": str(tmp)},
+        )
+        self._wait_ready("jobset-controller", jobset_probe)
+        self._wait_ready("trainer-controller-manager", trainer_probe)
+
+
+def _manager_config(config_map: dict) -> dict:
+    return yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
