@@ -1,8 +1,8 @@
 """The `local` template on the real control plane with the real engine (`pulumi up`, `preview`,
 `destroy` of the unchanged program, CLI and kubernetes provider built from source): a cluster that
-already runs Kueue (as the stack installs it), KubeRay and the training operator, with kwok nodes
-shaped as the plan describes the system nodes, and a prebuilt image named where the stack would
-build one."""
+already runs Kueue (as the stack installs it), KubeRay, the training operator, Trainer and JobSet,
+with kwok nodes shaped as the plan describes the system nodes, and a prebuilt image named where the
+stack would build one."""
 
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ INVENTORY = (
     ("kubeflow.org/v1", "PyTorchJob"),
     ("ray.io/v1", "RayJob"),
     ("ray.io/v1", "RayCluster"),
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"),
 )
 
 
@@ -86,6 +89,7 @@ def local(cluster, tmp_path_factory):
     cluster.operators.kueue(selector)
     cluster.operators.kuberay(selector)
     cluster.operators.training_operator(selector)
+    cluster.operators.trainer(selector)
     stack.before = inventory(cluster)
     stack.system_nodes = nodes
     yield stack

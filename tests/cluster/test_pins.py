@@ -10,8 +10,9 @@ import subprocess
 from support.cluster.binaries import BIN, TOOLS, pinned, programs
 from support.paths import ROOT
 
-from components.operators import RELEASES, TRAINING_OPERATOR
+from components.operators import JOBSET_IMAGE, TRAINING_OPERATOR
 from config.cluster import ClusterConfig
+from domain.operators import RELEASES
 
 # (folder, module): (what the stack pins, what is built instead, why).
 NOT_SERVED = {
@@ -46,6 +47,10 @@ def test_kubernetes_is_the_minor_the_stack_deploys():
 def test_operators_are_the_versions_the_stack_installs():
     assert pinned("kueue", "sigs.k8s.io/kueue") == f"v{RELEASES['kueue'].version}"
     assert pinned("training-operator", "github.com/kubeflow/training-operator") == TRAINING_OPERATOR.version
+    assert pinned("trainer", "github.com/kubeflow/trainer/v2") == f"v{RELEASES['trainer'].version}"
+    # JobSet is the Trainer chart's subchart: the image the stack names is the controller built.
+    assert pinned("jobset", "sigs.k8s.io/jobset") == JOBSET_IMAGE["tag"]
+    assert pinned("trainer", "sigs.k8s.io/jobset") == JOBSET_IMAGE["tag"]
     assert (
         RELEASES["kuberay"].version
         == NOT_SERVED[("kuberay", "github.com/ray-project/kuberay/ray-operator")][0][1:]
