@@ -54,10 +54,16 @@ def helm_template(chart: str, release: str, namespace: str, values: dict, crds: 
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def point_webhooks(obj: dict, port: int, ca: Path) -> dict:
-    """A webhook configuration whose webhooks call https://127.0.0.1:<port><path> with our CA."""
-    bundle = base64.b64encode(ca.read_bytes()).decode()
-    for hook in obj.get("webhooks") or []:
+def point_webhooks(obj: dict, port: int, ca: bytes) -> dict:
+    """A webhook configuration whose webhooks, or a CRD whose conversion webhook, call
+    https://127.0.0.1:<port><path> trusting `ca` (PEM)."""
+    bundle = base64.b64encode(ca).decode()
+    if obj["kind"] == "CustomResourceDefinition":
+        webhook = ((obj["spec"].get("conversion") or {}).get("webhook")) or {}
+        hooks = [webhook] if webhook.get("clientConfig") else []
+    else:
+        hooks = obj.get("webhooks") or []
+    for hook in hooks:
         path = (hook["clientConfig"].get("service") or {}).get("path", "/")
         hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
     return obj
@@ -116,17 +122,32 @@ class Operators:
             o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config"
         )
         manager = yaml.safe_load(config["data"]["controller_manager_config.yaml"])
+        cert_management = manager["internalCertManagement"]
+        secret = cert_management["webhookSecretName"]
+        # Kueue's own certificate management stays on (without it, it wants its metrics certificate
+        # in /etc/kueue/metrics/certs): its rotator keeps the harness's Secret and injects its CA
+        # into the webhook configurations and the CRDs' conversion webhooks (pkg/util/cert).
+        pem = self.pki.rotator_secret(
+            "kueue-certs", "kueue-ca", f"{cert_management['webhookServiceName']}.{namespace}.svc"
+        )
         manager |= {
-            "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(self._certs("kueue"))},
-            "internalCertManagement": {"enable": False},
+            "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(self.pki.dir / "kueue-certs")},
             "leaderElection": {"leaderElect": False},
             "metrics": {"bindAddress": "0"},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"},
         }
         path = self.dir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(manager))
-        objs = [point_webhooks(o, port, self.pki.ca.cert) if o["kind"] in WEBHOOK_KINDS else o for o in objs]
-        self.objects.apply_all(o for o in objs if o["kind"] not in SKIPPED_KINDS)
+        objs = [
+            point_webhooks(o, port, pem["ca.crt"])
+            if o["kind"] in (*WEBHOOK_KINDS, "CustomResourceDefinition")
+            else o
+            for o in objs
+            if o["kind"] not in SKIPPED_KINDS
+            and not (o["kind"] == "Secret" and o["metadata"]["name"] == secret)
+        ]
+        objs.append(_secret(secret, namespace, pem))
+        self.objects.apply_all(_namespaced(objs, namespace))
         self.processes.start(
             "kueue", [binary("kueue"), f"--config={path}", f"--kubeconfig={self.kubeconfig}"], self.env
         )
@@ -183,31 +204,19 @@ class Operators:
         for op in yaml.safe_load((base / "webhook" / "patch.yaml").read_text()):
             if op["path"] == "/metadata/name":
                 webhook["metadata"]["name"] = op["value"]
+        # Its rotator (pkg/cert) keeps this Secret and writes it to its fixed certificate folder.
+        pem = self.pki.rotator_secret(
+            "training-operator-certs", "training-operator-ca", f"training-operator.{namespace}.svc"
+        )
         port = unused_port()
-        objs.append(point_webhooks(webhook, port, self.pki.ca.cert))
+        objs.append(point_webhooks(webhook, port, pem["ca.crt"]))
         for o in objs:
             if o["kind"] == "ClusterRoleBinding":
                 for s in o.get("subjects") or []:
                     s["namespace"] = namespace
             if o["kind"] == "Deployment":
                 o["spec"]["template"]["spec"]["nodeSelector"] = dict(system_selector)
-        certs = self._certs("training-operator", f"training-operator.{namespace}.svc")
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "training-operator-webhook-cert", "namespace": namespace},
-                "data": {
-                    k: base64.b64encode(Path(v).read_bytes()).decode()
-                    for k, v in {
-                        "ca.crt": self.pki.ca.cert,
-                        "ca.key": self.pki.ca.key,
-                        "tls.crt": certs / "tls.crt",
-                        "tls.key": certs / "tls.key",
-                    }.items()
-                },
-            }
-        )
+        objs.append(_secret("training-operator-webhook-cert", namespace, pem))
         self.objects.apply_all(_namespaced(objs, namespace))
         probe = unused_port()
         argv = [
@@ -217,11 +226,16 @@ class Operators:
             f"--webhook-server-port={port}",
             "--enable-scheme=pytorchjob",
         ]
-        # Its certificate folder is fixed (/tmp/k8s-webhook-server/serving-certs): a private mount
-        # keeps two harnesses on one machine from serving each other's certificate.
-        if subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False).returncode == 0:
-            fixed = "/tmp/k8s-webhook-server/serving-certs"
-            Path(fixed).mkdir(parents=True, exist_ok=True)
+        # Its certificate folder is fixed (/tmp/k8s-webhook-server/serving-certs), where a pod would
+        # mount the Secret (the rotator waits for tls.crt there): a private mount keeps two
+        # harnesses on one machine from serving each other's certificate.
+        source = self.pki.dir / "training-operator-certs"
+        fixed = Path("/tmp/k8s-webhook-server/serving-certs")
+        fixed.mkdir(parents=True, exist_ok=True)
+        if subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False).returncode != 0:
+            for name in ("tls.crt", "tls.key"):  # no private mount: the one folder of this machine
+                shutil.copy(source / name, fixed / name)
+        else:
             argv = [
                 "unshare",
                 "-m",
@@ -229,7 +243,7 @@ class Operators:
                 "private",
                 "sh",
                 "-c",
-                f'mount -t tmpfs tmpfs {fixed} && exec "$@"',
+                f'mount -t tmpfs tmpfs {fixed} && cp {source}/tls.crt {source}/tls.key {fixed}/ && exec "$@"',
                 "sh",
                 *argv,
             ]
@@ -255,7 +269,7 @@ class Operators:
         for o in objs:
             if o["kind"] in WEBHOOK_KINDS:
                 jobset = o["metadata"]["name"].startswith("jobset-")
-                point_webhooks(o, jobset_port if jobset else trainer_port, self.pki.ca.cert)
+                point_webhooks(o, jobset_port if jobset else trainer_port, self.pki.ca.cert.read_bytes())
         configs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
         self.objects.apply_all(
             _namespaced([o for o in objs if o["kind"] not in ("Job", *SKIPPED_KINDS)], namespace)
@@ -302,6 +316,15 @@ class Operators:
         )
         self._wait_ready("jobset-controller", jobset_probe)
         self._wait_ready("trainer-controller-manager", trainer_probe)
+
+
+def _secret(name: str, namespace: str, data: dict[str, bytes]) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
 
 
 def _manager_config(config_map: dict) -> dict:

@@ -1,7 +1,7 @@
 """The certificates a control plane on loopback needs, made fresh in its directory: a CA, the API
 server's serving certificate, an admin client (system:masters), the service-account key, and the
 webhook servers' certificates (127.0.0.1, as envtest gives its webhooks). Valid for ten years: the
-training operator's certificate rotator replaces one that expires within 90 days."""
+operators' certificate rotator replaces one that expires within 90 days."""
 
 from __future__ import annotations
 
@@ -100,3 +100,43 @@ class Pki:
             usage = ExtendedKeyUsageOID.CLIENT_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         return _write(self.dir, name, builder.sign(self._ca_key, hashes.SHA256()), key)
+
+    def rotator_secret(self, name: str, ca_name: str, dns_name: str) -> dict[str, bytes]:
+        """The Secret an operator's certificate rotator (open-policy-agent/cert-controller
+        pkg/rotator) keeps as it finds it, with a server certificate valid for 127.0.0.1 too, which
+        the API server calls. The rotator keeps a Secret only where ValidCert holds for both: the CA
+        verified as a certificate for the DNS name `ca_name`, its key PKCS#1 RSA (ParsePKCS1PrivateKey),
+        and the server's verified for `dns_name` (<service>.<namespace>.svc); otherwise it makes its
+        own, for the Service's name alone. Its files are written under `name/` as well."""
+        ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        ca = (
+            self._builder(_name(ca_name), ca_key.public_key())
+            .issuer_name(_name(ca_name))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(True, False, True, False, False, True, True, False, False), critical=True
+            )
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(ca_name)]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        names = [x509.DNSName(dns_name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        cert = (
+            self._builder(_name(dns_name), key.public_key())
+            .issuer_name(ca.subject)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        pkcs1 = serialization.PrivateFormat.TraditionalOpenSSL
+        found = {
+            "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+            "ca.key": ca_key.private_bytes(serialization.Encoding.PEM, pkcs1, serialization.NoEncryption()),
+            "tls.crt": cert.public_bytes(serialization.Encoding.PEM),
+            "tls.key": key.private_bytes(serialization.Encoding.PEM, pkcs1, serialization.NoEncryption()),
+        }
+        folder = self.dir / name
+        folder.mkdir(exist_ok=True)
+        for file, content in found.items():
+            (folder / file).write_bytes(content)
+        return found
