@@ -148,8 +148,16 @@ class Operators:
         ]
         objs.append(_secret(secret, namespace, pem))
         self.objects.apply_all(_namespaced(objs, namespace))
+        # No visibility server: it listens on a fixed port (8082), and its APIService is left out.
         self.processes.start(
-            "kueue", [binary("kueue"), f"--config={path}", f"--kubeconfig={self.kubeconfig}"], self.env
+            "kueue",
+            [
+                binary("kueue"),
+                f"--config={path}",
+                f"--kubeconfig={self.kubeconfig}",
+                "--feature-gates=VisibilityOnDemand=false",
+            ],
+            self.env,
         )
         self._wait_ready("kueue", probe)
 
