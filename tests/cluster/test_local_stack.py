@@ -65,12 +65,7 @@ def inventory(cluster) -> set[tuple[str, str, str]]:
 class LocalStack:
     def __init__(self, cluster, directory):
         config = template_config("local")
-        # Trainer off, so the template's TrainJob runs as a PyTorchJob: Trainer's own webhook refuses
-        # the stack's TrainJob ("unsupported runtime: ClusterTrainingRuntime.trainer.kubeflow.org"),
-        # a finding for the TrainJob work, not yet resolved.
-        config["trainstack:operators"] = {"trainer": {"enabled": False}}
         for job in config["trainstack:jobs"]:
-            job["kind"] = "PyTorchJob" if job["kind"] == "TrainJob" else job["kind"]
             job["wait"] = WAITS[job["kind"]]
             job["timeoutMinutes"] = 5
         config["trainstack:existingCluster"]["systemNodes"]["nodeSelector"] |= POOL
@@ -80,7 +75,7 @@ class LocalStack:
         # The harness's training operator runs at the stack's own name, labelled by no stack: a
         # user whose cluster runs one says `reuse` (on `auto` the stack stops rather than take it
         # for its own).
-        self.config["trainstack:operators"]["trainingOperator"] = {"mode": "reuse"}
+        self.config["trainstack:operators"] = {"trainingOperator": {"mode": "reuse"}}
         self.cluster = cluster
         self.engine = Engine(directory, cluster.bin_dir, "local")
         self.engine.configure(self.config)
@@ -103,10 +98,14 @@ def local(cluster, tmp_path_factory):
     system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
     nodes = cluster.add_nodes(system)
     selector = stack.plan.cfg.existing_cluster.system_nodes.node_selector
-    cluster.operators.kueue(selector)
+    # Kueue last, as the stack installs it (components/queueing.py): Kueue sets up a job kind's
+    # integration, and Trainer's runtimes its TrainJob webhook needs, only once that kind's API is
+    # served, polling up to every 2 minutes if it was not at start (kueue v0.19.2
+    # jobframework/setup.go WaitForAPI); until then its webhook refuses every TrainJob.
+    cluster.operators.trainer(selector)
     cluster.operators.kuberay(selector)
     cluster.operators.training_operator(selector)
-    cluster.operators.trainer(selector)
+    cluster.operators.kueue(selector)
     stack.before = inventory(cluster)
     stack.system_nodes = nodes
     yield stack
