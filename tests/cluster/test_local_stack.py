@@ -151,6 +151,15 @@ def test_up_is_accepted_and_every_job_is_admitted_and_bound_where_the_plan_says(
         lambda: all(pods_of(local, j) and all(p.spec.node_name for p in pods_of(local, j)) for j in jobs),
         120,
     )
+    # A TrainJob's pods come from the JobSet Trainer made of the job and the stack's runtime.
+    jobsets = {
+        o["metadata"]["name"]: o["metadata"]["ownerReferences"][0]
+        for o in local.cluster.objects.list("jobset.x-k8s.io/v1alpha2", "JobSet", local.plan.cfg.training_namespace)
+    }
+    for name, job in jobs.items():
+        if job["kind"] == "TrainJob":
+            assert jobsets[name]["kind"] == "TrainJob", jobsets
+            assert jobsets[name]["uid"] == job["metadata"]["uid"]
     for job in jobs:
         for p in pods_of(local, job):
             assert p.spec.node_name in local.system_nodes, (job, p.metadata.name, p.spec.node_name)
