@@ -154,7 +154,9 @@ def test_up_is_accepted_and_every_job_is_admitted_and_bound_where_the_plan_says(
     # A TrainJob's pods come from the JobSet Trainer made of the job and the stack's runtime.
     jobsets = {
         o["metadata"]["name"]: o["metadata"]["ownerReferences"][0]
-        for o in local.cluster.objects.list("jobset.x-k8s.io/v1alpha2", "JobSet", local.plan.cfg.training_namespace)
+        for o in local.cluster.objects.list(
+            "jobset.x-k8s.io/v1alpha2", "JobSet", local.plan.cfg.training_namespace
+        )
     }
     for name, job in jobs.items():
         if job["kind"] == "TrainJob":
