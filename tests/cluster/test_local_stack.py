@@ -68,6 +68,11 @@ class LocalStack:
         for job in config["trainstack:jobs"]:
             job["wait"] = WAITS[job["kind"]]
             job["timeoutMinutes"] = 5
+            # No Ray runs under kwok, so each RayJob attempt fails and KubeRay retries it up to its
+            # backoffLimit (jobs[].maxRecreations), holding the system queue's quota meanwhile: a job
+            # relaunched behind it would wait for every attempt (about 35 s each).
+            if job["kind"] == "RayJob":
+                job["maxRecreations"] = 0
         config["trainstack:existingCluster"]["systemNodes"]["nodeSelector"] |= POOL
         self.config = on_cluster(config, cluster.kubeconfig, "trainstack-test")
         # The offline plan reads no cluster: it plans the stack as if it installed every operator.
