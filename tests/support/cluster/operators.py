@@ -130,12 +130,7 @@ class Operators:
         pem = self.pki.rotator_secret(
             "kueue-certs", "kueue-ca", f"{cert_management['webhookServiceName']}.{namespace}.svc"
         )
-        manager |= {
-            "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(self.pki.dir / "kueue-certs")},
-            "leaderElection": {"leaderElect": False},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"},
-        }
+        manager |= _served_here(port, probe, certDir=str(self.pki.dir / "kueue-certs"))
         path = self.dir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(manager))
         objs = [
@@ -285,13 +280,8 @@ class Operators:
         jobset_probe, trainer_probe = unused_port(), unused_port()
         certs = self._certs("jobset")
         jobset_config = _manager_config(configs["jobset-controller-config"])
-        jobset_config |= {
-            "webhook": {"port": jobset_port, "host": "127.0.0.1", "certDir": str(certs)},
-            "internalCertManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{jobset_probe}"},
-        }
+        jobset_config |= _served_here(jobset_port, jobset_probe, certDir=str(certs))
+        jobset_config["internalCertManagement"] = {"enable": False}
         path = self.dir / "jobset-config.yaml"
         path.write_text(yaml.safe_dump(jobset_config))
         self.processes.start(
@@ -300,13 +290,8 @@ class Operators:
             self.env,
         )
         trainer_config = _manager_config(configs["kubeflow-trainer-config"])
-        trainer_config |= {
-            "webhook": {"port": trainer_port, "host": "127.0.0.1"},
-            "certManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{trainer_probe}"},
-        }
+        trainer_config |= _served_here(trainer_port, trainer_probe)
+        trainer_config["certManagement"] = {"enable": False}
         path = self.dir / "trainer-config.yaml"
         path.write_text(yaml.safe_dump(trainer_config))
         # Its webhook server reads controller-runtime's default folder under the temporary
@@ -324,6 +309,17 @@ class Operators:
         )
         self._wait_ready("jobset-controller", jobset_probe)
         self._wait_ready("trainer-controller-manager", trainer_probe)
+
+
+def _served_here(port: int, probe: int, **webhook: str) -> dict:
+    """What a controller-runtime manager's config file changes to run here: its webhooks on `port` of
+    127.0.0.1, its readiness on `probe`, no leader election, no metrics server."""
+    return {
+        "webhook": {"port": port, "host": "127.0.0.1", **webhook},
+        "leaderElection": {"leaderElect": False},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"},
+    }
 
 
 def _secret(name: str, namespace: str, data: dict[str, bytes]) -> dict:
