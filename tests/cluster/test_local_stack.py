@@ -103,14 +103,7 @@ def local(cluster, tmp_path_factory):
     system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
     nodes = cluster.add_nodes(system)
     selector = stack.plan.cfg.existing_cluster.system_nodes.node_selector
-    # Kueue last, as the stack installs it (components/queueing.py): Kueue sets up a job kind's
-    # integration, and Trainer's runtimes its TrainJob webhook needs, only once that kind's API is
-    # served, polling up to every 2 minutes if it was not at start (kueue v0.19.2
-    # jobframework/setup.go WaitForAPI); until then its webhook refuses every TrainJob.
-    cluster.operators.trainer(selector)
-    cluster.operators.kuberay(selector)
-    cluster.operators.training_operator(selector)
-    cluster.operators.kueue(selector)
+    cluster.operators.start_all(selector)
     stack.before = inventory(cluster)
     stack.system_nodes = nodes
     yield stack

@@ -90,6 +90,21 @@ class Operators:
         self.pki = pki
         self.env = {"KUBECONFIG": str(kubeconfig)}
         self.kubeconfig = kubeconfig
+        self.started = False
+
+    def start_all(self, system_selector: dict[str, str]) -> None:
+        """Every operator the stack installs, once per cluster, in the order the stack installs them:
+        Kueue last (components/queueing.py), since Kueue sets up a job kind's integration, and
+        Trainer's runtimes its TrainJob webhook needs, only once that kind's API is served, polling
+        up to every 2 minutes if it was not at start (kueue v0.19.2 jobframework/setup.go
+        WaitForAPI); until then its webhook refuses every TrainJob."""
+        if self.started:
+            return
+        self.trainer(system_selector)
+        self.kuberay(system_selector)
+        self.training_operator(system_selector)
+        self.kueue(system_selector)
+        self.started = True
 
     def _certs(self, name: str, *dns: str) -> Path:
         """A serving certificate for 127.0.0.1 (and `dns`), as tls.crt/tls.key in its own folder."""

@@ -4,6 +4,7 @@ against what the plan says."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +60,10 @@ def on_cluster(config: dict[str, Any], kubeconfig: Path, context: str) -> dict[s
     return config
 
 
+@functools.cache
 def planned_file(name: str, path: Path) -> PlannedStack:
-    """A stack file planned as `make plan` plans it (the account's answers about a named cluster too)."""
+    """A stack file planned as `make plan` plans it (the account's answers about a named cluster too);
+    planned once per session, for the tests that read it (none changes it)."""
     from offline.plan import named_cluster_fact
     from offline.stack_file import read_stack_file
 

@@ -1,0 +1,123 @@
+"""What every template and example sends to a cluster, accepted by the real API server with the
+operators' webhooks serving: each object the plan renders for pulumi-kubernetes to apply (its
+namespace, service accounts, network policies, Kueue's Topology, flavors, queues and admission
+checks, Trainer's ClusterTrainingRuntime, the jobs) is applied as the provider applies it
+(server-side apply), against the CRD schemas and CEL rules, and Kueue's, Trainer's, KubeRay's and
+the training operator's admission webhooks; a job is then held by Kueue (suspended) until admitted.
+The Helm releases, the kustomize directory and the CRD config groups are the operators' own: the
+harness lays them on the cluster from their charts and manifests (support/cluster/operators.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from support.cluster.harness import CLUSTER_GROUP
+from support.cluster.stacks import PlannedStack, planned_file
+from support.paths import ROOT
+
+from offline.plan import CONFIG_GROUP, HELM_RELEASE, KUSTOMIZE_DIRECTORY, manifest_of
+
+pytestmark = CLUSTER_GROUP
+
+STACK_FILES = {
+    **{p.stem.removeprefix("Pulumi."): p for p in sorted(ROOT.glob("Pulumi.*.yaml"))},
+    **{f"example-{p.stem}": p for p in sorted((ROOT / "examples").glob("*.yaml"))},
+}
+# Their own objects, laid on the cluster by the harness from the operators' charts and manifests.
+OPERATORS_OWN = (HELM_RELEASE, KUSTOMIZE_DIRECTORY, CONFIG_GROUP)
+HELM_RELEASE_SECRET = "sh.helm.release.v1."
+JOB_KINDS = ("TrainJob", "PyTorchJob", "RayJob", "RayCluster")
+# No node carries it: the operators' own pods (kwok's) wait; their processes run beside the cluster.
+OPERATOR_NODES = {"trainstack.test/pool": "operators"}
+
+
+def sent(stack: PlannedStack) -> list[dict]:
+    """The objects pulumi-kubernetes would apply, as the plan renders them."""
+    found = []
+    for reg in stack.run.resources:
+        if reg.type in OPERATORS_OWN:
+            continue
+        # With its secrets' values (a test value for each), where the plan shows "[secret]".
+        rendered = manifest_of(replace(reg, inputs=reg.revealed or reg.inputs))
+        # The label a stack puts on the release Secrets of the Helm releases it installs (a
+        # SecretPatch): those releases are the operators' own here, laid on by the harness.
+        if rendered is not None and not rendered[1]["metadata"]["name"].startswith(HELM_RELEASE_SECRET):
+            found.append(rendered[1])
+    return found
+
+
+def order(obj: dict) -> int:
+    """Namespaces first, jobs last, and a ClusterQueue after the flavors and checks it names."""
+    kind = obj["kind"]
+    if kind == "Namespace":
+        return 0
+    if kind in JOB_KINDS:
+        return 3
+    return 2 if kind in ("ClusterQueue", "LocalQueue") else 1
+
+
+def suspended(job: dict) -> bool:
+    spec = job.get("spec") or {}
+    if job["kind"] == "PyTorchJob":
+        return (spec.get("runPolicy") or {}).get("suspend") is True
+    return spec.get("suspend") is True
+
+
+@pytest.fixture(scope="module")
+def operators(cluster):
+    cluster.operators.start_all(OPERATOR_NODES)
+
+
+def apart(objects: list[dict], suffix: str) -> list[dict]:
+    """The stack's namespaced objects in namespaces of its own (`<namespace>-<suffix>`), so that no
+    stack waits for another's to be deleted; cluster-wide ones are applied over the last stack's."""
+    for obj in objects:
+        meta = obj["metadata"]
+        if obj["kind"] == "Namespace":
+            meta["name"] = f"{meta['name']}-{suffix}"
+        elif meta.get("namespace"):
+            meta["namespace"] = f"{meta['namespace']}-{suffix}"
+    return objects
+
+
+@pytest.fixture(scope="module")
+def applied(cluster, operators):
+    """Everything applied, removed once the module is done: the namespaces (their jobs and queues
+    with them), then the cluster-wide objects."""
+    found: list[dict] = []
+    yield found
+    namespaces = {o["metadata"]["name"] for o in found if o["kind"] == "Namespace"}
+    for name in namespaces:
+        cluster.core.delete_namespace(name)
+    cluster.wait(
+        "the stacks' namespaces gone",
+        lambda: not namespaces & {n.metadata.name for n in cluster.core.list_namespace().items},
+        120,
+    )
+    for kind, api_version, name in {
+        (o["kind"], o["apiVersion"], o["metadata"]["name"]) for o in found if "namespace" not in o["metadata"]
+    }:
+        if kind != "Namespace":
+            cluster.objects.resource(api_version, kind).delete(name=name)
+
+
+@pytest.mark.parametrize("name", sorted(STACK_FILES))
+def test_every_object_the_stack_sends_is_accepted_and_its_jobs_are_queued(cluster, applied, name):
+    stack = planned_file(name, STACK_FILES[name])
+    objects = apart(sorted(sent(stack), key=order), str(sorted(STACK_FILES).index(name)))
+    assert any(o["kind"] in JOB_KINDS for o in objects), f"{name} sends no job"
+    for obj in objects:
+        meta = obj["metadata"]
+        try:
+            cluster.objects.apply(obj)
+        except ApiException as err:
+            why = f"{err.status} {err.reason}: {err.body}"
+            pytest.fail(f"{name}: {obj['kind']} {meta.get('namespace', '')}/{meta['name']}: {why}")
+        applied.append(obj)
+    for job in (o for o in objects if o["kind"] in JOB_KINDS):
+        meta = job["metadata"]
+        got = cluster.objects.get(job["apiVersion"], job["kind"], meta["name"], meta["namespace"])
+        # Kueue's webhook holds every job of the stack's queues until it admits it.
+        assert suspended(got), f"{name}: {job['kind']} {meta['name']} was not held by Kueue"
