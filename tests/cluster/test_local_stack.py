@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from support.cluster.engine import Engine
 from support.cluster.harness import CLUSTER_GROUP
+from support.cluster.objects import inventory
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
 from conventions import SYSTEM_GROUP
@@ -24,42 +25,6 @@ WAITS = {"TrainJob": "running", "PyTorchJob": "running", "RayJob": "none"}
 # The system nodes carry this label besides the template's selector, so the operators' pods, which
 # follow the selector, never land on the nodes other tests make once these are gone.
 POOL = {"trainstack.test/pool": "local"}
-# Kinds whose objects `destroy` must leave as they were before the first `up`.
-INVENTORY = (
-    ("v1", "Namespace"),
-    ("v1", "ServiceAccount"),
-    ("v1", "ConfigMap"),
-    ("v1", "Secret"),
-    ("v1", "Service"),
-    ("apps/v1", "Deployment"),
-    ("apps/v1", "DaemonSet"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
-    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
-    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
-    ("networking.k8s.io/v1", "NetworkPolicy"),
-    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
-    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
-    ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
-    ("kueue.x-k8s.io/v1beta2", "Workload"),
-    ("kubeflow.org/v1", "PyTorchJob"),
-    ("ray.io/v1", "RayJob"),
-    ("ray.io/v1", "RayCluster"),
-    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
-    ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
-    ("jobset.x-k8s.io/v1alpha2", "JobSet"),
-)
-
-
-def inventory(cluster) -> set[tuple[str, str, str]]:
-    found = set()
-    for api_version, kind in INVENTORY:
-        for o in cluster.objects.list(api_version, kind):
-            found.add((kind, o["metadata"].get("namespace") or "", o["metadata"]["name"]))
-    return found
 
 
 class LocalStack:

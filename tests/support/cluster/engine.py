@@ -105,10 +105,29 @@ class Engine:
             capture_output=True,
         )
 
-    def configure(self, config: dict) -> None:
-        (self.dir / f"Pulumi.{self.stack}.yaml").write_text(
-            yaml.safe_dump({"config": config}, sort_keys=False)
-        )
+    def configure(self, config: dict, secrets: dict[str, str] | None = None) -> None:
+        """The stack's config, and `secrets` set as `pulumi config set --secret` sets them
+        (encrypted with the stack's passphrase, whose salt the file keeps)."""
+        path = self.dir / f"Pulumi.{self.stack}.yaml"
+        kept = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        path.write_text(yaml.safe_dump({**kept, "config": config}, sort_keys=False))
+        for key, value in (secrets or {}).items():
+            subprocess.run(
+                [
+                    str(self.bin_dir / "pulumi"),
+                    "config",
+                    "set",
+                    "--secret",
+                    "--stack",
+                    self.stack,
+                    key,
+                    value,
+                ],
+                cwd=self.dir,
+                env=self.env,
+                check=True,
+                capture_output=True,
+            )
 
     def __call__(self, operation: str, timeout: float = 600) -> Outcome:
         done = subprocess.run(

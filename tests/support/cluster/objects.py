@@ -10,6 +10,35 @@ from kubernetes import client, dynamic
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 MANAGER = "trainstack-test"
+# Kinds whose objects a stack's `destroy` must leave as they were before its first `up`.
+INVENTORY = (
+    ("v1", "Namespace"),
+    ("v1", "ServiceAccount"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "PersistentVolumeClaim"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "DaemonSet"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
+    ("kueue.x-k8s.io/v1beta2", "Workload"),
+    ("kubeflow.org/v1", "PyTorchJob"),
+    ("ray.io/v1", "RayJob"),
+    ("ray.io/v1", "RayCluster"),
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+)
 
 
 class Objects:
@@ -68,3 +97,22 @@ class Objects:
 
     def list(self, api_version: str, kind: str, namespace: str | None = None, **kw) -> list[dict]:
         return [i.to_dict() for i in self.resource(api_version, kind).get(namespace=namespace, **kw).items]
+
+
+def inventory(cluster) -> set[tuple[str, str, str]]:
+    """(kind, namespace, name) of every object of INVENTORY's kinds the cluster serves."""
+    served = {(a, k) for a, k in INVENTORY if _serves(cluster.objects, a, k)}
+    return {
+        (kind, o["metadata"].get("namespace") or "", o["metadata"]["name"])
+        for api_version, kind in INVENTORY
+        if (api_version, kind) in served
+        for o in cluster.objects.list(api_version, kind)
+    }
+
+
+def _serves(objects: Objects, api_version: str, kind: str) -> bool:
+    try:
+        objects.resource(api_version, kind)
+    except ResourceNotFoundError:
+        return False
+    return True

@@ -222,11 +222,7 @@ class Operators:
         for op in yaml.safe_load((base / "webhook" / "patch.yaml").read_text()):
             if op["path"] == "/metadata/name":
                 webhook["metadata"]["name"] = op["value"]
-        # Its rotator (pkg/cert) keeps this Secret and writes it to its fixed certificate folder.
-        pem = self.pki.rotator_secret(
-            "training-operator-certs", "training-operator-ca", f"training-operator.{namespace}.svc"
-        )
-        port = unused_port()
+        port, pem = unused_port(), self._training_operator_certs(namespace)
         objs.append(point_webhooks(webhook, port, pem["ca.crt"]))
         for o in objs:
             if o["kind"] == "ClusterRoleBinding":
@@ -236,13 +232,32 @@ class Operators:
                 o["spec"]["template"]["spec"]["nodeSelector"] = dict(system_selector)
         objs.append(_secret("training-operator-webhook-cert", namespace, pem))
         self.objects.apply_all(_namespaced(objs, namespace))
+        self._run_training_operator(namespace, port, ("pytorchjob",))
+
+    def training_operator_process(self, namespace: str, schemes: tuple[str, ...]) -> None:
+        """The training operator's process alone, standing in for the pod of a Deployment another
+        install laid on the cluster (kwok runs that pod, not its container), with the Secret its
+        certificate rotator keeps. No webhook configuration is laid: where that install has none,
+        the API server calls none, and the rotator goes on without it (cert-controller v0.16.0
+        pkg/rotator ReconcileWH.ensureCerts skips a webhook configuration it does not find)."""
+        pem = self._training_operator_certs(namespace)
+        self.objects.apply(_secret("training-operator-webhook-cert", namespace, pem))
+        self._run_training_operator(namespace, unused_port(), schemes)
+
+    def _training_operator_certs(self, namespace: str) -> dict[str, bytes]:
+        # Its rotator (pkg/cert) keeps this Secret and writes it to its fixed certificate folder.
+        return self.pki.rotator_secret(
+            "training-operator-certs", "training-operator-ca", f"training-operator.{namespace}.svc"
+        )
+
+    def _run_training_operator(self, namespace: str, port: int, schemes: tuple[str, ...]) -> None:
         probe = unused_port()
         argv = [
             binary("training-operator"),
             "--metrics-bind-address=0",
             f"--health-probe-bind-address=127.0.0.1:{probe}",
             f"--webhook-server-port={port}",
-            "--enable-scheme=pytorchjob",
+            *[f"--enable-scheme={s}" for s in schemes],
         ]
         # Its certificate folder is fixed (/tmp/k8s-webhook-server/serving-certs), where a pod would
         # mount the Secret (the rotator waits for tls.crt there): a private mount keeps two

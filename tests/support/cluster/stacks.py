@@ -41,10 +41,10 @@ class PlannedStack:
     nodes: list[Node]
 
 
-def planned(name: str, config: dict[str, Any]) -> PlannedStack:
+def planned(name: str, config: dict[str, Any], secret_keys: tuple[str, ...] = ()) -> PlannedStack:
     values = flat(config)
-    cfg = parse_config(name, values)
-    run = run_program(name, values)
+    cfg = parse_config(name, values, frozenset(secret_keys))
+    run = run_program(name, values, list(secret_keys))
     return PlannedStack(name, config, run, cfg, plan_nodes(run, cfg))
 
 

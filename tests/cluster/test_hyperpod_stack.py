@@ -1,0 +1,257 @@
+"""The `hyperpod` template on the real control plane with the real engine, on a cluster that already
+runs the HyperPod dependencies chart (a real `helm install`: support/cluster/hyperpod.py, which names
+the charts standing in for its remote dependencies) with kwok nodes labelled as the plan's facts give
+HyperPod's nodes, and the system nodes. HyperPod's task governance runs Kueue: the harness's Kueue is
+the cluster's, and so is its KubeRay. No container runs, so the chart's training operator is the
+harness's pinned training-operator process, standing in for the chart's Deployment.
+
+The stack is aimed at the cluster by kubeconfig, with a prebuilt image, the hfToken secret set to a
+test value, and the user's FSx claim made beforehand in the namespace the user made. Its own cluster:
+the session's runs other stacks' operators (the local template's training operator at the stack's own
+name, in the `kubeflow` namespace the chart makes)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from support.cluster.engine import Engine
+from support.cluster.harness import CLUSTER_GROUP, Cluster
+from support.cluster.hyperpod import TRAINING_OPERATOR_NAMESPACE, TRAINING_OPERATOR_SCHEMES, install
+from support.cluster.objects import inventory
+from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
+
+from conventions import SYSTEM_GROUP
+
+pytestmark = CLUSTER_GROUP
+
+SECRETS = {"trainstack:hfToken": "hf_trainstack_test_token"}
+# The namespace the second `up` moves to: HyperPod's own (the chart makes it), the other one its
+# job auto-resume watches.
+MOVED_TO = "kubeflow"
+CLUSTER_OPERATORS = (  # the cluster's own besides the chart's: Kueue and KubeRay, as the harness runs them
+    ("apps/v1", "Deployment", "kueue-system", "kueue-controller-manager"),
+    ("apps/v1", "Deployment", "kuberay-system", "kuberay-operator"),
+)
+CRDS = ("pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io", "workloads.kueue.x-k8s.io")
+
+
+class HyperPodStack:
+    def __init__(self, cluster: Cluster, directory):
+        config = template_config("hyperpod")
+        for job in config["trainstack:jobs"]:
+            job["timeoutMinutes"] = 5
+            # The template's jobs (4 + 2 nodes) never fit g5's 4 GPUs together, and Kueue orders
+            # workloads created in the same second by uid, at random (kueue v0.19.2 pkg/cache/queue
+            # cluster_queue.go baseCompareFunc): on this scenario's first run the RayJob was
+            # admitted first, and `up` waited on the PyTorchJob's admission towards its timeout.
+            # On 2 nodes both are admitted, whichever goes first.
+            if job["kind"] == "PyTorchJob":
+                job["nodes"] = 2
+        config = on_cluster(config, cluster.kubeconfig, "trainstack-test")
+        # By kubeconfig, not by the EKS cluster's name: the stack uses only the kubernetes provider.
+        config["trainstack:existingCluster"].pop("eksClusterName")
+        self.config = config
+        self.plan = planned("hyperpod", config, tuple(SECRETS))
+        self.cluster = cluster
+        self.engine = Engine(directory, cluster.bin_dir, "hyperpod")
+        self.engine.configure(config, SECRETS)
+
+    @property
+    def namespace(self) -> str:
+        return self.config["trainstack:existingCluster"]["namespace"]
+
+    def jobs(self, namespace: str) -> dict[str, dict]:
+        found = {}
+        for api_version, kind in (("kubeflow.org/v1", "PyTorchJob"), ("ray.io/v1", "RayJob")):
+            for o in self.cluster.objects.list(api_version, kind, namespace):
+                found[o["metadata"]["name"]] = o
+        return found
+
+    def user_namespace_with_claim(self, namespace: str) -> None:
+        """What the user made before the stack: the namespace (unless there) and the FSx claim in
+        it, bound to a volume (any class: nothing mounts it)."""
+        claim = self.config["trainstack:existingCluster"]["checkpointClaim"]
+        if self.cluster.objects.get("v1", "Namespace", namespace) is None:
+            self.cluster.objects.apply(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+            )
+        access = {"accessModes": ["ReadWriteMany"], "storageClassName": "fsx-sc"}
+        self.cluster.objects.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"fsx-{namespace}"},
+                "spec": {
+                    **access,
+                    "capacity": {"storage": "1200Gi"},
+                    "csi": {"driver": "fsx.csi.aws.com", "volumeHandle": f"fs-{namespace}"},
+                    "claimRef": {"namespace": namespace, "name": claim},
+                },
+            }
+        )
+        self.cluster.objects.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": namespace},
+                "spec": {
+                    **access,
+                    "volumeName": f"fsx-{namespace}",
+                    "resources": {"requests": {"storage": "1200Gi"}},
+                },
+            }
+        )
+        self.cluster.wait(
+            f"claim {namespace}/{claim} bound",
+            lambda: (
+                (self.cluster.core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase)
+                == "Bound"
+            ),
+        )
+
+
+def settled(cluster: Cluster) -> bool:
+    """Every Deployment and DaemonSet rolled out, their status as the controllers leave it."""
+    apps = [
+        *cluster.objects.list("apps/v1", "Deployment"),
+        *cluster.objects.list("apps/v1", "DaemonSet"),
+    ]
+    for o in apps:
+        status = o.get("status") or {}
+        if status.get("observedGeneration") != o["metadata"]["generation"]:
+            return False
+        if o["kind"] == "Deployment" and status.get("availableReplicas") != o["spec"]["replicas"]:
+            return False
+        if o["kind"] == "DaemonSet" and status.get("numberReady") != status.get("desiredNumberScheduled"):
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def hyperpod(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("hyperpod-cluster"))
+    try:
+        cluster.start()
+        stack = HyperPodStack(cluster, tmp_path_factory.mktemp("hyperpod-stack"))
+        groups = {n.group: n for n in stack.plan.nodes}
+        system = cluster.add_nodes(groups.pop(SYSTEM_GROUP))
+        gpu = {name: cluster.add_nodes(node) for name, node in groups.items()}
+        stack.chart = install(cluster.kubeconfig, tmp_path_factory.mktemp("hyperpod-chart"))
+        cluster.operators.training_operator_process(TRAINING_OPERATOR_NAMESPACE, TRAINING_OPERATOR_SCHEMES)
+        selector = stack.plan.cfg.existing_cluster.system_nodes.node_selector
+        cluster.operators.kuberay(selector)
+        cluster.operators.kueue(selector)  # last: it sets up each job kind's integration once served
+        stack.user_namespace_with_claim(stack.namespace)
+        stack.user_namespace_with_claim(MOVED_TO)
+        # The chart's NVIDIA plugin runs on the GPU nodes, which then advertise their GPUs.
+        gpu_nodes = [n for names in gpu.values() for n in names]
+        cluster.wait(
+            "GPUs advertised by the chart's device plugin",
+            lambda: all(
+                int((cluster.core.read_node(n).status.allocatable or {}).get("nvidia.com/gpu", 0)) > 0
+                for n in gpu_nodes
+            ),
+            120,
+        )
+        cluster.scheduler_has_seen(gpu_nodes)
+        cluster.wait("the cluster's operators rolled out", lambda: settled(cluster), 120)
+        stack.system_nodes, stack.gpu_nodes = system, gpu
+        stack.before = inventory(cluster)
+        stack.chart_before = stack.chart.snapshot(cluster.objects)
+        stack.operators_before = operators(cluster)
+        assert None not in (*stack.chart_before.values(), *stack.operators_before.values())
+        yield stack
+    finally:
+        cluster.stop()
+
+
+def operators(cluster: Cluster) -> dict:
+    """The uid of each of the cluster's operators besides the chart's, and of the CRDs the jobs use."""
+    found = {key: cluster.objects.get(key[0], key[1], key[3], key[2]) for key in CLUSTER_OPERATORS}
+    found |= {
+        crd: cluster.objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd) for crd in CRDS
+    }
+    return {key: o and o["metadata"]["uid"] for key, o in found.items()}
+
+
+def admitted(stack: HyperPodStack, namespace: str) -> set[str]:
+    workloads = stack.cluster.objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+    return {
+        w["metadata"]["ownerReferences"][0]["name"]
+        for w in workloads
+        if any(
+            c["type"] == "Admitted" and c["status"] == "True"
+            for c in (w.get("status") or {}).get("conditions") or []
+        )
+    }
+
+
+def assert_admitted_and_bound(stack: HyperPodStack, namespace: str) -> None:
+    job = next(j for j in stack.config["trainstack:jobs"] if j["kind"] == "PyTorchJob")
+    nodes = stack.gpu_nodes[job["nodeGroup"]]
+    cluster = stack.cluster
+    cluster.wait("the PyTorchJob admitted by Kueue", lambda: job["name"] in admitted(stack, namespace), 120)
+
+    def pods():
+        return [
+            p
+            for p in cluster.core.list_namespaced_pod(namespace).items
+            if p.metadata.name.startswith(f"{job['name']}-")
+        ]
+
+    cluster.wait(
+        "the PyTorchJob's pods made by the training operator and bound",
+        lambda: len(pods()) == job["nodes"] and all(p.spec.node_name for p in pods()),
+        120,
+    )
+    for p in pods():
+        assert p.spec.node_name in nodes, (p.metadata.name, p.spec.node_name)
+        assert PREBUILT_IMAGE in {c.image for c in p.spec.containers}, p.metadata.name
+
+    rayjobs = {j["name"] for j in stack.config["trainstack:jobs"] if j["kind"] == "RayJob"}
+    cluster.wait("the RayJob admitted beside it", lambda: rayjobs <= admitted(stack, namespace))
+
+
+def test_up_reuses_hyperpods_operators_and_the_pytorchjob_is_admitted_and_bound(hyperpod):
+    outcome = hyperpod.engine("up")
+    assert outcome.returncode == 0, str(outcome)
+    assert "AlreadyExists" not in outcome.output
+    for key in ("trainingOperator", "nvidiaDevicePlugin", "kueue", "kuberay"):
+        assert f"reuse    {key}: found" in outcome.output, (key, str(outcome))
+    assert hyperpod.chart.snapshot(hyperpod.cluster.objects) == hyperpod.chart_before
+    assert operators(hyperpod.cluster) == hyperpod.operators_before
+    assert set(hyperpod.jobs(hyperpod.namespace)) == {j["name"] for j in hyperpod.config["trainstack:jobs"]}
+    token = hyperpod.cluster.core.read_namespaced_secret("hf-token", hyperpod.namespace).data["HF_TOKEN"]
+    assert base64.b64decode(token).decode() == SECRETS["trainstack:hfToken"]
+    assert_admitted_and_bound(hyperpod, hyperpod.namespace)
+
+
+def test_a_changed_namespace_moves_the_jobs_and_deletes_nothing_of_the_clusters(hyperpod):
+    old = hyperpod.namespace
+    hyperpod.config["trainstack:existingCluster"]["namespace"] = MOVED_TO
+    hyperpod.engine.configure(hyperpod.config, SECRETS)
+    outcome = hyperpod.engine("up")
+    assert outcome.returncode == 0, str(outcome)
+    uids = {
+        key: found and found[0] for key, found in hyperpod.chart.snapshot(hyperpod.cluster.objects).items()
+    }
+    assert uids == {key: found[0] for key, found in hyperpod.chart_before.items()}
+    assert operators(hyperpod.cluster) == hyperpod.operators_before
+    assert set(hyperpod.jobs(MOVED_TO)) == {j["name"] for j in hyperpod.config["trainstack:jobs"]}
+    hyperpod.cluster.wait("the jobs gone from the old namespace", lambda: not hyperpod.jobs(old), 120)
+    assert_admitted_and_bound(hyperpod, MOVED_TO)
+
+
+def test_destroy_leaves_hyperpods_objects_and_the_users_claims(hyperpod):
+    outcome = hyperpod.engine("destroy")
+    assert outcome.returncode == 0, str(outcome)
+    cluster = hyperpod.cluster
+    try:
+        cluster.wait("the stack's objects gone", lambda: inventory(cluster) == hyperpod.before, 120)
+    except TimeoutError as err:
+        now = inventory(cluster)
+        raise AssertionError({"left": now - hyperpod.before, "gone": hyperpod.before - now}) from err
+    uids = {key: found and found[0] for key, found in hyperpod.chart.snapshot(cluster.objects).items()}
+    assert uids == {key: found[0] for key, found in hyperpod.chart_before.items()}
+    assert operators(cluster) == hyperpod.operators_before
