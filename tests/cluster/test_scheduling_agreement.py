@@ -15,6 +15,7 @@ import re
 
 import pytest
 from support.cluster.harness import CLUSTER_GROUP
+from support.cluster.sent import DAEMONSET, bare_pod, daemonset, object_name
 from support.cluster.stacks import PlannedStack, planned, planned_file, template_config
 from support.paths import ROOT, shared_dir
 
@@ -57,27 +58,8 @@ def _stack(name: str) -> PlannedStack:
     return planned_file(name, STACK_FILES[name])
 
 
-DAEMONSET = "trainstack.test/daemonset"
 JOB = "trainstack.test/job"
 NAMESPACE = "agreement"
-
-
-def _name(text: str) -> str:
-    return re.sub(r"[^a-z0-9-]", "-", text.lower()).strip("-")[:50]
-
-
-def _pod(name: str, spec: dict, labels: dict[str, str] | None = None) -> dict:
-    spec = {k: v for k, v in spec.items() if k != "volumes"}
-    for key in ("containers", "initContainers"):
-        spec[key] = [{k: v for k, v in c.items() if k != "volumeMounts"} for c in spec.get(key) or []] or None
-    spec = {k: v for k, v in spec.items() if v is not None}
-    spec.pop("serviceAccountName", None)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": spec,
-    }
 
 
 class OnCluster:
@@ -97,7 +79,7 @@ class OnCluster:
             ),
         )
         for node in self.stack.nodes:
-            renamed = type(node)(**{**node.__dict__, "group": _name(f"{self.stack.name}-{node.group}")})
+            renamed = type(node)(**{**node.__dict__, "group": object_name(f"{self.stack.name}-{node.group}")})
             for name in self.cluster.add_nodes(renamed):
                 self.nodes[name] = node.group
         return self
@@ -108,19 +90,7 @@ class OnCluster:
 
     def daemonsets(self, daemonsets) -> None:
         for ds in daemonsets:
-            labels = {DAEMONSET: _name(ds.name)}
-            spec = _pod("x", ds.spec)["spec"]
-            self.cluster.objects.apply(
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "DaemonSet",
-                    "metadata": {"name": _name(ds.name), "namespace": NAMESPACE},
-                    "spec": {
-                        "selector": {"matchLabels": labels},
-                        "template": {"metadata": {"labels": labels}, "spec": spec},
-                    },
-                }
-            )
+            self.cluster.objects.apply(daemonset(ds, NAMESPACE))
 
     def daemonsets_created(self) -> bool:
         """The DaemonSet controller has made a pod for every node it chose, for every DaemonSet."""
@@ -141,8 +111,8 @@ class OnCluster:
         names = []
         for pod_set, spec, count in pod_sets:
             for i in range(count):
-                names.append(_name(f"{job}-{pod_set}-{i}"))
-                self.cluster.core.create_namespaced_pod(NAMESPACE, _pod(names[-1], spec, {JOB: "yes"}))
+                names.append(object_name(f"{job}-{pod_set}-{i}"))
+                self.cluster.core.create_namespaced_pod(NAMESPACE, bare_pod(names[-1], spec, {JOB: "yes"}))
 
         def mine() -> list:
             return [p for p in self.pods() if p.metadata.name in names]
@@ -208,7 +178,7 @@ def test_the_plan_and_the_scheduler_agree(cluster, name):
         cluster.scheduler_has_seen(list(on.nodes))
         placed = {p.metadata.name: on.nodes.get(p.spec.node_name) for p in on.pods()}
         for ds in daemonsets:
-            label = _name(ds.name)
+            label = object_name(ds.name)
             runs = {
                 placed[p.metadata.name] for p in on.pods() if p.metadata.labels.get(DAEMONSET) == label
             } - {None}

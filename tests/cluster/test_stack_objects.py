@@ -9,15 +9,12 @@ harness lays them on the cluster from their charts and manifests (support/cluste
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from kubernetes.client.exceptions import ApiException
 from support.cluster.harness import CLUSTER_GROUP
-from support.cluster.stacks import PlannedStack, planned_file
+from support.cluster.sent import JOB_KINDS, sent_objects
+from support.cluster.stacks import planned_file
 from support.paths import ROOT
-
-from offline.plan import CONFIG_GROUP, HELM_RELEASE, KUSTOMIZE_DIRECTORY, manifest_of
 
 pytestmark = CLUSTER_GROUP
 
@@ -25,37 +22,8 @@ STACK_FILES = {
     **{p.stem.removeprefix("Pulumi."): p for p in sorted(ROOT.glob("Pulumi.*.yaml"))},
     **{f"example-{p.stem}": p for p in sorted((ROOT / "examples").glob("*.yaml"))},
 }
-# Their own objects, laid on the cluster by the harness from the operators' charts and manifests.
-OPERATORS_OWN = (HELM_RELEASE, KUSTOMIZE_DIRECTORY, CONFIG_GROUP)
-HELM_RELEASE_SECRET = "sh.helm.release.v1."
-JOB_KINDS = ("TrainJob", "PyTorchJob", "RayJob", "RayCluster")
 # No node carries it: the operators' own pods (kwok's) wait; their processes run beside the cluster.
 OPERATOR_NODES = {"trainstack.test/pool": "operators"}
-
-
-def sent(stack: PlannedStack) -> list[dict]:
-    """The objects pulumi-kubernetes would apply, as the plan renders them."""
-    found = []
-    for reg in stack.run.resources:
-        if reg.type in OPERATORS_OWN:
-            continue
-        # With its secrets' values (a test value for each), where the plan shows "[secret]".
-        rendered = manifest_of(replace(reg, inputs=reg.revealed or reg.inputs))
-        # The label a stack puts on the release Secrets of the Helm releases it installs (a
-        # SecretPatch): those releases are the operators' own here, laid on by the harness.
-        if rendered is not None and not rendered[1]["metadata"]["name"].startswith(HELM_RELEASE_SECRET):
-            found.append(rendered[1])
-    return found
-
-
-def order(obj: dict) -> int:
-    """Namespaces first, jobs last, and a ClusterQueue after the flavors and checks it names."""
-    kind = obj["kind"]
-    if kind == "Namespace":
-        return 0
-    if kind in JOB_KINDS:
-        return 3
-    return 2 if kind in ("ClusterQueue", "LocalQueue") else 1
 
 
 def suspended(job: dict) -> bool:
@@ -106,7 +74,7 @@ def applied(cluster, operators):
 @pytest.mark.parametrize("name", sorted(STACK_FILES))
 def test_every_object_the_stack_sends_is_accepted_and_its_jobs_are_queued(cluster, applied, name):
     stack = planned_file(name, STACK_FILES[name])
-    objects = apart(sorted(sent(stack), key=order), str(sorted(STACK_FILES).index(name)))
+    objects = apart(sent_objects(stack), str(sorted(STACK_FILES).index(name)))
     assert any(o["kind"] in JOB_KINDS for o in objects), f"{name} sends no job"
     for obj in objects:
         meta = obj["metadata"]

@@ -41,10 +41,15 @@ class PlannedStack:
     nodes: list[Node]
 
 
-def planned(name: str, config: dict[str, Any], secret_keys: tuple[str, ...] = ()) -> PlannedStack:
+def planned(
+    name: str,
+    config: dict[str, Any],
+    secret_keys: tuple[str, ...] = (),
+    facts: dict[str, Any] | None = None,
+) -> PlannedStack:
     values = flat(config)
     cfg = parse_config(name, values, frozenset(secret_keys))
-    run = run_program(name, values, list(secret_keys))
+    run = run_program(name, values, list(secret_keys), facts=facts)
     return PlannedStack(name, config, run, cfg, plan_nodes(run, cfg))
 
 

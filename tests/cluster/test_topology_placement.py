@@ -1,0 +1,147 @@
+"""Topology-aware placement on the real Kueue: the prod template's TrainJob on a p5 group whose
+nodes EC2 puts in the network as a DescribeInstanceTopology fact says, with the stack's Topology,
+flavor, queues and ClusterTrainingRuntime, and kwok nodes labelled as EKS labels them
+(topology.k8s.aws/network-node-layer-N). Where the plan says the gang fits at the level it asks
+for, Kueue admits it and its pods are bound inside one domain of that level; where the plan names a
+broken topology link, Kueue does not admit it. (Without the cluster autoscaler, which is not built
+here, the group is fixed-size: Kueue's ProvisioningRequest check is not on its queue.)"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from support.cluster.harness import CLUSTER_GROUP
+from support.cluster.sent import JOB_KINDS, daemonset, sent_objects
+from support.cluster.stacks import planned, template_config
+
+from conventions import network_layer_label
+from offline.nodes import plan_daemonsets
+from offline.scheduling import check
+
+pytestmark = CLUSTER_GROUP
+
+JOB = "llama-1b-fsdp"
+PLUGINS = "tas-plugins"
+OPERATOR_NODES = {"trainstack.test/pool": "operators"}
+SHARED = ["nn-spine-1", "nn-spine-2"]
+# Per case: each node's network nodes, top layer first; the job's placement; the level it asks for.
+CASES = {
+    # Two blocks of two: a 2-node gang preferring one block gets one.
+    "preferred-one-block": (
+        [[*SHARED, "nn-block-a"], [*SHARED, "nn-block-a"], [*SHARED, "nn-block-b"], [*SHARED, "nn-block-b"]],
+        "preferred",
+        3,
+    ),
+    # Every node under its own layer-2 network node: a gang that requires one cannot have it.
+    "required-apart": (
+        [["nn-1", f"nn-2-{i}", f"nn-3-{i}"] for i in range(4)],
+        "required",
+        2,
+    ),
+}
+
+
+def stack_for(case: str):
+    topology, placement, _ = CASES[case]
+    config = template_config("prod")
+    config["trainstack:operators"] = {"clusterAutoscaler": {"enabled": False}}
+    config["trainstack:gpuNodeGroups"][0]["nodeCount"] = len(topology)
+    job = next(j for j in config["trainstack:jobs"] if j["name"] == JOB)
+    config["trainstack:jobs"] = [{**job, "placement": placement}]
+    return planned(f"tas-{case}", config, facts={"instance-topology:p5": topology})
+
+
+@pytest.fixture(scope="module")
+def operators(cluster):
+    cluster.operators.start_all(OPERATOR_NODES)
+
+
+@pytest.fixture
+def on_cluster(cluster, operators):
+    """What each case lays on the cluster, removed afterwards: its nodes, the device plugins'
+    DaemonSets, and the stack's objects (the namespaced ones with their namespace)."""
+    laid: dict[str, list] = {"nodes": [], "objects": []}
+    cluster.core.create_namespace({"metadata": {"name": PLUGINS}})
+    yield laid
+    for obj in laid["objects"]:
+        if obj["kind"] == "Namespace":
+            cluster.delete_namespace(obj["metadata"]["name"])
+    for obj in reversed(laid["objects"]):
+        if "namespace" not in obj["metadata"] and obj["kind"] != "Namespace":
+            cluster.objects.resource(obj["apiVersion"], obj["kind"]).delete(name=obj["metadata"]["name"])
+    cluster.delete_namespace(PLUGINS)
+    cluster.remove_nodes(laid["nodes"])
+
+
+def admitted(workload: dict) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions)
+
+
+def tried(workload: dict) -> bool:
+    """Kueue has tried to fit it: its QuotaReserved condition says why not."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "QuotaReserved" and c["status"] == "False" for c in conditions)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_kueue_places_the_gang_where_the_plan_says(cluster, on_cluster, case):
+    topology, _, level = CASES[case]
+    stack = stack_for(case)
+    (chain,) = [c for c in check(stack.run, stack.cfg).chains if c.job == JOB]
+    p5 = next(n for n in stack.nodes if n.group == "p5")
+    for i, network_nodes in enumerate(topology):
+        labels = {network_layer_label(n + 1): name for n, name in enumerate(network_nodes)}
+        node = replace(p5, group=f"tas-p5-{i}", labels={**p5.labels, **labels})
+        on_cluster["nodes"] += cluster.add_nodes(node, 1)
+    plugins = [ds for ds in plan_daemonsets(stack.run) if "device-plugin" in ds.name]
+    for ds in plugins:
+        cluster.objects.apply(daemonset(ds, PLUGINS))
+    cluster.wait(
+        "a device plugin pod running on every p5 node",
+        lambda: (
+            len(
+                {
+                    p.spec.node_name
+                    for p in cluster.core.list_namespaced_pod(PLUGINS).items
+                    if p.status.phase == "Running"
+                }
+            )
+            == len(topology)
+        ),
+        120,
+    )
+    cluster.device_plugins.sync()
+    cluster.scheduler_has_seen(on_cluster["nodes"])
+    for obj in sent_objects(stack):
+        cluster.objects.apply(obj)
+        on_cluster["objects"].append(obj)
+    (job,) = [o for o in on_cluster["objects"] if o["kind"] in JOB_KINDS]
+    namespace = job["metadata"]["namespace"]
+
+    def workload() -> dict:
+        found = cluster.objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+        return found[0] if found else {}
+
+    if not chain.fits:
+        assert chain.broken.startswith("topology: "), chain.line()
+        cluster.wait("Kueue tried to fit the gang", lambda: tried(workload()), 120)
+        assert not admitted(workload()), f"the plan says {chain.line()}, but Kueue admitted it"
+        return
+    cluster.wait("the gang admitted", lambda: admitted(workload()), 120)
+    # Placed by topology-aware scheduling (the PodSet's assignment names its domains), not by chance.
+    (assignment,) = workload()["status"]["admission"]["podSetAssignments"]
+    assert assignment.get("topologyAssignment"), assignment
+
+    def pods() -> list:
+        selector = f"jobset.sigs.k8s.io/jobset-name={JOB}"
+        return cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+    cluster.wait(
+        "the gang's pods bound", lambda: len(pods()) == 2 and all(p.spec.node_name for p in pods()), 120
+    )
+    domains = {
+        cluster.core.read_node(p.spec.node_name).metadata.labels[network_layer_label(level)] for p in pods()
+    }
+    assert len(domains) == 1, f"the plan says {chain.line()}, but Kueue spread the gang over {domains}"

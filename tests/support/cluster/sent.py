@@ -1,0 +1,75 @@
+"""What a plan sends to a cluster, made ready for the harness's: the objects pulumi-kubernetes
+would apply, in an order the API server takes them, and the pods and DaemonSets the plan renders,
+stripped of what the harness has no use for (volumes: it has no storage)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from offline.plan import CONFIG_GROUP, HELM_RELEASE, KUSTOMIZE_DIRECTORY, manifest_of
+from support.cluster.stacks import PlannedStack
+
+# Their own objects, laid on the cluster by the harness from the operators' charts and manifests.
+OPERATORS_OWN = (HELM_RELEASE, KUSTOMIZE_DIRECTORY, CONFIG_GROUP)
+HELM_RELEASE_SECRET = "sh.helm.release.v1."
+JOB_KINDS = ("TrainJob", "PyTorchJob", "RayJob", "RayCluster")
+DAEMONSET = "trainstack.test/daemonset"
+
+
+def object_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", text.lower()).strip("-")[:50]
+
+
+def sent_objects(stack: PlannedStack) -> list[dict]:
+    """The objects pulumi-kubernetes would apply, as the plan renders them, with their secrets'
+    values (a test value each) where the plan shows "[secret]"; namespaces first, then what the
+    queues name, the queues, and the jobs last."""
+    found = []
+    for reg in stack.run.resources:
+        if reg.type in OPERATORS_OWN:
+            continue
+        rendered = manifest_of(replace(reg, inputs=reg.revealed or reg.inputs))
+        # The label a stack puts on the release Secrets of the Helm releases it installs (a
+        # SecretPatch): those releases are the operators' own here, laid on by the harness.
+        if rendered is not None and not rendered[1]["metadata"]["name"].startswith(HELM_RELEASE_SECRET):
+            found.append(rendered[1])
+    return sorted(found, key=_apply_order)
+
+
+def _apply_order(obj: dict) -> int:
+    kind = obj["kind"]
+    if kind == "Namespace":
+        return 0
+    if kind in JOB_KINDS:
+        return 3
+    return 2 if kind in ("ClusterQueue", "LocalQueue") else 1
+
+
+def bare_pod(name: str, spec: dict, labels: dict[str, str] | None = None) -> dict:
+    """A pod of the plan's spec without volumes or a service account."""
+    spec = {k: v for k, v in spec.items() if k != "volumes"}
+    for key in ("containers", "initContainers"):
+        spec[key] = [{k: v for k, v in c.items() if k != "volumeMounts"} for c in spec.get(key) or []] or None
+    spec = {k: v for k, v in spec.items() if v is not None}
+    spec.pop("serviceAccountName", None)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def daemonset(ds, namespace: str) -> dict:
+    """One of the plan's DaemonSets (offline.nodes.plan_daemonsets), its pods bare."""
+    labels = {DAEMONSET: object_name(ds.name)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": object_name(ds.name), "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": bare_pod("x", ds.spec)["spec"]},
+        },
+    }
