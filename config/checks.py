@@ -37,7 +37,7 @@ from domain.catalog import image_compressed_gb, image_pull_minutes
 from domain.job_kinds import KINDS, RAY_KINDS
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.model_facts import has_bf16_tensor_cores
-from domain.quota import QueueSpec, job_demand, shortfall
+from domain.quota import QueueSpec, combined, job_demand, shortfall
 from domain.verl_fit import verl_fits
 
 _TAG_PUNCTUATION = set(" _.:/=+-@")
@@ -173,6 +173,7 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
         if n > 1:
             r.problem(f"{p}:jobs", name, f"name used by {n} jobs", "unique names")
     queues = _queues(c, by_name)
+    _check_waits_in_shared_queues(c, queues, r)
     for i, j in enumerate(c.jobs):
         k = f"{p}:jobs[{i}]"
         check_job_name(j, k, r)
@@ -368,6 +369,40 @@ def _check_job_fits_queue(j: JobConfig, queues: dict[str, QueueSpec], k: str, r:
             f"{queue.max_nodes} node(s) at most, and the job needs {'; '.join(over)}",
             f"1-{queue.max_nodes}, or a larger node group",
         )
+
+
+def _check_waits_in_shared_queues(c: StackConfig, queues: dict[str, QueueSpec], r: Reader) -> None:
+    """Jobs of one queue that cannot all be admitted at once are admitted one after another, in an
+    order Kueue picks: by priority, then creation time, then uid (kueue v0.19.2
+    pkg/cache/queue/cluster_queue.go baseCompareFunc, pkg/workload GetQueueOrderTimestamp), and
+    `pulumi up` creates them together. A wait for admission or for running could wait for another
+    job to finish first, past its timeout; a wait for success counts the others' runs in its
+    timeoutMinutes, unless one of them never ends (a RayCluster)."""
+    for group, queue in queues.items():
+        jobs = [(i, j) for i, j in enumerate(c.jobs) if j.node_group == group and j.nodes >= 1]
+        over = shortfall(
+            combined([job_demand(queue.placement, j.nodes, j.kind) for _, j in jobs]), queue.quota()
+        )
+        if len(jobs) < 2 or not over:
+            continue
+        names = ", ".join(f"'{j.name}' ({j.nodes} node(s))" for _, j in jobs)
+        for i, j in jobs:
+            endless = any(KINDS[o.kind].bare for _, o in jobs if o is not j)
+            if j.wait in ("admitted", "running") or (j.wait == "succeeded" and endless):
+                r.problem(
+                    f"{PROJECT}:jobs[{i}].wait",
+                    j.wait,
+                    f"jobs {names} cannot all be admitted by queue '{group}' at once ({'; '.join(sorted(over, key=_device_first)[:2])}), "
+                    "so Kueue admits them one after another in an order it picks, and `pulumi up` could "
+                    f"wait for another of them to finish first",
+                    "none (then `trainstack status` shows the queue), or nodes and node groups that let "
+                    f"queue '{group}' hold its jobs together",
+                )
+
+
+def _device_first(shortfall_words: str) -> bool:
+    """GPUs and EFA before CPU and memory: what a reader thinks of a node group's size in."""
+    return "/" not in shortfall_words.split(" ", 1)[0]
 
 
 def _check_job_placement(

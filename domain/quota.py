@@ -99,6 +99,15 @@ def job_demand(p: Placement, nodes: int, kind: str) -> dict[str, Amounts]:
     return demand
 
 
+def combined(demands: list[dict[str, Amounts]]) -> dict[str, Amounts]:
+    """What several jobs' demands (job_demand) need together, by flavor."""
+    total: dict[str, Amounts] = {}
+    for demand in demands:
+        for flavor, amounts in demand.items():
+            total[flavor] = _add(total.get(flavor, {}), amounts)
+    return total
+
+
 def shortfall(demand: dict[str, Amounts], quota: dict[str, Amounts]) -> list[str]:
     """What a demand needs beyond a queue's quota, in words; empty when it fits."""
     over = []

@@ -3,12 +3,15 @@ job's queue can ever admit, environment and secrets, VERL's fit."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.config_rules import config_problems, group, job, problems
 from support.jobs import HF_TOKEN, PYTORCHJOB
 from support.plans import plan, stack_values
 from support.verl import GRPO, L4, P5
 
+from config import parse_config
 from config.schema import ConfigError
 from offline.engine import run_program
 
@@ -142,3 +145,34 @@ def test_a_group_that_cannot_hold_a_verl_job_is_refused_with_its_key(job, key, r
     with pytest.raises(ConfigError) as err:
         plan("dev", gpuNodeGroups=[L4, P5], jobs=[job])
     assert key in str(err.value) and reason in str(err.value), str(err.value)
+
+
+def accepted(**overrides) -> None:
+    values = {"aws:region": "us-east-1", **{f"trainstack:{k}": json.dumps(v) for k, v in overrides.items()}}
+    parse_config("dev", values)
+
+
+def test_no_job_waits_in_a_queue_that_cannot_hold_its_jobs_together():
+    """Kueue admits such jobs one after another in an order it picks (priority, creation time, uid):
+    a wait for admission or running could wait for another job to finish first, past its timeout.
+    Seen on the real Kueue (tests/cluster/test_hyperpod_stack.py: the RayJob admitted first)."""
+    both = [job(name="a", nodes=2, wait="running"), job(name="b", kind="RayJob", nodes=1, wait="none")]
+    (msg,) = problems(gpuNodeGroups=[group(nodeCount=2)], jobs=both)
+    assert msg == (
+        "trainstack:jobs[0].wait = \"running\": jobs 'a' (2 node(s)), 'b' (1 node(s)) cannot all be admitted "
+        "by queue 'gpu' at once (nvidia.com/gpu 3 > 2 on flavor trainstack-gpu; cpu 9 > 6 on flavor "
+        "trainstack-gpu), so Kueue admits them one after another in an order it picks, and `pulumi up` "
+        "could wait for another of them to finish first; allowed: none (then `trainstack status` shows the "
+        "queue), or nodes and node groups that let queue 'gpu' hold its jobs together"
+    )
+    # Together they fit: each may wait.
+    accepted(gpuNodeGroups=[group(nodeCount=3)], jobs=both)
+    # A wait for success counts the other's run in its timeout, unless the other never ends.
+    finite = [job(name="a", nodes=2, wait="succeeded"), job(name="b", nodes=1, wait="succeeded")]
+    accepted(gpuNodeGroups=[group(nodeCount=2)], jobs=finite)
+    endless = [
+        job(name="a", nodes=2, wait="succeeded"),
+        job(name="b", kind="RayCluster", nodes=1, wait="none"),
+    ]
+    (msg,) = problems(gpuNodeGroups=[group(nodeCount=2)], jobs=endless)
+    assert msg.startswith("trainstack:jobs[0].wait = \"succeeded\": jobs 'a' (2 node(s)), 'b' (1 node(s))")
