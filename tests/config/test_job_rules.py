@@ -79,8 +79,8 @@ def test_a_ray_job_on_the_system_group_counts_its_head():
     them too (a RayCluster has no submitter)."""
     (msg,) = problems(
         jobs=[
-            job(kind="RayJob", nodeGroup="system", nodes=2),
-            job(name="two-heads", kind="RayCluster", nodeGroup="system", nodes=3),
+            job(kind="RayJob", nodeGroup="system", nodes=2, wait="none"),
+            job(name="two-heads", kind="RayCluster", nodeGroup="system", nodes=3, wait="none"),
         ]
     )
     assert msg.startswith(
@@ -105,8 +105,9 @@ def test_jobs_that_cannot_run_are_config_errors():
     assert msg.startswith('trainstack:jobs[0].kind = "RayCluster": operators.kuberay is turned off')
     (msg,) = config_problems(jobs=[{"name": "x", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 3}])
     assert "the system node group holds 2 node(s) at most" in msg
-    # Two jobs that cannot run at once are fine: Kueue admits one whole, then the other.
-    both = [{"name": n, "kind": "PyTorchJob", "nodeGroup": "gpu"} for n in ("a", "b")]
+    # Two jobs that cannot run at once are fine: Kueue admits one whole, then the other (neither
+    # may be waited for: test_no_job_waits_in_a_queue_that_cannot_hold_its_jobs_together).
+    both = [{"name": n, "kind": "PyTorchJob", "nodeGroup": "gpu", "wait": "none"} for n in ("a", "b")]
     assert len(plan("dev", jobs=both).by_type(PYTORCHJOB)) == 2
 
 

@@ -274,7 +274,7 @@ def test_every_job_kind_on_every_group_with_the_csi_nodes_everywhere():
         {"name": "gpu", "instanceType": "g6.xlarge", "nodeCount": 2},
     ]
     jobs = [
-        {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2},
+        {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "wait": "none"},
         {"name": "ray", "kind": "RayJob", "nodeGroup": "p5", "nodes": 2, "wait": "none"},
         {"name": "box", "kind": "RayCluster", "nodeGroup": "p5", "nodes": 1, "wait": "none"},
         {"name": "small", "kind": "PyTorchJob", "nodeGroup": "gpu", "wait": "none"},

@@ -26,11 +26,11 @@ P5 = {
     "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
 }
 EVERY_KIND = [
-    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "model": "1b"},
+    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "model": "1b", "wait": "none"},
     {"name": "tj", "kind": "TrainJob", "nodeGroup": "p5", "nodes": 2, "model": "1b", "wait": "none"},
-    {"name": "ray-train", "kind": "RayJob", "nodeGroup": "p5"},
+    {"name": "ray-train", "kind": "RayJob", "nodeGroup": "p5", "wait": "none"},
     {"name": "ray-box", "kind": "RayCluster", "nodeGroup": "p5", "wait": "none"},
-    {"name": "grpo", "kind": "RayJob", "nodeGroup": "p5", "verl": {"algorithm": "grpo"}},
+    {"name": "grpo", "kind": "RayJob", "nodeGroup": "p5", "verl": {"algorithm": "grpo"}, "wait": "none"},
 ]
 
 

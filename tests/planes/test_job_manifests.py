@@ -254,4 +254,4 @@ def test_outputs_describe_each_job(kinds_plan):
     assert "training.kubeflow.org/job-name=fsdp" in jobs["fsdp"]["logs"]
     assert jobs["ray-box"]["dashboard"] == "kubectl -n training port-forward svc/ray-box-head-svc 8265:8265"
     assert jobs["cpu-smoke"]["gpus"] == 0
-    assert kinds_plan.outputs["gpusTotal"] == 1 + 16 + 16
+    assert kinds_plan.outputs["gpusTotal"] == 2 + 16 + 16

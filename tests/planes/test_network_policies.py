@@ -20,9 +20,9 @@ from offline.plan import manifest_of
 
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 JOBS = [
-    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu", "nodes": 1},
+    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu", "nodes": 1, "wait": "none"},
     {"name": "other", "kind": "PyTorchJob", "nodeGroup": "system", "nodes": 2, "steps": 20},
-    {"name": "ray-l4", "kind": "RayJob", "nodeGroup": "gpu"},
+    {"name": "ray-l4", "kind": "RayJob", "nodeGroup": "gpu", "wait": "none"},
     {"name": "ray-box", "kind": "RayCluster", "nodeGroup": "gpu", "wait": "none"},
 ]
 # Ports the flows use: torchrun's c10d store (the operator's default master port), an NCCL or Ray

@@ -17,9 +17,9 @@ from conventions import JOB_LABEL, RAY_ROLE_LABEL, RAY_SUBMITTER_ROLE
 from offline.plan import manifest_of
 
 JOBS = [
-    {"name": "ray-l4", "kind": "RayJob", "nodeGroup": "gpu"},
+    {"name": "ray-l4", "kind": "RayJob", "nodeGroup": "gpu", "wait": "none"},
     {"name": "ray-box", "kind": "RayCluster", "nodeGroup": "gpu", "wait": "none"},
-    {"name": "verl", "kind": "RayJob", "nodeGroup": "gpu", "verl": {"algorithm": "grpo"}},
+    {"name": "verl", "kind": "RayJob", "nodeGroup": "gpu", "verl": {"algorithm": "grpo"}, "wait": "none"},
 ]
 # The env KubeRay sets from authOptions, only where a container does not set it already
 # (common/pod.go, SetContainerTokenAuthEnvVars: `if !utils.EnvVarExists(...)`).

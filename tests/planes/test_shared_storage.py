@@ -27,7 +27,7 @@ P5 = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True, 
 G6 = {"name": "gpu", "instanceType": "g6.xlarge", "nodeCount": 2}
 FSX_ON = {"enabled": True, "storageCapacityGiB": 2400, "throughputPerTiB": 250, "nodeGroups": ["p5"]}
 JOBS = [
-    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2},
+    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "wait": "none"},
     {"name": "ray", "kind": "RayJob", "nodeGroup": "p5", "nodes": 2, "wait": "none"},
     {"name": "box", "kind": "RayCluster", "nodeGroup": "p5", "nodes": 1, "wait": "none"},
     {"name": "small", "kind": "PyTorchJob", "nodeGroup": "gpu", "wait": "none"},

@@ -21,7 +21,7 @@ from planes.tracking import SERVER_CONTEXT
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 RDS = "aws:rds/instance:Instance"
 JOBS = [
-    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu"},
+    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu", "wait": "none"},
     {"name": "ray", "kind": "RayJob", "nodeGroup": "gpu", "wait": "none"},
 ]
 

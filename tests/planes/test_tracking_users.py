@@ -138,8 +138,8 @@ def test_any_other_error_stops_the_job(mlflow):
 SECRET = "kubernetes:core/v1:Secret"
 JOB = "kubernetes:batch/v1:Job"
 JOBS = [
-    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu"},
-    {"name": "ray", "kind": "RayJob", "nodeGroup": "gpu"},
+    {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu", "wait": "none"},
+    {"name": "ray", "kind": "RayJob", "nodeGroup": "gpu", "wait": "none"},
 ]
 
 

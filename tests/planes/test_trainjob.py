@@ -33,7 +33,13 @@ JOBS = [
     {"name": "twin-pt", "kind": "PyTorchJob", "nodeGroup": "gpu", "steps": 50, "wait": "none"},
     {"name": "twin-tj", "kind": "TrainJob", "nodeGroup": "gpu", "steps": 50, "wait": "none"},
     {"name": "fsdp", "kind": "TrainJob", "nodeGroup": "p5", "nodes": 2, "model": "1b", "maxRecreations": 4},
-    {"name": "own", "kind": "TrainJob", "nodeGroup": "gpu", "command": ["python", "-m", "trainer.train"]},
+    {
+        "name": "own",
+        "kind": "TrainJob",
+        "nodeGroup": "gpu",
+        "command": ["python", "-m", "trainer.train"],
+        "wait": "none",
+    },
     {"name": "cpu", "kind": "TrainJob", "nodeGroup": "system", "nodes": 2, "steps": 20},
 ]
 

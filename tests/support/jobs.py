@@ -19,7 +19,7 @@ SECRET_ENV = "wandb-offline-secret"
 
 def groups() -> list[dict]:
     return [
-        {"name": "gpu", "instanceType": "g6.xlarge"},
+        {"name": "gpu", "instanceType": "g6.xlarge", "nodeCount": 2},  # its RayJob and RayCluster together
         {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True},
         {"name": "p4d", "instanceType": "p4d.24xlarge", "nodeCount": 2, "efa": True, "preflight": False},
     ]
