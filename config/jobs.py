@@ -99,7 +99,8 @@ class JobConfig:
     wait: WaitMode = setting(
         "wait",
         "What `pulumi up` waits for: admitted (Kueue admitted it whole and its nodes exist; not a RayJob, "
-        "whose admission leaves nothing to watch), running, succeeded, or none.",
+        "whose admission leaves nothing to watch), running, succeeded, or none. Where the job's queue "
+        "cannot hold all its jobs at once, only none (or succeeded, unless a RayCluster shares it).",
         "running",
     )
     timeout_minutes: int = setting(
