@@ -16,12 +16,12 @@ from conventions import SYSTEM_GROUP
 
 pytestmark = CLUSTER_GROUP
 
-# What `up` waits for: kwok runs pods, not trainers, so a TrainJob's pods run (JobSet's jobs ready) and
-# a PyTorchJob reaches Running (the training operator's condition). A RayJob's `admitted` is never met on a real cluster: RayJob's spec.suspend
-# is a bool with omitempty (ray-operator apis/ray/v1/rayjob_types.go), so once Kueue resumes it the
-# field is gone and `{.spec.suspend}=false` selects nothing; and `running` needs Ray's dashboard. So
-# the RayJob is not waited for by `up`, and its admission is read from its Workload below.
-WAITS = {"TrainJob": "running", "PyTorchJob": "running", "RayJob": "none"}
+# What `up` waits for: the template's waits (`succeeded`), but for the RayJob. kwok completes a pod of
+# a Job at once, so the TrainJob succeeds (JobSet's jobs complete); the system queue cannot hold both
+# jobs at once, so only a wait for success is allowed there (config/checks.py), and it counts the
+# RayJob's run. A RayJob's `succeeded` needs Ray's dashboard, which no pod runs here; its admission is
+# read from its Workload below.
+WAITS = {"TrainJob": "succeeded", "RayJob": "none"}
 # The system nodes carry this label besides the template's selector, so the operators' pods, which
 # follow the selector, never land on the nodes other tests make once these are gone.
 POOL = {"trainstack.test/pool": "local"}
