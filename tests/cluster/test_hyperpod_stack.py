@@ -18,7 +18,7 @@ import pytest
 from support.cluster.engine import Engine
 from support.cluster.harness import CLUSTER_GROUP, Cluster
 from support.cluster.hyperpod import TRAINING_OPERATOR_NAMESPACE, TRAINING_OPERATOR_SCHEMES, install
-from support.cluster.objects import inventory
+from support.cluster.objects import admitted_jobs, inventory
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
 from conventions import SYSTEM_GROUP
@@ -177,15 +177,7 @@ def operators(cluster: Cluster) -> dict:
 
 
 def admitted(stack: HyperPodStack, namespace: str) -> set[str]:
-    workloads = stack.cluster.objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
-    return {
-        w["metadata"]["ownerReferences"][0]["name"]
-        for w in workloads
-        if any(
-            c["type"] == "Admitted" and c["status"] == "True"
-            for c in (w.get("status") or {}).get("conditions") or []
-        )
-    }
+    return admitted_jobs(stack.cluster.objects, namespace)
 
 
 def assert_admitted_and_bound(stack: HyperPodStack, namespace: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from support.cluster.engine import Engine
 from support.cluster.harness import CLUSTER_GROUP
-from support.cluster.objects import inventory
+from support.cluster.objects import admitted_jobs, inventory
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
 from conventions import SYSTEM_GROUP
@@ -76,18 +76,7 @@ def local(cluster, tmp_path_factory):
 
 
 def admitted(local) -> set[str]:
-    """The jobs whose Kueue Workload is Admitted."""
-    workloads = local.cluster.objects.list(
-        "kueue.x-k8s.io/v1beta2", "Workload", local.plan.cfg.training_namespace
-    )
-    return {
-        w["metadata"]["ownerReferences"][0]["name"]
-        for w in workloads
-        if any(
-            c["type"] == "Admitted" and c["status"] == "True"
-            for c in (w.get("status") or {}).get("conditions") or []
-        )
-    }
+    return admitted_jobs(local.cluster.objects, local.plan.cfg.training_namespace)
 
 
 def pods_of(local, job: str) -> list:

@@ -116,3 +116,15 @@ def _serves(objects: Objects, api_version: str, kind: str) -> bool:
     except ResourceNotFoundError:
         return False
     return True
+
+
+def admitted_jobs(objects: Objects, namespace: str) -> set[str]:
+    """The jobs in `namespace` whose Kueue Workload is Admitted (by the Workload's owner's name)."""
+    return {
+        w["metadata"]["ownerReferences"][0]["name"]
+        for w in objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+        if any(
+            c["type"] == "Admitted" and c["status"] == "True"
+            for c in (w.get("status") or {}).get("conditions") or []
+        )
+    }
