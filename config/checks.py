@@ -386,13 +386,14 @@ def _check_waits_in_shared_queues(c: StackConfig, queues: dict[str, QueueSpec], 
         if len(jobs) < 2 or not over:
             continue
         names = ", ".join(f"'{j.name}' ({j.nodes} node(s))" for _, j in jobs)
+        beyond = "; ".join(sorted(over, key=_device_first)[:2])
         for i, j in jobs:
             endless = any(KINDS[o.kind].bare for _, o in jobs if o is not j)
             if j.wait in ("admitted", "running") or (j.wait == "succeeded" and endless):
                 r.problem(
                     f"{PROJECT}:jobs[{i}].wait",
                     j.wait,
-                    f"jobs {names} cannot all be admitted by queue '{group}' at once ({'; '.join(sorted(over, key=_device_first)[:2])}), "
+                    f"jobs {names} cannot all be admitted by queue '{group}' at once ({beyond}), "
                     "so Kueue admits them one after another in an order it picks, and `pulumi up` could "
                     f"wait for another of them to finish first",
                     "none (then `trainstack status` shows the queue), or nodes and node groups that let "
