@@ -16,3 +16,13 @@ def cluster(tmp_path_factory) -> Cluster:
         yield c
     finally:
         c.stop()
+
+
+# No node carries it: the operators' own pods (kwok's) wait; their processes run beside the cluster.
+OPERATOR_NODES = {"trainstack.test/pool": "operators"}
+
+
+@pytest.fixture(scope="session")
+def operators(cluster: Cluster) -> None:
+    """The operators the stack installs, running (started once per cluster, in the stack's order)."""
+    cluster.operators.start_all(OPERATOR_NODES)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 from support.cluster.harness import CLUSTER_GROUP
-from support.cluster.sent import JOB_KINDS, sent_objects
+from support.cluster.sent import JOB_KINDS, remove_sent, sent_objects
 from support.cluster.stacks import planned_file
 from support.paths import ROOT
 
@@ -22,8 +22,6 @@ STACK_FILES = {
     **{p.stem.removeprefix("Pulumi."): p for p in sorted(ROOT.glob("Pulumi.*.yaml"))},
     **{f"example-{p.stem}": p for p in sorted((ROOT / "examples").glob("*.yaml"))},
 }
-# No node carries it: the operators' own pods (kwok's) wait; their processes run beside the cluster.
-OPERATOR_NODES = {"trainstack.test/pool": "operators"}
 
 
 def suspended(job: dict) -> bool:
@@ -31,11 +29,6 @@ def suspended(job: dict) -> bool:
     if job["kind"] == "PyTorchJob":
         return (spec.get("runPolicy") or {}).get("suspend") is True
     return spec.get("suspend") is True
-
-
-@pytest.fixture(scope="module")
-def operators(cluster):
-    cluster.operators.start_all(OPERATOR_NODES)
 
 
 def apart(objects: list[dict], suffix: str) -> list[dict]:
@@ -56,19 +49,7 @@ def applied(cluster, operators):
     with them), then the cluster-wide objects."""
     found: list[dict] = []
     yield found
-    namespaces = {o["metadata"]["name"] for o in found if o["kind"] == "Namespace"}
-    for name in namespaces:
-        cluster.core.delete_namespace(name)
-    cluster.wait(
-        "the stacks' namespaces gone",
-        lambda: not namespaces & {n.metadata.name for n in cluster.core.list_namespace().items},
-        120,
-    )
-    for kind, api_version, name in {
-        (o["kind"], o["apiVersion"], o["metadata"]["name"]) for o in found if "namespace" not in o["metadata"]
-    }:
-        if kind != "Namespace":
-            cluster.objects.resource(api_version, kind).delete(name=name)
+    remove_sent(cluster, found)
 
 
 @pytest.mark.parametrize("name", sorted(STACK_FILES))

@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 from support.cluster.harness import CLUSTER_GROUP
-from support.cluster.sent import JOB_KINDS, daemonset, sent_objects
+from support.cluster.objects import admitted_jobs
+from support.cluster.sent import JOB_KINDS, daemonset, remove_sent, sent_objects
 from support.cluster.stacks import planned, template_config
 
 from conventions import network_layer_label
@@ -23,7 +24,6 @@ pytestmark = CLUSTER_GROUP
 
 JOB = "llama-1b-fsdp"
 PLUGINS = "tas-plugins"
-OPERATOR_NODES = {"trainstack.test/pool": "operators"}
 SHARED = ["nn-spine-1", "nn-spine-2"]
 # Per case: each node's network nodes, top layer first; the job's placement; the level it asks for.
 CASES = {
@@ -52,11 +52,6 @@ def stack_for(case: str):
     return planned(f"tas-{case}", config, facts={"instance-topology:p5": topology})
 
 
-@pytest.fixture(scope="module")
-def operators(cluster):
-    cluster.operators.start_all(OPERATOR_NODES)
-
-
 @pytest.fixture
 def on_cluster(cluster, operators):
     """What each case lays on the cluster, removed afterwards: its nodes, the device plugins'
@@ -64,19 +59,9 @@ def on_cluster(cluster, operators):
     laid: dict[str, list] = {"nodes": [], "objects": []}
     cluster.core.create_namespace({"metadata": {"name": PLUGINS}})
     yield laid
-    for obj in laid["objects"]:
-        if obj["kind"] == "Namespace":
-            cluster.delete_namespace(obj["metadata"]["name"])
-    for obj in reversed(laid["objects"]):
-        if "namespace" not in obj["metadata"] and obj["kind"] != "Namespace":
-            cluster.objects.resource(obj["apiVersion"], obj["kind"]).delete(name=obj["metadata"]["name"])
+    remove_sent(cluster, laid["objects"])
     cluster.delete_namespace(PLUGINS)
     cluster.remove_nodes(laid["nodes"])
-
-
-def admitted(workload: dict) -> bool:
-    conditions = (workload.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions)
 
 
 def tried(workload: dict) -> bool:
@@ -127,9 +112,11 @@ def test_kueue_places_the_gang_where_the_plan_says(cluster, on_cluster, case):
     if not chain.fits:
         assert chain.broken.startswith("topology: "), chain.line()
         cluster.wait("Kueue tried to fit the gang", lambda: tried(workload()), 120)
-        assert not admitted(workload()), f"the plan says {chain.line()}, but Kueue admitted it"
+        assert JOB not in admitted_jobs(cluster.objects, namespace), (
+            f"the plan says {chain.line()}, but Kueue admitted it"
+        )
         return
-    cluster.wait("the gang admitted", lambda: admitted(workload()), 120)
+    cluster.wait("the gang admitted", lambda: JOB in admitted_jobs(cluster.objects, namespace), 120)
     # Placed by topology-aware scheduling (the PodSet's assignment names its domains), not by chance.
     (assignment,) = workload()["status"]["admission"]["podSetAssignments"]
     assert assignment.get("topologyAssignment"), assignment

@@ -12,7 +12,8 @@ from support.charts import render
 from support.cluster_objects import as_facts, charts, hyperpod_dependencies, installed, keys
 from support.plans import EXISTING_CLUSTER, plan, stack_values
 
-from account_checks.operator_decisions import ClusterOperatorsError, selects
+from account_checks.operator_decisions import TRAINJOB_CRD, TRAINJOB_FRAMEWORK, ClusterOperatorsError, selects
+from components.jobs.kinds import KINDS
 from components.operators import KUBERAY_CRDS
 from config import ConfigError, parse_config
 from conventions import STACK_LABEL
@@ -228,6 +229,15 @@ def test_a_reused_kueue_cannot_take_trainjobs_in_the_up_that_installs_trainer(tm
     run = plan("existing", facts=facts, jobs=[trainjob])
     (line,) = [x for x in decision_lines(run) if " kueue: " in x]
     assert line.startswith("  reuse    kueue: found Deployment kueue-system/")
+
+
+def test_the_cluster_read_names_trainjob_as_the_jobs_wing_does():
+    """The account checks sit below the jobs wing and name TrainJob's Kueue integration and CRD
+    themselves: the names must stay the ones the wing sends."""
+    trainjob = KINDS["TrainJob"]
+    assert trainjob.kueue_framework == TRAINJOB_FRAMEWORK
+    group = trainjob.api_version.rpartition("/")[0]
+    assert f"{trainjob.name.lower()}s.{group}" == TRAINJOB_CRD
 
 
 def test_the_efa_device_plugin_is_not_taken_for_the_nvidia_one(tmp_path):
