@@ -51,14 +51,25 @@ def test_a_drained_node_is_recreated_and_the_job_resumes_from_the_drains_checkpo
     starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
     assert starts == [0, stopped["step"]]  # resumed from the drain's checkpoint
     assert max(losses(records)) == 60 and job.s3_steps()[-1] == 60
-    # The replacement's empty directory took the drain's step from S3: its own shard, and the
-    # metadata and rank 0's file, which hold what every rank reads.
-    assert sorted(
-        p.name for p in checkpoint.step_dir(job.volume("worker-1-replacement"), stopped["step"]).iterdir()
-    ) == [
-        ".metadata",
-        "COMPLETE",
-        "__0_0.distcp",
-        "__1_0.distcp",
+    # Ranks are dealt afresh at the rendezvous, in the order of the nodes' (address, pid) (torch's
+    # dynamic_rendezvous `_mark_rendezvous_complete`): the replacement may come back as either rank.
+    # Rank 0 prints the metrics, so the node whose log holds the resumed start is rank 0. Each
+    # volume took from S3 what its rank reads: the metadata, rank 0's file (every rank reads it)
+    # and its own shard; the replacement's empty directory nothing more.
+    resumed_on = [
+        name
+        for name in ("worker-0", "worker-1-replacement")
+        if any(r.get("event") == "start" and r["resumed_from"] for r in metrics_of(job.log(name)))
     ]
+    ranks = {name: 0 if [name] == resumed_on else 1 for name in ("worker-0", "worker-1-replacement")}
+    assert sorted(ranks.values()) == [0, 1], resumed_on
+
+    def read_by(rank: int) -> set[str]:
+        return {".metadata", "COMPLETE", "__0_0.distcp", f"__{rank}_0.distcp"}
+
+    def held(name: str) -> set[str]:
+        return {p.name for p in checkpoint.step_dir(job.volume(name), stopped["step"]).iterdir()}
+
+    assert held("worker-1-replacement") == read_by(ranks["worker-1-replacement"])
+    assert read_by(ranks["worker-0"]) <= held("worker-0")
     assert "mismatch" not in job.log("worker-0") + job.log("worker-1")
