@@ -286,7 +286,7 @@ def _render(helm: str, chart: str, release: str, namespace: str, values: str) ->
     if done.returncode != 0:
         raise NotChecked(f"helm template {Path(chart).name} failed: {done.stderr.strip()[:200]}")
     found = []
-    for doc in yaml.safe_load_all(done.stdout):
+    for doc in yaml.load_all(done.stdout, Loader=yaml.CSafeLoader):  # libyaml: charts run long
         if doc and doc.get("kind") == "DaemonSet":
             found.append((doc["metadata"]["name"], json.dumps(doc["spec"]["template"]["spec"])))
     return tuple(found)

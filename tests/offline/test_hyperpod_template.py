@@ -35,11 +35,11 @@ DEEP_PASSED = {"key": HYPERPOD_DEEP_HEALTH_LABEL, "operator": "In", "values": ["
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack():
     """The template planned as a HyperPod cluster answers: its EKS cluster, and what HyperPod runs
     before anyone deploys (the dependencies chart's objects, rendered from ../shared/charts)."""
     values, secret_keys = read_stack_file(ROOT / "Pulumi.hyperpod.yaml")
-    present = hyperpod_dependencies(tmp_path_factory.mktemp("hyperpod"))
+    present = hyperpod_dependencies()
     facts = {**HYPERPOD_CLUSTER, **as_facts("sagemaker-test-cluster", present)}
     run = run_program("hyperpod", values, secret_keys, facts=facts)
     return run, parse_config("hyperpod", values, frozenset(secret_keys))
@@ -102,14 +102,14 @@ def test_the_pytorchjob_requires_healthy_nodes_and_resumes_on_hyperpod(stack):
     assert env_of(m)["HF_TOKEN"]["secretKeyRef"]["key"] == "HF_TOKEN"
 
 
-def test_the_jobs_hyperpod_settings_reach_its_pytorchjob(tmp_path):
+def test_the_jobs_hyperpod_settings_reach_its_pytorchjob():
     """maxRetries and deepHealthCheck, set to other than their defaults (3, preferred), reach the
     manifest: the auto-resume annotation, the operator's backoffLimit, the required affinity."""
     values, secret_keys = read_stack_file(ROOT / "Pulumi.hyperpod.yaml")
     jobs = json.loads(values["trainstack:jobs"])
     jobs[0]["hyperpod"] = {"maxRetries": 9, "deepHealthCheck": "required"}
     values["trainstack:jobs"] = json.dumps(jobs)
-    present = hyperpod_dependencies(tmp_path)
+    present = hyperpod_dependencies()
     run = run_program(
         "hyperpod",
         values,

@@ -28,7 +28,7 @@ WARNING = (
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack():
     values, secret_keys = read_stack_file(ROOT / "Pulumi.hyperpod.yaml")
     template = parse_config("hyperpod", values, frozenset(secret_keys))
     jobs = json.loads(values["trainstack:jobs"])
@@ -39,7 +39,7 @@ def stack(tmp_path_factory):
     }
     facts = {
         **CLUSTER,
-        **as_facts("sagemaker-test-cluster", hyperpod_dependencies(tmp_path_factory.mktemp("hp"))),
+        **as_facts("sagemaker-test-cluster", hyperpod_dependencies()),
     }
     run = run_program("hyperpod", values, secret_keys, facts=facts)
     return run, parse_config("hyperpod", values, frozenset(secret_keys)), template

@@ -11,7 +11,7 @@ import copy
 
 import pulumi
 import pytest
-import yaml
+from support.charts import load
 from support.cluster_objects import as_facts, charts, installed
 from support.crds import CRD_FILES
 from support.paths import shared_dir
@@ -42,7 +42,7 @@ TRAINING_OPERATOR = {
 }  # fmt: skip
 
 
-def left_on_the_cluster(run, tmp_path, labelled: bool = True) -> list[dict]:
+def left_on_the_cluster(run, labelled: bool = True) -> list[dict]:
     """What `run`'s `pulumi up` leaves on the cluster: each Helm release as Helm installs it, its
     Secret labelled as the run's SecretPatch says (server-side apply), and the training operator's
     PyTorchJob CRD and its Deployment as the run's transforms make it."""
@@ -53,7 +53,6 @@ def left_on_the_cluster(run, tmp_path, labelled: bool = True) -> list[dict]:
             charts() / f"{chart.chart}-{chart.version}",
             chart.release,
             chart.namespace,
-            tmp_path,
             reg.inputs.get("values"),
         )
     patches = {
@@ -66,7 +65,7 @@ def left_on_the_cluster(run, tmp_path, labelled: bool = True) -> list[dict]:
             o["metadata"]["labels"] |= patch.inputs["metadata"]["labels"]
     for reg in run.by_type(DIRECTORY):
         crd = shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES["PyTorchJob"]
-        cluster.append(yaml.safe_load(crd.read_text()))
+        cluster.append(load(crd))
         props = copy.deepcopy(TRAINING_OPERATOR)
         for transform in reg.transforms if labelled else []:
             args = pulumi.ResourceTransformArgs(
@@ -78,9 +77,9 @@ def left_on_the_cluster(run, tmp_path, labelled: bool = True) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def first(tmp_path_factory):
+def first():
     run = plan("existing", facts=EXISTING_CLUSTER)
-    return run, left_on_the_cluster(run, tmp_path_factory.mktemp("first"))
+    return run, left_on_the_cluster(run)
 
 
 def decision_lines(run) -> list[str]:
@@ -118,11 +117,11 @@ def test_a_changed_namespace_keeps_every_operator_the_stack_installed(first):
     assert [line.split(":")[0].split()[0] for line in decision_lines(moved)][:-1] == ["install"] * 7
 
 
-def test_an_operator_the_stack_installed_but_did_not_label_is_never_reused_on_auto(first, tmp_path):
+def test_an_operator_the_stack_installed_but_did_not_label_is_never_reused_on_auto(first):
     """A first `up` that stopped between installing the releases and labelling them: each release at
     the stack's own name stops the plan with a sentence instead of being reused (and uninstalled)."""
     run, _ = first
-    unlabelled = left_on_the_cluster(run, tmp_path, labelled=False)
+    unlabelled = left_on_the_cluster(run, labelled=False)
     with pytest.raises(ClusterOperatorsError) as err:
         plan("existing", facts={**EXISTING_CLUSTER, **as_facts("unlabelled", unlabelled)})
     problems = [line for line in str(err.value).splitlines() if line.startswith("  - ")]
@@ -191,7 +190,7 @@ def test_the_training_namespace_is_used_where_it_exists_and_never_deleted(first,
 def test_jobset_is_judged_by_trainers_release_not_by_the_training_operators_deployment():
     """JobSet comes with Trainer's release (its subchart): the user's own training operator at the
     stack's name, reused, says nothing of JobSet, which the stack installs with Trainer."""
-    crd = yaml.safe_load((shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES["PyTorchJob"]).read_text())
+    crd = load(shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES["PyTorchJob"])
     users = [crd, copy.deepcopy(TRAINING_OPERATOR)]
     run = plan(
         "existing",

@@ -37,7 +37,7 @@ def releases(run) -> set[str]:
     return {r.inputs["name"] for r in run.by_type(RELEASE)}
 
 
-def stack_objects(run, tmp_path) -> set[tuple[str, str | None, str]]:
+def stack_objects(run) -> set[tuple[str, str | None, str]]:
     """What the plan would create on the cluster: its own objects, its Helm releases as Helm renders
     them, and KubeRay's CRDs it applies."""
     made = set()
@@ -46,7 +46,7 @@ def stack_objects(run, tmp_path) -> set[tuple[str, str | None, str]]:
         if isinstance(meta, dict) and "name" in meta:
             made.add((r.type.rsplit(":", 1)[1], meta.get("namespace"), meta["name"]))
     for name in releases(run):
-        made |= keys(render(run, name, tmp_path))
+        made |= keys(render(run, name))
     if run.by_type(CONFIG_GROUP):
         made |= {("CustomResourceDefinition", None, f"{plural}.ray.io") for plural in KUBERAY_CRDS}
     return made
@@ -58,11 +58,11 @@ def decision_lines(run) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def hyperpod(tmp_path_factory):
-    return hyperpod_dependencies(tmp_path_factory.mktemp("hyperpod"))
+def hyperpod():
+    return hyperpod_dependencies()
 
 
-def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyperpod, tmp_path):
+def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyperpod):
     run = plan(
         "existing",
         facts={**EXISTING_CLUSTER, **as_facts("hyperpod", hyperpod)},
@@ -84,7 +84,7 @@ def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyper
     # The PyTorchJob waits on no operator of the stack's: the cluster's runs it.
     (job,) = run.by_type("kubernetes:kubeflow.org/v1:PyTorchJob")
     assert not any(d.endswith("training-operator") for d in job.dependencies)
-    assert stack_objects(run, tmp_path) & keys(hyperpod) == set()
+    assert stack_objects(run) & keys(hyperpod) == set()
     # What it installs carries its name, on each release's Secret: a later run knows its own.
     owned = {r.inputs["metadata"]["name"]: r.inputs["metadata"] for r in run.by_type(SECRET_PATCH)}
     assert owned == {
@@ -160,29 +160,27 @@ def kueue_managing(*frameworks: str) -> dict:
         ("kueue", "kueue-0.19.2", "platform-kueue", "kueue-system"),
     ],
 )
-def test_a_clusters_own_operator_is_reused_or_stops_when_told_to_install(
-    key, chart, release, namespace, tmp_path
-):
+def test_a_clusters_own_operator_is_reused_or_stops_when_told_to_install(key, chart, release, namespace):
     values = kueue_managing("kubeflow.org/pytorchjob") if key == "kueue" else None
-    there = installed(charts() / chart, release, namespace, tmp_path, values)
+    there = installed(charts() / chart, release, namespace, values)
     facts = {**EXISTING_CLUSTER, **as_facts(key, there)}
     run = plan("existing", facts=facts)
     (line,) = [x for x in decision_lines(run) if f" {key}: " in x]
     assert line.startswith(f"  reuse    {key}: found Deployment {namespace}/")
     if key == "kuberay":
         assert "kuberay-operator" not in releases(run) and run.by_type(CONFIG_GROUP) == []
-        assert stack_objects(run, tmp_path) & keys(there) == set()
+        assert stack_objects(run) & keys(there) == set()
     with pytest.raises(ClusterOperatorsError) as err:
         plan("existing", facts=facts, operators={key: {"mode": "install"}})
     assert f"trainstack:operators.{key}.mode = install: the cluster already runs " in str(err.value)
     assert f"Helm release {release} in {namespace}" in str(err.value)
 
 
-def test_a_reused_kueue_must_manage_every_kind_the_stack_submits(tmp_path):
+def test_a_reused_kueue_must_manage_every_kind_the_stack_submits():
     """The 0.19.2 chart's defaults leave PyTorchJob out, and Kueue gives a kind it does not manage a
     no-op webhook: the job would start at once, outside the quota, and `wait: admitted` would wait on
     a condition nothing sets."""
-    there = installed(charts() / "kueue-0.19.2", "platform-kueue", "kueue-system", tmp_path)
+    there = installed(charts() / "kueue-0.19.2", "platform-kueue", "kueue-system")
     with pytest.raises(ClusterOperatorsError) as err:
         plan("existing", facts={**EXISTING_CLUSTER, **as_facts("kueue", there)})
     (line,) = [x for x in str(err.value).splitlines() if x.startswith("  - ")]
@@ -199,12 +197,12 @@ def test_a_reused_kueue_must_manage_every_kind_the_stack_submits(tmp_path):
     assert "kueue" not in releases(run)
 
 
-def test_a_reused_kueue_cannot_take_trainjobs_in_the_up_that_installs_trainer(tmp_path):
+def test_a_reused_kueue_cannot_take_trainjobs_in_the_up_that_installs_trainer():
     """Kueue started before the TrainJob API refuses every TrainJob until its poll finds that API
     (up to 2 minutes), and pulumi-kubernetes does not retry a refused create: the first `up` would
     install Trainer and then fail on the job. On a cluster that runs Trainer already, the same Kueue
     is reused."""
-    kueue = installed(charts() / "kueue-0.19.2", "platform-kueue", "kueue-system", tmp_path)
+    kueue = installed(charts() / "kueue-0.19.2", "platform-kueue", "kueue-system")
     trainjob = {
         "name": "llama",
         "kind": "TrainJob",
@@ -224,7 +222,7 @@ def test_a_reused_kueue_cannot_take_trainjobs_in_the_up_that_installs_trainer(tm
         "loads); allowed: a first `pulumi up` with no TrainJob in trainstack:jobs (it installs Trainer), then "
         "the TrainJobs once Kueue is restarted or 2 minutes have passed; or install"
     )
-    trainer = installed(charts() / "kubeflow-trainer-2.3.0", "platform-trainer", "kubeflow-system", tmp_path)
+    trainer = installed(charts() / "kubeflow-trainer-2.3.0", "platform-trainer", "kubeflow-system")
     facts = {**EXISTING_CLUSTER, **as_facts("kueue", kueue), **as_facts("trainer", trainer)}
     run = plan("existing", facts=facts, jobs=[trainjob])
     (line,) = [x for x in decision_lines(run) if " kueue: " in x]
@@ -240,9 +238,9 @@ def test_the_cluster_read_names_trainjob_as_the_jobs_wing_does():
     assert f"{trainjob.name.lower()}s.{group}" == TRAINJOB_CRD
 
 
-def test_the_efa_device_plugin_is_not_taken_for_the_nvidia_one(tmp_path):
+def test_the_efa_device_plugin_is_not_taken_for_the_nvidia_one():
     """`aws-efa-k8s-device-plugin` contains `k8s-device-plugin`: told apart by image repository."""
-    efa = installed(charts() / "aws-efa-k8s-device-plugin-v0.5.30", "efa", "kube-system", tmp_path)
+    efa = installed(charts() / "aws-efa-k8s-device-plugin-v0.5.30", "efa", "kube-system")
     run = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("efa", efa)})
     lines = decision_lines(run)
     assert lines[3] == "  install  nvidiaDevicePlugin: found nothing"
@@ -250,8 +248,8 @@ def test_the_efa_device_plugin_is_not_taken_for_the_nvidia_one(tmp_path):
     assert "nvidia-device-plugin" in releases(run)
 
 
-def test_a_release_under_the_stacks_name_that_the_stack_did_not_install_stops(tmp_path):
-    there = installed(charts() / "kuberay-operator-1.7.0", "kuberay-operator", "kuberay-system", tmp_path)
+def test_a_release_under_the_stacks_name_that_the_stack_did_not_install_stops():
+    there = installed(charts() / "kuberay-operator-1.7.0", "kuberay-operator", "kuberay-system")
     crds_only = [o for o in there if o["kind"] in ("CustomResourceDefinition", "Secret")]
     with pytest.raises(ClusterOperatorsError) as err:
         plan("existing", facts={**EXISTING_CLUSTER, **as_facts("kuberay", crds_only)})
@@ -287,7 +285,7 @@ def test_an_old_training_operator_without_the_fields_the_jobs_set_stops(hyperpod
     )
 
 
-def test_installed_device_plugins_select_the_nodes_the_config_describes(tmp_path):
+def test_installed_device_plugins_select_the_nodes_the_config_describes():
     """On nodes the stack did not label, the plugins the stack installs select the groups' own
     labels (nodeSelector, instance type), not nvidia.com/gpu.present or efa.present."""
     run = plan(
@@ -306,11 +304,11 @@ def test_installed_device_plugins_select_the_nodes_the_config_describes(tmp_path
     )
     p5 = {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"}
     a10 = {"node.kubernetes.io/instance-type": "g6.xlarge", "pool": "a10"}
-    nvidia = [o for o in render(run, "nvidia-device-plugin", tmp_path) if o["kind"] == "DaemonSet"]
+    nvidia = [o for o in render(run, "nvidia-device-plugin") if o["kind"] == "DaemonSet"]
     device_plugin = next(d for d in nvidia if d["metadata"]["name"] == "nvidia-device-plugin")
     assert selects(device_plugin, p5) and selects(device_plugin, a10)
     assert not selects(device_plugin, {"node.kubernetes.io/instance-type": "p5.48xlarge"})
-    (efa,) = [o for o in render(run, "aws-efa-k8s-device-plugin", tmp_path) if o["kind"] == "DaemonSet"]
+    (efa,) = [o for o in render(run, "aws-efa-k8s-device-plugin") if o["kind"] == "DaemonSet"]
     assert selects(efa, p5) and not selects(efa, a10)
 
 

@@ -59,13 +59,11 @@ def test_kueue_starts_after_the_provisioning_request_api_exists(prod_plan):
     assert crd.urn in prod_plan.one(RELEASE, "kueue").dependencies
 
 
-def test_turning_the_autoscaler_on_rolls_kueue(prod_plan, without_autoscaler, tmp_path):
+def test_turning_the_autoscaler_on_rolls_kueue(prod_plan, without_autoscaler):
     """Kueue sets up its provisioning controller only if the API is there when it starts: the
     upgrade that turns the autoscaler on must restart it (a changed pod template rolls it)."""
-    (tmp_path / "off").mkdir()
-    (tmp_path / "on").mkdir()
-    before = pod_spec_annotations(render(without_autoscaler, "kueue", tmp_path / "off"))
-    after = pod_spec_annotations(render(prod_plan, "kueue", tmp_path / "on"))
+    before = pod_spec_annotations(render(without_autoscaler, "kueue"))
+    after = pod_spec_annotations(render(prod_plan, "kueue"))
     assert (before[PROVISIONING_ANNOTATION], after[PROVISIONING_ANNOTATION]) == ("disabled", "enabled")
     assert {k: v for k, v in before.items() if "checksum" not in k and k != PROVISIONING_ANNOTATION} == {
         k: v for k, v in after.items() if "checksum" not in k and k != PROVISIONING_ANNOTATION

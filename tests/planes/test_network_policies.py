@@ -182,7 +182,7 @@ def test_a_jobs_pods_reach_each_other_and_no_other_job(run):
         assert not admitted(policies, fsdp, pod(run, "ray-l4", "worker"), port)
 
 
-def test_a_ray_cluster_talks_within_itself_and_its_head_to_its_submitter(run, tmp_path):
+def test_a_ray_cluster_talks_within_itself_and_its_head_to_its_submitter(run):
     """Head and workers of one Ray cluster on every port (GCS, object and node managers, worker
     ports); the head's dashboard from the RayJob's submitter and the KubeRay operator only."""
     policies = manifests(run, POLICY)
@@ -201,7 +201,7 @@ def test_a_ray_cluster_talks_within_itself_and_its_head_to_its_submitter(run, tm
         assert not admitted(policies, submitter, head, port)
     assert not admitted(policies, submitter, worker, DASHBOARD)
     # The operator, as its real chart labels it in its namespace, polls the job on the dashboard.
-    objects = render(run, "kuberay-operator", tmp_path)
+    objects = render(run, "kuberay-operator")
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     operator = Pod(deployment["metadata"]["namespace"], deployment["spec"]["template"]["metadata"]["labels"])
     assert operator.namespace == "kuberay-system"

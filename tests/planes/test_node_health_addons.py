@@ -5,10 +5,8 @@ stack creates, or the agent reports DCGM errors on healthy nodes and node repair
 from __future__ import annotations
 
 import json
-import subprocess
 
-import yaml
-from support.charts import helm
+from support.charts import helm_template, load
 from support.paths import shared_dir
 
 from conventions import GPU_TAINT
@@ -29,14 +27,9 @@ def tolerates(toleration: dict, taint: dict) -> bool:
     return toleration.get("value", "") == taint.get("value", "")
 
 
-def render_agent(configuration: str | None, tmp_path) -> list[dict]:
+def render_agent(configuration: str | None) -> list[dict]:
     chart = shared_dir("charts", "TRAINSTACK_CHARTS_DIR") / CHART
-    values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(json.loads(configuration) if configuration else {}))
-    argv = [str(helm()), "template", "agent", str(chart), "-f", str(values), "--namespace", "kube-system"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return helm_template(chart, "agent", "kube-system", json.loads(configuration) if configuration else None)
 
 
 def daemonset(objects: list[dict], name_part: str) -> dict:
@@ -57,11 +50,11 @@ def allowed_instance_types(pod: dict) -> set[str]:
     }
 
 
-def test_dcgm_runs_on_the_stacks_tainted_gpu_nodes(prod_plan, dev_plan, tmp_path):
+def test_dcgm_runs_on_the_stacks_tainted_gpu_nodes(prod_plan, dev_plan):
     taint = {**GPU_TAINT, "effect": EFFECTS[GPU_TAINT["effect"]]}  # as the node carries it
     for run, instance_type in ((prod_plan, "p5.48xlarge"), (dev_plan, "g6.xlarge")):
         addon = run.one(ADDON, "eks-eks-node-monitoring-agent")
-        objects = render_agent(addon.inputs.get("configurationValues"), tmp_path)
+        objects = render_agent(addon.inputs.get("configurationValues"))
         dcgm = daemonset(objects, "dcgm")
         assert any(tolerates(t, taint) for t in dcgm.get("tolerations") or []), dcgm.get("tolerations")
         assert instance_type in allowed_instance_types(dcgm)
@@ -69,9 +62,9 @@ def test_dcgm_runs_on_the_stacks_tainted_gpu_nodes(prod_plan, dev_plan, tmp_path
         assert any(tolerates(t, taint) for t in agent["tolerations"])  # the agent, as before
 
 
-def test_the_charts_defaults_leave_dcgm_off_tainted_nodes(tmp_path):
+def test_the_charts_defaults_leave_dcgm_off_tainted_nodes():
     """Why the values are needed: the chart's own DCGM DaemonSet tolerates nothing."""
-    dcgm = daemonset(render_agent(None, tmp_path), "dcgm")
+    dcgm = daemonset(render_agent(None), "dcgm")
     taint = {**GPU_TAINT, "effect": EFFECTS[GPU_TAINT["effect"]]}
     assert not any(tolerates(t, taint) for t in dcgm.get("tolerations") or [])
 
@@ -80,7 +73,7 @@ def test_the_values_set_only_keys_the_chart_has(prod_plan):
     """EKS refuses configuration values its add-on schema does not know: every key the stack sets
     is one of the chart's values (the add-on's schema is written from them)."""
     chart = shared_dir("charts", "TRAINSTACK_CHARTS_DIR") / CHART
-    defaults = yaml.safe_load((chart / "values.yaml").read_text())
+    defaults = load(chart / "values.yaml")
     given = json.loads(prod_plan.one(ADDON, "eks-eks-node-monitoring-agent").inputs["configurationValues"])
     for component, values in given.items():
         assert set(values) <= set(defaults[component]), component

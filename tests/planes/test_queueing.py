@@ -294,12 +294,10 @@ def test_the_offline_engine_names_each_groups_asg_as_eks_does(mixed_plan):
 # --- the charts, rendered ------------------------------------------------------------------------
 
 
-def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_the_charts_defaults(
-    prod_plan, tmp_path
-):
+def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_the_charts_defaults(prod_plan):
     """The chart takes the manager config as one string: whatever the stack leaves out is gone, so
     every setting of the chart's default stays, and the stack's own are added."""
-    objects = render(prod_plan, "kueue", tmp_path)
+    objects = render(prod_plan, "kueue")
     assert pod_spec(objects, "Deployment")["nodeSelector"] == SYSTEM_NODE_LABEL
     (config_map,) = [
         o
@@ -331,9 +329,9 @@ def test_kueue_runs_on_system_nodes_with_the_pytorchjob_integration_and_the_char
 
 
 @pytest.mark.parametrize("version", sorted(EKS_ADDON_VERSIONS))
-def test_the_autoscaler_matches_the_cluster_and_discovers_only_the_stacks_groups(version, tmp_path):
+def test_the_autoscaler_matches_the_cluster_and_discovers_only_the_stacks_groups(version):
     run = plan("prod", cluster={"kubernetesVersion": version})
-    objects = render(run, "cluster-autoscaler", tmp_path)
+    objects = render(run, "cluster-autoscaler")
     pod = pod_spec(objects, "Deployment")
     assert pod["nodeSelector"] == SYSTEM_NODE_LABEL
     assert pod["serviceAccountName"] == "cluster-autoscaler"
@@ -362,13 +360,11 @@ def test_the_autoscaler_matches_the_cluster_and_discovers_only_the_stacks_groups
     ]
 
 
-def test_idle_time_and_provisioning_limits_come_from_config(tmp_path):
+def test_idle_time_and_provisioning_limits_come_from_config():
     run = plan(
         "prod", queueing={"idleNodeMinutes": 45, "maxNodeProvisionMinutes": 40, "podsReadyTimeoutMinutes": 25}
     )
-    flags = set(
-        pod_spec(render(run, "cluster-autoscaler", tmp_path), "Deployment")["containers"][0]["command"]
-    )
+    flags = set(pod_spec(render(run, "cluster-autoscaler"), "Deployment")["containers"][0]["command"])
     assert {"--scale-down-unneeded-time=45m", "--max-node-provision-time=40m"} <= flags
     job = run.one("kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob")
     assert job.options["customTimeouts"]["create"] == "100m"  # 60 to run, 40 for nodes

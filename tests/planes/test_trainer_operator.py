@@ -36,10 +36,10 @@ def frameworks(run) -> list[str]:
     return config["integrations"]["frameworks"]
 
 
-def test_trainer_and_jobset_run_on_system_nodes_with_the_released_images(prod_plan, tmp_path):
+def test_trainer_and_jobset_run_on_system_nodes_with_the_released_images(prod_plan):
     """The JobSet subchart as git holds it names a staging image at `main`: the stack's values name
     the one the published chart does."""
-    objects = render(prod_plan, "kubeflow-trainer", tmp_path)
+    objects = render(prod_plan, "kubeflow-trainer")
     found = deployments(objects)
     jobset = f"{JOBSET_IMAGE['repository']}:{JOBSET_IMAGE['tag']}"
     assert set(found) == {"ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0", jobset}
@@ -73,12 +73,11 @@ def test_kueue_manages_trainjob_beside_pytorchjob(prod_plan):
     assert not [r for r in no_trainer.by_type(RELEASE) if r.inputs["name"] == "kubeflow-trainer"]
 
 
-def test_a_cluster_that_runs_jobset_keeps_it_and_trainer_comes_without_its_own(tmp_path):
+def test_a_cluster_that_runs_jobset_keeps_it_and_trainer_comes_without_its_own():
     there = installed(
         charts() / "kubeflow-trainer-2.3.0" / "charts" / "jobset",
         "jobset",
         "jobset-system",
-        tmp_path,
         {"image": dict(JOBSET_IMAGE)},
     )
     run = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("jobset", there)})
@@ -88,5 +87,5 @@ def test_a_cluster_that_runs_jobset_keeps_it_and_trainer_comes_without_its_own(t
     (trainer,) = [x for x in lines if " trainer: " in x]
     assert trainer.startswith("  install  trainer: found nothing")
     assert release(run, "kubeflow-trainer").inputs["values"]["jobset"]["install"] is False
-    ours = render(run, "kubeflow-trainer", tmp_path)
+    ours = render(run, "kubeflow-trainer")
     assert keys(ours) & keys(there) == set()

@@ -1,10 +1,16 @@
-"""`helm template` of the upstream charts in ../shared/charts with the values a plan passes."""
+"""`helm template` of the upstream charts in ../shared/charts with the values a plan passes, and
+YAML read by libyaml (PyYAML's C loader: the CRDs and rendered charts run to megabytes, which the
+pure-Python loader takes seconds over)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,30 +28,57 @@ def helm() -> Path:
     return path
 
 
-def render(run, release: str, tmp_path: Path) -> list[dict]:
+def documents(text: str) -> list[Any]:
+    """Every non-empty document of a YAML stream."""
+    return [d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if d]
+
+
+def load(path: Path) -> Any:
+    """One YAML file."""
+    return yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
+
+
+@functools.cache
+def _template(chart: str, release: str, namespace: str, values: str, crds: bool) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        f.write(values)
+        f.flush()
+        argv = [str(helm()), "template", release, chart, "-f", f.name, "--namespace", namespace]
+        done = subprocess.run(
+            [*argv, *(["--include-crds"] if crds else [])],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def helm_template(
+    chart: Path, release: str, namespace: str, values: dict | None = None, crds: bool = False
+) -> list[dict]:
+    """The chart's objects as `helm template` renders them (with its crds/ folders' CRDs: `crds`):
+    rendered once per session for the same arguments, fresh objects for each caller."""
+    return documents(
+        _template(str(chart), release, namespace, json.dumps(values or {}, sort_keys=True), crds)
+    )
+
+
+def render(run, release: str) -> list[dict]:
     """`helm template` of the chart the plan installs as `release`, with the plan's values, as Helm
     would install it (CRDs included unless the release skips them)."""
     (reg,) = [r for r in run.by_type(RELEASE) if r.inputs["name"] == release]
     chart = next(c for c in RELEASES.values() if c.release == release)
     assert reg.inputs["version"] == chart.version
     chart_dir = shared_dir("charts", "TRAINSTACK_CHARTS_DIR") / f"{chart.chart}-{chart.version}"
-    values = tmp_path / f"{release}.yaml"
-    values.write_text(yaml.safe_dump(reg.inputs.get("values") or {}))
-    argv = [
-        str(helm()),
-        "template",
+    return helm_template(
+        chart_dir,
         release,
-        str(chart_dir),
-        "-f",
-        str(values),
-        "--namespace",
         reg.inputs["namespace"],
-    ]
-    if not reg.inputs.get("skipCrds"):
-        argv.append("--include-crds")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+        reg.inputs.get("values"),
+        crds=not reg.inputs.get("skipCrds"),
+    )
 
 
 def pod_spec(objects: list[dict], kind: str, name: str | None = None) -> dict:

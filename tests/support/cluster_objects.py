@@ -3,13 +3,10 @@ and marked as `helm install` leaves them, for `plan(..., facts=...)`."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-import yaml
-
 from offline.engine.cluster_answers import FACT_PREFIX
-from support.charts import helm
+from support.charts import helm_template, load
 from support.paths import shared_dir
 
 HYPERPOD = "sagemaker-hyperpod-dependencies-0.1.0"
@@ -20,20 +17,13 @@ def charts() -> Path:
     return shared_dir("charts", "TRAINSTACK_CHARTS_DIR")
 
 
-def installed(
-    chart: Path, release: str, namespace: str, tmp_path: Path, values: dict | None = None
-) -> list[dict]:
+def installed(chart: Path, release: str, namespace: str, values: dict | None = None) -> list[dict]:
     """`helm install` of `chart` as `release` in `namespace`, as the cluster then holds it: the
     rendered objects (CRDs included) in the release namespace, annotated and labelled as Helm does
     (helm pkg/action/validate.go setMetadataVisitor), and the release's Secret as Helm's storage
     driver writes it (pkg/storage/driver/secrets.go: sh.helm.release.v1.<name>.v<N>, labelled
     name, owner=helm, status, version)."""
-    values_file = tmp_path / f"{release}-{chart.name}.yaml"
-    values_file.write_text(yaml.safe_dump(values or {}))
-    argv = [str(helm()), "template", release, str(chart), "-f", str(values_file), "--namespace", namespace]
-    done = subprocess.run([*argv, "--include-crds"], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+    objects = helm_template(chart, release, namespace, values, crds=True)
     for o in objects:
         meta = o.setdefault("metadata", {})
         if o["kind"] not in CLUSTER_SCOPED:
@@ -57,27 +47,25 @@ def installed(
     return [*objects, secret]
 
 
-def hyperpod_dependencies(tmp_path: Path) -> list[dict]:
+def hyperpod_dependencies() -> list[dict]:
     """What a SageMaker HyperPod cluster runs before anyone deploys (../shared/reference/hyperpod-eks.md):
     the dependencies chart's training-operators subchart, and its two device plugins with the
     umbrella's values (the 0.16.1 and 0.5.20 charts are remote: the nearest ones here render them)."""
     umbrella = charts() / HYPERPOD
-    values = yaml.safe_load((umbrella / "values.yaml").read_text())
+    values = load(umbrella / "values.yaml")
     release, namespace = "hyperpod-dependencies", "kube-system"
     objects = [
-        *installed(umbrella / "charts" / "training-operators", release, namespace, tmp_path),
+        *installed(umbrella / "charts" / "training-operators", release, namespace),
         *installed(
             charts() / "nvidia-device-plugin-0.20.0",
             release,
             namespace,
-            tmp_path,
             values["nvidia-device-plugin"],
         ),
         *installed(
             charts() / "aws-efa-k8s-device-plugin-v0.5.30",
             release,
             namespace,
-            tmp_path,
             values["aws-efa-k8s-device-plugin"],
         ),
     ]

@@ -7,8 +7,8 @@ import functools
 from typing import Any
 
 import jsonschema
-import yaml
 
+from support.charts import load
 from support.paths import shared_dir
 
 CRD_FILES = {
@@ -54,7 +54,7 @@ def strict(schema: Any) -> Any:
 def crd_validator(kind: str, api_version: str) -> jsonschema.Draft7Validator:
     """The schema of `kind` at the version the manifest names (it must be served)."""
     path = shared_dir("crds", "TRAINSTACK_CRDS_DIR") / CRD_FILES[kind]
-    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    crd = load(path)
     group, _, version = api_version.rpartition("/")
     assert crd["spec"]["group"] == group, f"{kind}: {api_version} is not {crd['spec']['group']}"
     (found,) = [v for v in crd["spec"]["versions"] if v["name"] == version and v["served"]]

@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from offline.nodes import charts_dir, helm_binary
+from support.charts import documents, load
 from support.cluster.objects import Objects
 
 CHART = "sagemaker-hyperpod-dependencies-0.1.0"
@@ -98,8 +99,8 @@ def install(kubeconfig: Path, directory: Path) -> HyperPodDependencies:
     _helm(kubeconfig, "install", RELEASE, str(chart), "--namespace", NAMESPACE)
     manifest = _helm(kubeconfig, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
     # CRDs of crds/ folders are installed once and are not part of the release's manifest.
-    crds = [yaml.safe_load(p.read_text()) for p in sorted(chart.glob("charts/*/crds/*.yaml"))]
-    objs = [o for o in yaml.safe_load_all(manifest) if o] + crds
+    crds = [load(p) for p in sorted(chart.glob("charts/*/crds/*.yaml"))]
+    objs = documents(manifest) + crds
     keys = []
     for o in objs:
         cluster_scoped = o["kind"] in (

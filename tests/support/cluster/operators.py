@@ -10,10 +10,8 @@ process by URL with the harness's CA, as controller-runtime's envtest serves web
 from __future__ import annotations
 
 import base64
-import json
 import shutil
 import subprocess
-import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -21,7 +19,8 @@ import yaml
 
 from components.operators import trainer_values
 from components.queueing import kueue_values
-from offline.nodes import charts_dir, helm_binary
+from offline.nodes import charts_dir
+from support.charts import documents, helm_template, load
 from support.cluster.binaries import binary, module_dir, pinned
 from support.cluster.objects import Objects
 from support.cluster.pki import Pki
@@ -32,26 +31,6 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 # Served by Kueue's visibility server, which the harness does not run: an APIService nobody answers
 # breaks discovery for every client.
 SKIPPED_KINDS = ("APIService",)
-
-
-def helm_template(chart: str, release: str, namespace: str, values: dict, crds: bool = False) -> list[dict]:
-    """The chart's objects as `helm template` renders them (with its crds/ folders' CRDs: `crds`)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-        json.dump(values, f)
-        f.flush()
-        argv = [
-            str(helm_binary()),
-            "template",
-            release,
-            str(charts_dir() / chart),
-            "-n",
-            namespace,
-            "-f",
-            f.name,
-            *(["--include-crds"] if crds else []),
-        ]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def point_webhooks(obj: dict, port: int, ca: bytes) -> dict:
@@ -127,7 +106,7 @@ class Operators:
         """Kueue as the stack installs it: the chart with the stack's values (components.queueing)."""
         namespace = "kueue-system"
         objs = helm_template(
-            f"kueue-{pinned('kueue', 'sigs.k8s.io/kueue').lstrip('v')}",
+            charts_dir() / f"kueue-{pinned('kueue', 'sigs.k8s.io/kueue').lstrip('v')}",
             "kueue",
             namespace,
             kueue_values(pods_ready_timeout_minutes, system_selector, provisioning=False),
@@ -178,7 +157,7 @@ class Operators:
         and the CRDs of the operator version that runs."""
         version = pinned("kuberay", "github.com/ray-project/kuberay/ray-operator")
         objs = helm_template(
-            "kuberay-operator-1.7.0",
+            charts_dir() / "kuberay-operator-1.7.0",
             "kuberay-operator",
             "kuberay-system",
             {"image": {"tag": version}, "nodeSelector": dict(system_selector)},
@@ -186,7 +165,7 @@ class Operators:
         crds = (
             module_dir("kuberay", "github.com/ray-project/kuberay/ray-operator") / "config" / "crd" / "bases"
         )
-        objs += [yaml.safe_load(p.read_text()) for p in sorted(crds.glob("ray.io_*.yaml"))]
+        objs += [load(p) for p in sorted(crds.glob("ray.io_*.yaml"))]
         self.objects.apply_all(_namespaced(objs, "kuberay-system"))
         probe = unused_port()
         self.processes.start(
@@ -209,7 +188,7 @@ class Operators:
         its Service's name: the harness's, which is valid for 127.0.0.1 too."""
         namespace = "kubeflow"
         base = module_dir("training-operator", "github.com/kubeflow/training-operator") / "manifests" / "base"
-        objs = [yaml.safe_load(p.read_text()) for p in sorted((base / "crds").glob("kubeflow.org_*.yaml"))]
+        objs = [load(p) for p in sorted((base / "crds").glob("kubeflow.org_*.yaml"))]
         for name in (
             "rbac/cluster-role-binding.yaml",
             "rbac/role.yaml",
@@ -217,9 +196,9 @@ class Operators:
             "service.yaml",
             "deployment.yaml",
         ):
-            objs += [d for d in yaml.safe_load_all((base / name).read_text()) if d]
-        webhook = yaml.safe_load((base / "webhook" / "manifests.yaml").read_text())
-        for op in yaml.safe_load((base / "webhook" / "patch.yaml").read_text()):
+            objs += documents((base / name).read_text())
+        webhook = load(base / "webhook" / "manifests.yaml")
+        for op in load(base / "webhook" / "patch.yaml"):
             if op["path"] == "/metadata/name":
                 webhook["metadata"]["name"] = op["value"]
         port, pem = unused_port(), self._training_operator_certs(namespace)
@@ -292,7 +271,7 @@ class Operators:
         namespace = "kubeflow-system"
         version = pinned("trainer", "github.com/kubeflow/trainer/v2").lstrip("v")
         objs = helm_template(
-            f"kubeflow-trainer-{version}",
+            charts_dir() / f"kubeflow-trainer-{version}",
             "kubeflow-trainer",
             namespace,
             trainer_values(system_selector, install_jobset=True),
