@@ -16,28 +16,24 @@ from conventions import SYSTEM_GROUP
 
 pytestmark = CLUSTER_GROUP
 
-# What `up` waits for: the template's waits (`succeeded`), but for the RayJob. kwok completes a pod of
-# a Job at once, so the TrainJob succeeds (JobSet's jobs complete); the system queue cannot hold both
-# jobs at once, so only a wait for success is allowed there (config/checks.py), and it counts the
-# RayJob's run. A RayJob's `succeeded` needs Ray's dashboard, which no pod runs here; its admission is
-# read from its Workload below.
+# What `up` waits for: the template's waits (`succeeded`), but for the RayJob, whose `succeeded` needs
+# Ray's dashboard, which no pod runs here; its admission is read from its Workload below. kwok
+# completes a pod of a Job at once, so the TrainJob succeeds (JobSet's jobs complete).
 WAITS = {"TrainJob": "succeeded", "RayJob": "none"}
+# One system node more than the template's two, so that the system queue holds both jobs at once: a
+# relaunched TrainJob is admitted beside the RayJob instead of waiting for every failing attempt of
+# it (no Ray runs under kwok; about 35 s each).
+SYSTEM_NODES = 3
 # The system nodes carry this label besides the template's selector, so the operators' pods, which
 # follow the selector, never land on the nodes other tests make once these are gone.
 POOL = {"trainstack.test/pool": "local"}
-
-
 class LocalStack:
     def __init__(self, cluster, directory):
         config = template_config("local")
         for job in config["trainstack:jobs"]:
             job["wait"] = WAITS[job["kind"]]
             job["timeoutMinutes"] = 5
-            # No Ray runs under kwok, so each RayJob attempt fails and KubeRay retries it up to its
-            # backoffLimit (jobs[].maxRecreations), holding the system queue's quota meanwhile: a job
-            # relaunched behind it would wait for every attempt (about 35 s each).
-            if job["kind"] == "RayJob":
-                job["maxRecreations"] = 0
+        config["trainstack:existingCluster"]["systemNodes"]["count"] = SYSTEM_NODES
         config["trainstack:existingCluster"]["systemNodes"]["nodeSelector"] |= POOL
         self.config = on_cluster(config, cluster.kubeconfig, "trainstack-test")
         # The offline plan reads no cluster: it plans the stack as if it installed every operator.
@@ -69,6 +65,7 @@ def local(cluster, tmp_path_factory):
     nodes = cluster.add_nodes(system)
     selector = stack.plan.cfg.existing_cluster.system_nodes.node_selector
     cluster.operators.start_all(selector)
+    cluster.settle()
     stack.before = inventory(cluster)
     stack.system_nodes = nodes
     yield stack

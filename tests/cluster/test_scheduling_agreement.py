@@ -59,23 +59,26 @@ def _stack(name: str) -> PlannedStack:
 
 
 JOB = "trainstack.test/job"
-NAMESPACE = "agreement"
 
 
 class OnCluster:
-    """One plan's nodes, DaemonSets and pods on the harness's cluster, removed afterwards."""
+    """One plan's nodes, DaemonSets and pods on the harness's cluster, in a namespace of its own
+    (no plan waits for another's to be deleted), removed afterwards."""
 
     def __init__(self, cluster, stack: PlannedStack):
         self.cluster, self.stack = cluster, stack
+        self.namespace = object_name(f"agreement-{stack.name}")
         self.nodes: dict[str, str] = {}  # node name -> group
 
     def __enter__(self):
         core = self.cluster.core
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        core.create_namespace({"metadata": {"name": self.namespace}})
         self.cluster.wait(
             "default ServiceAccount",
             lambda: bool(
-                core.list_namespaced_service_account(NAMESPACE, field_selector="metadata.name=default").items
+                core.list_namespaced_service_account(
+                    self.namespace, field_selector="metadata.name=default"
+                ).items
             ),
         )
         for node in self.stack.nodes:
@@ -85,16 +88,16 @@ class OnCluster:
         return self
 
     def __exit__(self, *exc):
-        self.cluster.delete_namespace(NAMESPACE)
+        self.cluster.delete_namespace(self.namespace)
         self.cluster.remove_nodes(list(self.nodes))
 
     def daemonsets(self, daemonsets) -> None:
         for ds in daemonsets:
-            self.cluster.objects.apply(daemonset(ds, NAMESPACE))
+            self.cluster.objects.apply(daemonset(ds, self.namespace))
 
     def daemonsets_created(self) -> bool:
         """The DaemonSet controller has made a pod for every node it chose, for every DaemonSet."""
-        listed = self.cluster.objects.list("apps/v1", "DaemonSet", NAMESPACE)
+        listed = self.cluster.objects.list("apps/v1", "DaemonSet", self.namespace)
         counts: dict[str, int] = {}
         for p in self.pods():
             key = (p.metadata.labels or {}).get(DAEMONSET)
@@ -112,19 +115,21 @@ class OnCluster:
         for pod_set, spec, count in pod_sets:
             for i in range(count):
                 names.append(object_name(f"{job}-{pod_set}-{i}"))
-                self.cluster.core.create_namespaced_pod(NAMESPACE, bare_pod(names[-1], spec, {JOB: "yes"}))
+                self.cluster.core.create_namespaced_pod(
+                    self.namespace, bare_pod(names[-1], spec, {JOB: "yes"})
+                )
 
         def mine() -> list:
             return [p for p in self.pods() if p.metadata.name in names]
 
         self.cluster.wait(f"{job}'s pods bound or unschedulable", lambda: _settled(mine()), 120)
         bound = {p.metadata.name: self.nodes.get(p.spec.node_name) for p in mine()}
-        self.cluster.core.delete_collection_namespaced_pod(NAMESPACE, label_selector=f"{JOB}=yes")
+        self.cluster.core.delete_collection_namespaced_pod(self.namespace, label_selector=f"{JOB}=yes")
         self.cluster.wait(f"{job}'s pods gone", lambda: not mine(), 60)
         return bound
 
     def pods(self) -> list:
-        return self.cluster.core.list_namespaced_pod(NAMESPACE).items
+        return self.cluster.core.list_namespaced_pod(self.namespace).items
 
 
 def _settled(pods, running: bool = False) -> bool:

@@ -46,7 +46,8 @@ def apart(objects: list[dict], suffix: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def applied(cluster, operators):
     """Everything applied, removed once the module is done: the namespaces (their jobs and queues
-    with them), then the cluster-wide objects."""
+    with them) and the cluster-wide objects."""
+    cluster.settle()
     found: list[dict] = []
     yield found
     remove_sent(cluster, found)

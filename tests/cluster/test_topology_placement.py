@@ -53,14 +53,17 @@ def stack_for(case: str):
 
 
 @pytest.fixture
-def on_cluster(cluster, operators):
+def on_cluster(cluster, operators, case):
     """What each case lays on the cluster, removed afterwards: its nodes, the device plugins'
-    DaemonSets, and the stack's objects (the namespaced ones with their namespace)."""
-    laid: dict[str, list] = {"nodes": [], "objects": []}
-    cluster.core.create_namespace({"metadata": {"name": PLUGINS}})
+    DaemonSets in a namespace of the case's own, and the stack's objects (the namespaced ones with
+    their namespace). The cases send the same stack objects: each waits for the last one's to go."""
+    cluster.settle()
+    plugins = f"{PLUGINS}-{case}"
+    laid: dict[str, list] = {"nodes": [], "objects": [], "plugins": plugins}
+    cluster.core.create_namespace({"metadata": {"name": plugins}})
     yield laid
     remove_sent(cluster, laid["objects"])
-    cluster.delete_namespace(PLUGINS)
+    cluster.delete_namespace(plugins)
     cluster.remove_nodes(laid["nodes"])
 
 
@@ -82,14 +85,14 @@ def test_kueue_places_the_gang_where_the_plan_says(cluster, on_cluster, case):
         on_cluster["nodes"] += cluster.add_nodes(node, 1)
     plugins = [ds for ds in plan_daemonsets(stack.run) if "device-plugin" in ds.name]
     for ds in plugins:
-        cluster.objects.apply(daemonset(ds, PLUGINS))
+        cluster.objects.apply(daemonset(ds, on_cluster["plugins"]))
     cluster.wait(
         "a device plugin pod running on every p5 node",
         lambda: (
             len(
                 {
                     p.spec.node_name
-                    for p in cluster.core.list_namespaced_pod(PLUGINS).items
+                    for p in cluster.core.list_namespaced_pod(on_cluster["plugins"]).items
                     if p.status.phase == "Running"
                 }
             )

@@ -33,6 +33,10 @@ class Cluster:
         self.processes = self.control_plane.processes
         self.bin_dir = BIN
         self._rounds = 0
+        # Deleted, not yet waited for (`settle`): namespaces, and cluster-wide objects by
+        # (apiVersion, kind, name).
+        self.leaving: set[str] = set()
+        self.leaving_objects: set[tuple[str, str, str]] = set()
 
     def start(self) -> None:
         self.control_plane.start()
@@ -117,14 +121,35 @@ class Cluster:
         for name in names:
             self.core.delete_node(name)
 
-    def delete_namespace(self, name: str, timeout: float = 120) -> None:
-        """Deletes a namespace and waits until the namespace controller has emptied and removed it."""
+    def delete_namespace(self, name: str) -> None:
+        """Deletes a namespace without waiting for it. It is Terminating at once, so no pod can be
+        created in it from then on (the NamespaceLifecycle admission); its pods are removed at once
+        (grace 0: no kubelet has to confirm, so removing their nodes next leaves none behind); the
+        namespace controller empties it of the rest and removes it 5 s later at the soonest
+        (kube-controller-manager's namespaceDeletionGracePeriod), longer while finalizers run.
+        Whoever needs its name again, or a cluster without it, calls `settle`."""
         self.core.delete_namespace(name)
-        self.wait(
-            f"namespace {name} gone",
-            lambda: name not in {n.metadata.name for n in self.core.list_namespace().items},
-            timeout,
-        )
+        self.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        self.leaving.add(name)
+
+    def delete_object(self, api_version: str, kind: str, name: str) -> None:
+        """Deletes a cluster-wide object without waiting: one its controller holds with a finalizer
+        (Kueue's on a ClusterQueue that still has workloads) goes once they are gone."""
+        self.objects.resource(api_version, kind).delete(name=name)
+        self.leaving_objects.add((api_version, kind, name))
+
+    def settle(self, timeout: float = 120) -> None:
+        """Waits until everything deleted earlier without waiting is gone."""
+
+        def gone() -> bool:
+            namespaces = {n.metadata.name for n in self.core.list_namespace().items}
+            return not self.leaving & namespaces and not any(
+                self.objects.get(api_version, kind, name) for api_version, kind, name in self.leaving_objects
+            )
+
+        self.wait("what earlier tests deleted gone", gone, timeout)
+        self.leaving.clear()
+        self.leaving_objects.clear()
 
     def wait(self, what: str, check, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

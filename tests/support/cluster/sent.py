@@ -76,20 +76,13 @@ def daemonset(ds, namespace: str) -> dict:
 
 
 def remove_sent(cluster, objects: list[dict]) -> None:
-    """What `sent_objects` laid on the cluster, removed: the namespaces (their jobs and queues with
-    them), waited for together, then the cluster-wide objects."""
-    namespaces = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
-    for name in namespaces:
-        cluster.core.delete_namespace(name)
-    cluster.wait(
-        "the stacks' namespaces gone",
-        lambda: not namespaces & {n.metadata.name for n in cluster.core.list_namespace().items},
-        120,
-    )
-    for kind, api_version, name in {
-        (o["kind"], o["apiVersion"], o["metadata"]["name"])
-        for o in objects
-        if "namespace" not in o["metadata"]
-    }:
-        if kind != "Namespace":
-            cluster.objects.resource(api_version, kind).delete(name=name)
+    """What `sent_objects` laid on the cluster (an object sent twice, once), deleted without waiting
+    (`Cluster.settle` waits): the namespaces (their jobs and queues with them), and the cluster-wide
+    objects."""
+    for api_version, kind, name, namespaced in sorted(
+        {(o["apiVersion"], o["kind"], o["metadata"]["name"], "namespace" in o["metadata"]) for o in objects}
+    ):
+        if kind == "Namespace":
+            cluster.delete_namespace(name)
+        elif not namespaced:
+            cluster.delete_object(api_version, kind, name)
