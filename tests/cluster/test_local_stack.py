@@ -27,6 +27,8 @@ SYSTEM_NODES = 3
 # The system nodes carry this label besides the template's selector, so the operators' pods, which
 # follow the selector, never land on the nodes other tests make once these are gone.
 POOL = {"trainstack.test/pool": "local"}
+
+
 class LocalStack:
     def __init__(self, cluster, directory):
         config = template_config("local")
