@@ -22,7 +22,8 @@ import pulumi
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks, rpc, settings
-from pulumi.runtime.proto import provider_pb2
+from pulumi.runtime import resource as runtime_resource
+from pulumi.runtime.proto import provider_pb2, source_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
@@ -227,8 +228,18 @@ def reset_runtime(config: dict[str, str], secret_keys: list[str]) -> None:
     settings.ROOT.set(None)
 
 
+def _no_stack_trace() -> source_pb2.StackTrace:
+    return source_pb2.StackTrace()
+
+
 def install(monitor: RecordingMonitor, project: str, stack: str, logger: logging.Logger) -> None:
-    """Make `monitor` (and its mocks) the engine the program talks to; `logger` gets pulumi.log."""
+    """Make `monitor` (and its mocks) the engine the program talks to; `logger` gets pulumi.log.
+    The SDK sends the engine, with each registration, the program's call stack (to show where in
+    the program a resource was made); it walks and converts the whole Python stack to do so, twice
+    a registration, a quarter of a plan's time. The mock engine records what is registered, not
+    where: it gets an empty stack."""
+    if runtime_resource._get_stack_trace is not _no_stack_trace:
+        runtime_resource._get_stack_trace = _no_stack_trace
     mocks.set_mocks(
         monitor.mocks, project=project, stack=stack, preview=False, logger=logger, monitor=monitor
     )
