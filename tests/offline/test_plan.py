@@ -27,11 +27,23 @@ def run_plan(tmp_path: Path, stack: str, *extra: str) -> subprocess.CompletedPro
     )
 
 
-@pytest.fixture(scope="module", params=["dev", "prod"])
-def planned(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"plan-{request.param}")
-    proc = run_plan(out, request.param)
-    return request.param, proc, out / request.param
+@pytest.fixture(scope="module")
+def cli_plans(tmp_path_factory):
+    """`make plan` of a template, run once for every test of the module that reads it."""
+    runs: dict[str, tuple[str, subprocess.CompletedProcess, Path]] = {}
+
+    def planned_once(stack: str) -> tuple[str, subprocess.CompletedProcess, Path]:
+        if stack not in runs:
+            out = tmp_path_factory.mktemp(f"plan-{stack}")
+            runs[stack] = (stack, run_plan(out, stack), out / stack)
+        return runs[stack]
+
+    return planned_once
+
+
+@pytest.fixture(params=["dev", "prod"])
+def planned(request, cli_plans):
+    return cli_plans(request.param)
 
 
 def test_plan_exits_zero_and_writes_files(planned):
@@ -187,10 +199,10 @@ def test_dependency_edges(planned):
     )
 
 
-def test_prod_plan_shows_efa_node_groups(tmp_path):
-    proc = run_plan(tmp_path, "prod")
+def test_prod_plan_shows_efa_node_groups(cli_plans):
+    _, proc, out = cli_plans("prod")
     assert proc.returncode == 0, proc.stderr
-    resources = json.loads((tmp_path / "prod" / "resources.json").read_text())
+    resources = json.loads((out / "resources.json").read_text())
     (ng,) = [r for r in resources if r["type"] == "eks:index:ManagedNodeGroup" and r["name"] == "gpu-p5"]
     dep_names = {u.rsplit("::", 1)[1] for u in ng["dependencies"]}
     assert {"eks", "gpu-p5-lt"} <= dep_names
@@ -275,8 +287,8 @@ pulumi.export("subnet_zone", aws.ec2.get_subnet(id="subnet-0123456789abcdef1").a
     assert run.outputs["subnet_zone"] == "eu-west-1b"  # odd last digit: AZ b
 
 
-def test_prod_plan_lists_its_template_values(tmp_path):
-    proc = run_plan(tmp_path, "prod")
+def test_prod_plan_lists_its_template_values(cli_plans):
+    _, proc, _ = cli_plans("prod")
     assert proc.returncode == 0, proc.stderr
     assert (
         "Template values: a live `pulumi up` of 'prod' refuses them until they are replaced:" in proc.stdout

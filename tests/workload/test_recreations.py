@@ -5,9 +5,13 @@ pods, 0 under the pod's `Never`), and fails the job on a code from 1 to 127."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import boto3
 import pytest
 from moto import mock_aws
+from support.paths import WORKLOAD
 from trainer import checkpoint, launch, recreations
 from trainer.resilience import RECREATIONS_EXIT_CODE
 
@@ -105,3 +109,13 @@ def test_commands_and_unset_limits_are_not_counted(monkeypatch):
     assert recreations.check(["--nproc-per-node", "1", "train.py"]) is None
     monkeypatch.delenv(recreations.LIMIT_ENV)
     assert recreations.check(argv()) is None
+
+
+def test_the_launcher_starts_without_importing_torchs_checkpoint_package():
+    """The pod's PID 1 counts its starts from the checkpoint layout only: DCP's import (0.6 s of
+    CPU) is the workers' cost, not paid once more by every pod start."""
+    probe = "import sys, trainer.launch; print('torch.distributed.checkpoint' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=WORKLOAD, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"
