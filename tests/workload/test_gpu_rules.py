@@ -146,3 +146,21 @@ def test_pinned_batches_on_a_gpu_machine(tmp_path):
         loader.close()
     assert inputs.is_pinned() and targets.is_pinned()
     assert inputs.is_contiguous() and targets.is_contiguous()
+
+
+def test_a_watchdogs_stacks_reach_a_shared_pipe_in_whole_lines(monkeypatch):
+    """A pod's ranks share one stdout and their watchdogs fire together: each write is whole lines,
+    none over PIPE_BUF (a pipe's atomic size), so two ranks' dumps interleave by line at worst.
+    faulthandler itself writes a stack in pieces of a few bytes."""
+    import select
+
+    from trainer.resilience import all_stacks, write_whole
+
+    writes: list[bytes] = []
+    monkeypatch.setattr("os.write", lambda fd, data: writes.append(data) or len(data))
+    stacks = all_stacks()
+    text = stacks * (3 * select.PIPE_BUF // len(stacks) + 1)
+    write_whole(text)
+    assert b"".join(writes) == text and len(writes) > 1
+    assert all(len(w) <= select.PIPE_BUF and w.endswith(b"\n") for w in writes)
+    assert b"Current thread 0x" in stacks and b"test_a_watchdogs_stacks_reach" in stacks

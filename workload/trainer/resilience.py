@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import select
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -156,13 +158,35 @@ class StepWatchdog:
         while not self._stop.wait(min(5.0, self.timeout / 4)):
             idle = time.monotonic() - self.last
             if not self.paused and idle > self.timeout:
-                sys.stderr.write(
+                header = (
                     f"watchdog: rank {self.rank} made no progress for {idle:.0f} s (limit {self.timeout:g} s); "
                     "stacks follow, then exit for a restart from the newest checkpoint\n"
                 )
-                faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
                 sys.stderr.flush()
+                write_whole(header.encode() + all_stacks())
                 os._exit(WATCHDOG_EXIT_CODE)
+
+
+def all_stacks() -> bytes:
+    """Every thread's stack as faulthandler writes it (it needs a file descriptor: a temporary file)."""
+    with tempfile.TemporaryFile() as f:
+        faulthandler.dump_traceback(file=f, all_threads=True)
+        f.seek(0)
+        return f.read()
+
+
+def write_whole(text: bytes, fd: int = 2) -> None:
+    """Write to `fd` in pieces of whole lines no longer than PIPE_BUF, which a pipe never interleaves
+    with another writer's: a pod's ranks share its stdout, and their watchdogs fire together, while
+    faulthandler writes a stack in many small pieces ("Thread ", "0x...", a frame's name)."""
+    piece = b""
+    for line in text.splitlines(keepends=True):
+        if piece and len(piece) + len(line) > select.PIPE_BUF:
+            os.write(fd, piece)
+            piece = b""
+        piece += line
+    if piece:
+        os.write(fd, piece)
 
 
 class PreflightFailed(SystemExit):
