@@ -277,16 +277,32 @@ def charts_dir() -> Path:
 
 
 @cache
-def _render(helm: str, chart: str, release: str, namespace: str, values: str) -> tuple[tuple[str, str], ...]:
+def template_text(
+    helm: str, chart: str, release: str, namespace: str, values: str, crds: bool = False
+) -> str:
+    """`helm template` of `chart` with `values` (JSON) in `namespace` (with its crds/ folders' CRDs:
+    `crds`), rendered once per process for the same arguments. Raises NotChecked."""
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(values)
         f.flush()
         argv = [helm, "template", release, chart, "-f", f.name, "--namespace", namespace]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [*argv, *(["--include-crds"] if crds else [])],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     if done.returncode != 0:
         raise NotChecked(f"helm template {Path(chart).name} failed: {done.stderr.strip()[:200]}")
+    return done.stdout
+
+
+@cache
+def _render(helm: str, chart: str, release: str, namespace: str, values: str) -> tuple[tuple[str, str], ...]:
     found = []
-    for doc in yaml.load_all(done.stdout, Loader=yaml.CSafeLoader):  # libyaml: charts run long
+    text = template_text(helm, chart, release, namespace, values)
+    for doc in yaml.load_all(text, Loader=yaml.CSafeLoader):  # libyaml: charts run long
         if doc and doc.get("kind") == "DaemonSet":
             found.append((doc["metadata"]["name"], json.dumps(doc["spec"]["template"]["spec"])))
     return tuple(found)

@@ -236,8 +236,9 @@ def install(monitor: RecordingMonitor, project: str, stack: str, logger: logging
     """Make `monitor` (and its mocks) the engine the program talks to; `logger` gets pulumi.log.
     The SDK sends the engine, with each registration, the program's call stack (to show where in
     the program a resource was made); it walks and converts the whole Python stack to do so, twice
-    a registration, a quarter of a plan's time. The mock engine records what is registered, not
-    where: it gets an empty stack."""
+    a registration, 12% of a plan's time. The mock engine records what is registered, not where:
+    it gets an empty stack. The SDK's function is read first, so an upgrade that renames it fails
+    here rather than quietly planning slower."""
     if runtime_resource._get_stack_trace is not _no_stack_trace:
         runtime_resource._get_stack_trace = _no_stack_trace
     mocks.set_mocks(

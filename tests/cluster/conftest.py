@@ -25,13 +25,11 @@ def cluster(tmp_path_factory) -> Cluster:
         c.stop()
 
 
-@pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     if "session" in _running and _running["session"] is None and "cluster" in item.fixturenames:
         pytest.fail(
             "the session's cluster was stopped after the last cluster test before this one: run the cluster tests together"
         )
-    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -4,11 +4,8 @@ pure-Python loader takes seconds over)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ import pytest
 import yaml
 
 from domain.operators import RELEASES
+from offline.nodes import template_text
 from support.paths import ROOT, shared_dir
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -38,31 +36,13 @@ def load(path: Path) -> Any:
     return yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
 
 
-@functools.cache
-def _template(chart: str, release: str, namespace: str, values: str, crds: bool) -> str:
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-        f.write(values)
-        f.flush()
-        argv = [str(helm()), "template", release, chart, "-f", f.name, "--namespace", namespace]
-        done = subprocess.run(
-            [*argv, *(["--include-crds"] if crds else [])],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def helm_template(
     chart: Path, release: str, namespace: str, values: dict | None = None, crds: bool = False
 ) -> list[dict]:
     """The chart's objects as `helm template` renders them (with its crds/ folders' CRDs: `crds`):
     rendered once per session for the same arguments, fresh objects for each caller."""
-    return documents(
-        _template(str(chart), release, namespace, json.dumps(values or {}, sort_keys=True), crds)
-    )
+    values_json = json.dumps(values or {}, sort_keys=True)
+    return documents(template_text(str(helm()), str(chart), release, namespace, values_json, crds))
 
 
 def render(run, release: str) -> list[dict]:
