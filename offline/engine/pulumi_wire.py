@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import pickle
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -246,9 +247,22 @@ def install(monitor: RecordingMonitor, project: str, stack: str, logger: logging
     )
 
 
+# What the SDK's `serialize_provider` (pulumi/dynamic/dynamic.py) replaces on pickle's Python pickler
+# to pickle a dynamic provider with sorted dicts, and never puts back: each dynamic resource wraps
+# `_batch_setitems` once more, so a process that plans many stacks grew a chain of wrappers until
+# pickling any dict overflowed the stack (dill, in a later test of the same worker).
+_PICKLER_PATCHED = ("_batch_setitems", "save_dict")
+
+
 def run_stack(main: Callable[[], None]) -> None:
-    """Run `main` as the stack's program, as `pulumi up` does, until every registration is answered."""
-    _sync_await(run_pulumi_func(main))
+    """Run `main` as the stack's program, as `pulumi up` does, until every registration is answered;
+    pickle's Python pickler is left as it was found."""
+    saved = {name: getattr(pickle._Pickler, name) for name in _PICKLER_PATCHED}
+    try:
+        _sync_await(run_pulumi_func(main))
+    finally:
+        for name, method in saved.items():
+            setattr(pickle._Pickler, name, method)
 
 
 def stack_outputs() -> dict[str, Any]:

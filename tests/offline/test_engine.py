@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+from support.plans import plan
 
 import offline.engine
 from offline.engine import EKS_CLUSTER_SECURITY_GROUP, OfflineMocks, ProviderRefusal
@@ -75,3 +76,16 @@ def _private_pulumi_imports(path: Path) -> list[str]:
 def test_only_pulumi_wire_uses_pulumis_private_apis():
     users = {p.name: _private_pulumi_imports(p) for p in sorted(ENGINE.glob("*.py"))}
     assert {name for name, found in users.items() if found} == {"pulumi_wire.py"}, users
+
+
+def test_plans_leave_pickle_as_they_found_it():
+    """The dev stack registers a dynamic resource (the image build trigger), whose provider the SDK
+    pickles after patching pickle's Python pickler for good: a worker that planned hundreds of
+    stacks overflowed the stack in its next dill pickling."""
+    import pickle
+
+    before = (pickle._Pickler._batch_setitems, pickle._Pickler.save_dict)
+    for _ in range(2):
+        run = plan("dev")
+        assert run.by_type("pulumi-python:dynamic:Resource")
+    assert (pickle._Pickler._batch_setitems, pickle._Pickler.save_dict) == before

@@ -39,19 +39,19 @@ def gsm8k_row(example: dict, index: int, split: str) -> dict:
 def prepare(dataset: str, out: Path, load=None) -> dict[str, int]:
     """Write train.parquet and test.parquet under `out`; returns the rows per file."""
     import datasets
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     name, config = SOURCES[dataset]
     load = load or (lambda: datasets.load_dataset(name, config))
     splits = load()
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
-    # Rows built in Python and written by pyarrow: `Dataset.map` would hash the function with dill
-    # for its cache fingerprint, which recurses through whatever the function's globals reach.
     for split in ("train", "test"):
-        rows = [gsm8k_row(example, index, split) for index, example in enumerate(splits[split])]
-        pq.write_table(pa.Table.from_pylist(rows), out / f"{split}.parquet")
+        rows = splits[split].map(
+            lambda example, index, s=split: gsm8k_row(example, index, s),
+            with_indices=True,
+            remove_columns=splits[split].column_names,
+        )
+        rows.to_parquet(str(out / f"{split}.parquet"))
         counts[split] = len(rows)
     return counts
 
