@@ -1,9 +1,9 @@
 """The recovery drills of test_drain.py and test_restarts.py for a TrainJob: each pod's launcher
 gets the env Trainer's torch plugin gives it (a static rendezvous at node 0's pod, its rank, no
 restarts of its own), and what becomes of the job is the stack's runtime's rules read by
-`jobset_action` (the Job's pod failure policy, then JobSet's failure policy). A drain or a lost
-node restarts the whole gang, on fresh volumes, from the newest complete checkpoint in S3; a flag
-the trainer refuses fails the job at once."""
+`jobset_action` (the Job's pod failure policy, then JobSet's failure policy). A drain, and then a
+lost node, each restart the whole gang, on fresh volumes, from the newest complete checkpoint in S3;
+a flag the trainer refuses fails the job at once."""
 
 from __future__ import annotations
 
@@ -54,16 +54,14 @@ def start_gang(job: TwoNodeJob, attempt: int) -> None:
     job.start(f"node-1-{attempt}", rank=1)
 
 
-def finish_restarted_gang(job: TwoNodeJob) -> list[dict]:
-    start_gang(job, 1)
-    assert job.finish() == {"node-0-1": 0, "node-1-1": 0}
-    return [r for name in sorted(job.tmp.glob("*.log")) for r in metrics_of(name.read_text())]
-
-
-@pytest.mark.slow(seconds=40)
-def test_a_drain_restarts_the_gang_from_the_drains_checkpoint(tmp_path, moto_server):
-    args = ["--steps", "60", *ARGS[2:], "--checkpoint-every", "0"]
-    job = TwoNodeJob(tmp_path / "job", args, f"s3://ckpt/{tmp_path.name}")
+@pytest.mark.slow(seconds=50)
+def test_a_drain_then_a_lost_node_each_restart_the_gang_from_the_right_checkpoint(tmp_path, moto_server):
+    """One job through two faults, as a long job meets them: a drain (the kubelet's SIGTERM to one
+    pod's launcher) restarts the gang from the checkpoint the drain saved; then, in the restarted
+    gang, a node lost without a chance to save restarts it again from S3's newest complete
+    checkpoint. Each restart is JobSet's, read from the stack's runtime (`jobset_action`), and each
+    gang starts on fresh volumes: S3 is the only medium between them."""
+    job = TwoNodeJob(tmp_path / "job", ["--steps", "40", *ARGS], f"s3://ckpt/{tmp_path.name}")
     try:
         start_gang(job, 0)
         job.wait_for(lambda r: r.get("step", 0) >= 5 and "loss" in r, "a training step")
@@ -73,31 +71,24 @@ def test_a_drain_restarts_the_gang_from_the_drains_checkpoint(tmp_path, moto_ser
         assert exits["node-0-0"] not in PERMANENT_EXIT_CODES, job.log("node-0-0")[-3000:]
         assert jobset_action(RUNTIME, exits) == "gang restarted"
         (stopped,) = [r for _, r in job.records() if r.get("event") == "stopped"]
-        assert job.s3_steps() == [stopped["step"]]
-        records = finish_restarted_gang(job)
+        assert job.s3_steps()[-1] == stopped["step"]  # the drain's save is the newest
+
+        start_gang(job, 1)
+        job.wait_for_checkpoint(stopped["step"] + 1)  # a periodic save after the resume
+        job.lose("node-1-1")
+        newest = job.s3_steps()[-1]  # no step, so no save, completes after the loss
+        survivor = job.exit_code("node-0-1", timeout=180)  # its rendezvous peer is gone
+        assert survivor not in (0, *PERMANENT_EXIT_CODES), job.log("node-0-1")[-3000:]
+        assert jobset_action(RUNTIME, {"node-0-1": survivor, "node-1-1": None}) == "gang restarted"
+
+        start_gang(job, 2)
+        assert job.finish() == {"node-0-2": 0, "node-1-2": 0}
     finally:
         job.stop()
+    records = [r for name in sorted(job.tmp.glob("*.log")) for r in metrics_of(name.read_text())]
     starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
-    assert starts == [0, stopped["step"]] and 5 <= stopped["step"] < 60
-    assert max(losses(records)) == 60 and job.s3_steps()[-1] == 60
-
-
-@pytest.mark.slow(seconds=40)
-def test_a_lost_node_restarts_the_gang_from_the_newest_checkpoint(tmp_path, moto_server):
-    job = TwoNodeJob(tmp_path / "job", ["--steps", "40", *ARGS], f"s3://ckpt/{tmp_path.name}")
-    try:
-        start_gang(job, 0)
-        job.wait_for_checkpoint(10)
-        job.lose("node-1-0")
-        newest = job.s3_steps()[-1]
-        survivor = job.exit_code("node-0-0", timeout=180)  # its rendezvous peer is gone
-        assert survivor not in (0, *PERMANENT_EXIT_CODES), job.log("node-0-0")[-3000:]
-        assert jobset_action(RUNTIME, {"node-0-0": survivor, "node-1-0": None}) == "gang restarted"
-        records = finish_restarted_gang(job)
-    finally:
-        job.stop()
-    starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
-    assert starts == [0, newest]
+    assert starts == [0, stopped["step"], newest], starts
+    assert 5 <= stopped["step"] < newest < 40
     assert max(losses(records)) == 40 and job.s3_steps()[-1] == 40
 
 
