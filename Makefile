@@ -54,11 +54,8 @@ $(TOOLS)/helm: Makefile tests/support/helm_binary.py | $(VENV)/.installed
 cluster-bins:
 	tools/cluster/build.sh $(TOOLS)/cluster/bin
 
-# Where the environment sets PYTHONDONTWRITEBYTECODE (this project's machines do), every Python
-# process a test starts would compile the project's modules again, and pytest would rewrite every test
-# module's asserts at each collection: bytecode goes to build/pycache instead, out of the source tree.
 test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm cluster-bins
-	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/build/pycache $(PY) -m pytest -n auto --dist loadgroup
+	$(PY) -m pytest -n auto --dist loadgroup
 
 docs: $(VENV)/.installed
 	$(PY) -m config.reference --write docs/config-reference.md
