@@ -56,8 +56,8 @@ def stack_for(case: str):
 def on_cluster(cluster, operators, case):
     """What each case lays on the cluster, removed afterwards: its nodes, the device plugins'
     DaemonSets in a namespace of the case's own, and the stack's objects (the namespaced ones with
-    their namespace). The cases send the same stack objects: each waits for the last one's to go."""
-    cluster.settle()
+    their namespace). The cases send the same stack objects: each waits for the last one's to go,
+    once its nodes are laid (the namespace controller empties the last one's namespace meanwhile)."""
     plugins = f"{PLUGINS}-{case}"
     laid: dict[str, list] = {"nodes": [], "objects": [], "plugins": plugins}
     cluster.core.create_namespace({"metadata": {"name": plugins}})
@@ -102,6 +102,7 @@ def test_kueue_places_the_gang_where_the_plan_says(cluster, on_cluster, case):
     )
     cluster.device_plugins.sync()
     cluster.scheduler_has_seen(on_cluster["nodes"])
+    cluster.settle()
     for obj in sent_objects(stack):
         cluster.objects.apply(obj)
         on_cluster["objects"].append(obj)
