@@ -82,9 +82,10 @@ def remove_sent(cluster, objects: list[dict]) -> None:
     """What `sent_objects` laid on the cluster (an object sent twice, once), deleted without waiting
     (`Cluster.settle` waits): the namespaces (their jobs and queues with them), and the cluster-wide
     objects. The jobs go first: their Workloads carry Kueue's finalizer, and content with finalizers
-    left in a namespace makes the namespace controller look again only seconds later
-    (kube-controller-manager deletion/namespaced_resources_deleter.go: 15 s estimated, requeued after
-    half), while a job deleted now takes its Workload with it before the namespace's first pass."""
+    left in a namespace makes the namespace controller look again 8.5 s later (kube-controller-manager
+    v1.36 deletion/namespaced_resources_deleter.go: finalizerEstimateSeconds 15; namespace_controller.go
+    requeues after estimate/2 + 1), while a job deleted now takes its Workload with it (the garbage
+    collector, by owner reference) before the namespace's first pass, 5 s after its deletion."""
     for job in objects:
         if job["kind"] in JOB_KINDS:
             meta = job["metadata"]
