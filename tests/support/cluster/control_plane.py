@@ -45,6 +45,11 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, context: str = "trainsta
     return path
 
 
+# The API server's live heap here is most of a gigabyte (the operators' CRD schemas, which it holds
+# as trees of small objects), and Go's default collector walked it every time the heap doubled: a
+# third of its CPU time in the cluster tests. Collected only near 3 GiB it spends 30% less CPU
+# (measured over tests/cluster on this 2-core machine); its peak stays under that.
+APISERVER_GC = {"GOGC": "off", "GOMEMLIMIT": "3GiB"}
 class ControlPlane:
     def __init__(self, directory: Path):
         self.dir = directory
@@ -101,6 +106,7 @@ class ControlPlane:
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
             ],
+            env=APISERVER_GC,
         )
         self.processes.wait_until(
             "etcd", lambda: urllib.request.urlopen(f"{etcd_url}/health", timeout=2), 60, "etcd"
