@@ -27,6 +27,11 @@ def run_plan(tmp_path: Path, stack: str, *extra: str) -> subprocess.CompletedPro
     )
 
 
+# One worker runs the module, so each template's `make plan` (a process of its own, seconds of CPU)
+# runs once for all the tests that read it.
+pytestmark = pytest.mark.xdist_group("cli-plans")
+
+
 @pytest.fixture(scope="module")
 def cli_plans(tmp_path_factory):
     """`make plan` of a template, run once for every test of the module that reads it."""

@@ -11,7 +11,7 @@ import shutil
 import pytest
 from support.node_drill import QUICK_DETECTION, TwoNodeJob
 from support.ports import unused_port
-from support.training import losses, metrics_of, static_node
+from support.training import SHARES_THE_UNINTERRUPTED_RUN, losses, metrics_of, static_node
 from trainer import checkpoint
 from trainer.resilience import CHECKPOINT_UNAVAILABLE_EXIT_CODE
 
@@ -54,29 +54,26 @@ def test_a_worker_killed_in_place_resumes_from_the_newest_checkpoint_with_its_po
     assert "COMPLETE" in resumed["worker-0"] and "__0_0.distcp" in resumed["worker-0"]
 
 
-@pytest.mark.slow(seconds=20)
-def test_a_complete_checkpoint_no_rank_set_can_load_ends_the_job_with_a_sentence(tmp_path):
-    """Node-local directories without S3: worker-1's pod is replaced by one with an empty
-    directory. Worker-0's directory holds complete steps 10 and 20, which rank 1 cannot read
-    (the metadata and rank 0's file are on worker-0's node): both exit, naming the newest step and
-    the missing file, instead of training from step 0."""
+@pytest.mark.slow(seconds=10)
+@SHARES_THE_UNINTERRUPTED_RUN
+def test_a_complete_checkpoint_no_rank_set_can_load_ends_the_job_with_a_sentence(tmp_path, uninterrupted_run):
+    """Node-local directories without S3. Worker-0's directory holds what its pod saved of complete
+    steps 20, 30 and 40 (those of the uninterrupted run: the metadata and rank 0's file; rank 1's
+    file was on worker-1's node), and worker-1's pod was replaced by one with an empty directory.
+    Rank 1 cannot read any of them: both exit, naming the newest step and the missing file,
+    instead of training from step 0."""
     volumes = (tmp_path / "worker-0", tmp_path / "worker-1")
     args = ("--checkpoint-every", "10", "--log-every", "5")
-    port = unused_port()
-    first = [static_node(tmp_path, rank, port, volumes[rank], "--steps", "20", *args) for rank in (0, 1)]
-    for proc in first:
-        out = proc.communicate(timeout=300)[0]
-        assert proc.returncode == 0, out[-3000:]
-    assert checkpoint.complete_steps(volumes[0]) == [10, 20]
-    shutil.rmtree(volumes[1])  # the replacement pod's emptyDir
+    shutil.copytree(uninterrupted_run.directory / "ckpt", volumes[0], ignore=shutil.ignore_patterns("__1_*"))
+    assert checkpoint.complete_steps(volumes[0]) == [20, 30, 40]
 
     port = unused_port()
-    second = [static_node(tmp_path, rank, port, volumes[rank], "--steps", "30", *args) for rank in (0, 1)]
+    second = [static_node(tmp_path, rank, port, volumes[rank], "--steps", "50", *args) for rank in (0, 1)]
     outs = [proc.communicate(timeout=300)[0] for proc in second]
     for proc, out in zip(second, outs, strict=True):
         assert proc.returncode != 0, out[-3000:]
         assert (
-            "checkpoint: step 20 is complete but rank 1 cannot load it: its volume lacks .metadata and "
+            "checkpoint: step 40 is complete but rank 1 cannot load it: its volume lacks .metadata and "
             "no --s3-checkpoints is set; not starting from step 0"
         ) in out, out[-3000:]
         assert (
@@ -84,4 +81,4 @@ def test_a_complete_checkpoint_no_rank_set_can_load_ends_the_job_with_a_sentence
             or f"exitcode: {CHECKPOINT_UNAVAILABLE_EXIT_CODE}" in out
         )
     assert not [r for out in outs for r in metrics_of(out) if "loss" in r]  # no step trained
-    assert "checkpoint: step 20 passed over" in outs[0] and "step 10 passed over" in outs[0]
+    assert all(f"checkpoint: step {step} passed over" in outs[0] for step in (40, 30, 20))

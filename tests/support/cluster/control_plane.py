@@ -50,6 +50,8 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, context: str = "trainsta
 # third of its CPU time in the cluster tests. Collected only near 3 GiB it spends 30% less CPU
 # (measured over tests/cluster on this 2-core machine); its peak stays under that.
 APISERVER_GC = {"GOGC": "off", "GOMEMLIMIT": "3GiB"}
+
+
 class ControlPlane:
     def __init__(self, directory: Path):
         self.dir = directory
