@@ -1,6 +1,6 @@
 """The trainer at scale, shown on CPU: node-local checkpoint volumes with S3, each rank uploading
 only its own files, defaults per model size, metrics and the data loader. (SIGTERM on one node, as
-a drain delivers it: test_drain.py.)"""
+a drain delivers it: the drill in test_workload.py.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The recovery drills of test_drain.py and test_restarts.py for a TrainJob: each pod's launcher
+"""The recovery drills of test_workload.py and test_restarts.py for a TrainJob: each pod's launcher
 gets the env Trainer's torch plugin gives it (a static rendezvous at node 0's pod, its rank, no
 restarts of its own), and what becomes of the job is the stack's runtime's rules read by
 `jobset_action` (the Job's pod failure policy, then JobSet's failure policy). A drain, and then a

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from moto import mock_aws
-from support.node_drill import QUICK_DETECTION, TwoNodeJob
+from support.node_drill import QUICK_DETECTION, TwoNodeJob, operator_action
 from support.paths import WORKLOAD
 from support.training import (
     SHARES_THE_UNINTERRUPTED_RUN,
@@ -27,7 +27,7 @@ from support.training import (
 from trainer import checkpoint
 from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count
-from trainer.resilience import RETRYABLE_EXIT_CODE
+from trainer.resilience import DRAINED_EXIT_CODE, RETRYABLE_EXIT_CODE
 
 # --- model and data -------------------------------------------------------------------------
 
@@ -101,17 +101,21 @@ def test_latest_complete_skips_torn_checkpoints(tmp_path):
 # --- real training runs ---------------------------------------------------------------------
 
 
-@pytest.mark.slow(seconds=50)
+@pytest.mark.slow(seconds=60)
 @SHARES_THE_UNINTERRUPTED_RUN
-def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_checkpoint(
+def test_a_drain_then_two_lost_nodes_each_resume_the_job_from_the_right_checkpoint(
     tmp_path, uninterrupted_run, moto_server
 ):
     """Two nodes under c10d rendezvous, as a PyTorchJob's pods run them, each with its own
-    checkpoint directory and S3 as the only medium they share (tests/support/node_drill.py).
-    First a node that does not host the rendezvous is lost, launcher and workers, with no chance to
-    clean up: the survivor's torchrun restarts its workers and admits the replacement, whose
-    directory is empty. Then worker-0 is lost with the store: the survivor exits 138 (retryable),
-    and the recreated pods, both with empty directories, meet in a new rendezvous. Each time the job
+    checkpoint directory and S3 as the only medium they share (tests/support/node_drill.py), through
+    the faults a long job meets. A drain: the kubelet's SIGTERM to one pod's PID 1 (the launcher)
+    only; every rank saves the same step, the drained pod exits retryable (143) and is recreated,
+    the survivor's torchrun restarts its workers (exit 143, never 0: the operator would mark the
+    elastic job Succeeded), and the replacement, its directory empty, resumes with the survivor from
+    the drain's save. Then a node that does not host the rendezvous is lost, launcher and workers,
+    with no chance to clean up: the survivor's torchrun restarts its workers and admits the next
+    replacement. Then worker-0 is lost with the store: the survivor exits 138 (retryable), and the
+    recreated pods, both with empty directories, meet in a new rendezvous. After each loss the job
     resumes from S3's newest complete checkpoint (never from a torn save), and it ends at the right
     step with the losses of an uninterrupted run of the same schedule, which is checked first: two
     torchrun processes whose loss goes down."""
@@ -141,39 +145,97 @@ def test_a_lost_node_is_replaced_and_the_job_resumes_from_its_last_complete_chec
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")
-        job.wait_for_checkpoint(10)
-        job.lose("worker-1")
+        job.wait_for(lambda r: r.get("step", 0) >= 5 and "loss" in r, "a training step")
+        job.drain("worker-1")
+        drained = job.exit_code("worker-1")
+        assert (drained, operator_action(drained)) == (DRAINED_EXIT_CODE, "pod recreated"), job.log(
+            "worker-1"
+        )[-3000:]
+        # The survivor's torchrun restarts its workers, which wait in the rendezvous: it has not
+        # exited (0 would end the job as Succeeded), and every rank saved the agreed step.
+        assert job.nodes["worker-0"].poll() is None, job.log("worker-0")[-3000:]
+        (stopped,) = [r["step"] for _, r in job.records() if r.get("event") == "stopped"]
+        # The periodic saves before the drain (if it came after one), then the drain's, uploaded
+        # whole before the pods exited; each volume holds the same.
+        saved = [*range(10, stopped, 10), stopped]
+        assert job.s3_steps() == saved
+        assert checkpoint.complete_steps(job.volume("worker-1")) == saved
+        job.start("worker-1-replacement")
+        job.wait_for_checkpoint(stopped + 1)
+        drained_ranks = _ranks_after_resuming(job, ("worker-0", "worker-1-replacement"))
+        _assert_each_volume_took_what_its_rank_reads(job, stopped, drained_ranks)
+
+        job.lose("worker-1-replacement")
         newest.append(job.s3_steps()[-1])
         torn = checkpoint.step_dir(job.volume("worker-0"), newest[0] + 5)  # a save never finished
         torn.mkdir()
         (torn / "__0_0.distcp").write_bytes(b"half a shard")
-        job.start("worker-1-replacement")
+        job.start("worker-1-second-replacement")
         job.wait_for_checkpoint(newest[0] + 10)
         job.lose("worker-0")
         newest.append(job.s3_steps()[-1])
-        assert job.exit_code("worker-1-replacement") == RETRYABLE_EXIT_CODE
-        assert "the rendezvous store (127.0.0.1:" in job.log("worker-1-replacement")
+        assert job.exit_code("worker-1-second-replacement") == RETRYABLE_EXIT_CODE
+        assert "the rendezvous store (127.0.0.1:" in job.log("worker-1-second-replacement")
         job.start("worker-0-replacement", hosts_store=True)
         job.start("worker-1-recreated")
         assert job.finish() == {"worker-0-replacement": 0, "worker-1-recreated": 0}
     finally:
         job.stop()
 
-    records = [
-        r
-        for name in ("worker-0", "worker-1-replacement", "worker-0-replacement", "worker-1-recreated")
-        for r in metrics_of(job.log(name))
-    ]
+    assert DRAINED_EXIT_CODE == 143  # 128 + SIGTERM
+    assert "launch: SIGTERM (a drain)" in job.log("worker-1")
+    # The survivor's workers stopped retryable (143), not 0, and were restarted by its torchrun.
+    assert "exitcode  : 143" in job.log("worker-0") or "exitcode: 143" in job.log("worker-0")
+    assert "mismatch" not in job.log("worker-0") + job.log("worker-1")
+    pods = (
+        "worker-0",
+        "worker-1",
+        "worker-1-replacement",
+        "worker-1-second-replacement",
+        "worker-0-replacement",
+        "worker-1-recreated",
+    )
+    records = [r for name in pods for r in metrics_of(job.log(name))]
+    (stop,) = [r for r in records if r.get("event") == "stopped"]
+    assert 5 <= stop["step"] < 40 and stop["reason"] == "SIGTERM"
     starts = [r["resumed_from"] for r in records if r.get("event") == "start"]
-    assert (
-        starts == [0, *newest] and newest[0] < newest[1] < 40
-    )  # each loss: the newest complete, not the torn one
+    # The drain's save, then at each loss the newest complete, not the torn one.
+    assert starts == [0, stopped, *newest] and stopped < newest[0] < newest[1] < 40
     trained = losses(records)
     assert max(trained) == 40 and job.s3_steps()[-1] == 40
     assert checkpoint.complete_steps(job.volume("worker-1-recreated"))[-1] == 40
     for step, value in trained.items():
-        if step % 10:  # a window that straddles a resume is partial; the others match
+        if not any(step - 5 < start < step for start in starts):  # a window cut by a resume is partial
             assert value == pytest.approx(reference[step], abs=2e-3), (step, value, reference[step])
+
+
+def _ranks_after_resuming(job: TwoNodeJob, names: tuple[str, str]) -> dict[str, int]:
+    """Ranks are dealt afresh at the rendezvous, in the order of the nodes' (address, pid) (torch's
+    dynamic_rendezvous `_mark_rendezvous_complete`): a replacement may come back as either rank.
+    Rank 0 prints the metrics, so the node whose log holds the resumed start is rank 0."""
+    resumed_on = [
+        name
+        for name in names
+        if any(r.get("event") == "start" and r["resumed_from"] for r in metrics_of(job.log(name)))
+    ]
+    ranks = {name: 0 if [name] == resumed_on else 1 for name in names}
+    assert sorted(ranks.values()) == [0, 1], resumed_on
+    return ranks
+
+
+def _assert_each_volume_took_what_its_rank_reads(job: TwoNodeJob, step: int, ranks: dict[str, int]) -> None:
+    """Each volume took from S3 what its rank reads: the metadata, rank 0's file (every rank reads
+    it) and its own shard; the replacement's empty directory nothing more."""
+
+    def read_by(rank: int) -> set[str]:
+        return {".metadata", "COMPLETE", "__0_0.distcp", f"__{rank}_0.distcp"}
+
+    def held(name: str) -> set[str]:
+        return {p.name for p in checkpoint.step_dir(job.volume(name), step).iterdir()}
+
+    survivor, replacement = ranks
+    assert held(replacement) == read_by(ranks[replacement])
+    assert read_by(ranks[survivor]) <= held(survivor)
 
 
 @pytest.mark.slow(seconds=15)
