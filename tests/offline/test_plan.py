@@ -121,6 +121,21 @@ def test_plan_exits_zero_and_writes_files(planned):
     assert f"idle total: {idle}" in proc.stdout
 
 
+def test_a_successful_plan_prints_nothing_on_stderr(tmp_path, cli_plans):
+    """Three plans, the module's two and one more: a warning printed only now and then (at exit,
+    by a task or an event loop left open) shows in one of them."""
+    for stack, proc, out in [
+        cli_plans("dev"),
+        cli_plans("prod"),
+        ("dev", run_plan(tmp_path, "dev"), tmp_path / "dev"),
+    ]:
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        # ... and it did plan: the summary on stdout, the resources written.
+        assert proc.stdout.startswith(f"Offline plan of stack '{stack}': "), proc.stdout[:200]
+        written = json.loads((out / "resources.json").read_text())
+        assert any(r["type"] == "eks:index:Cluster" for r in written)
+
+
 def test_resources_json_shape(planned):
     stack, _, out = planned
     resources = json.loads((out / "resources.json").read_text())
