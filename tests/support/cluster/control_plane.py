@@ -48,7 +48,8 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, context: str = "trainsta
 # The API server's live heap here is most of a gigabyte (the operators' CRD schemas, which it holds
 # as trees of small objects), and Go's default collector walked it every time the heap doubled.
 # Collected only near 3 GiB (its resident memory then peaks there) it spent 108 -> 77-82 CPU-seconds
-# over tests/cluster on the 2-core machine; a 1 GiB limit made it worse (129: it collects nonstop).
+# over tests/cluster alone on the 2-core machine (about 12 in a full run, where both cores are busy);
+# a 1 GiB limit made it worse (129: it collects nonstop).
 APISERVER_GC = {"GOGC": "off", "GOMEMLIMIT": "3GiB"}
 
 
