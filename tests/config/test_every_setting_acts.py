@@ -20,6 +20,10 @@ from offline.engine import close_event_loops, run_program
 from offline.plan import named_cluster_fact
 from offline.stack_file import read_stack_file
 
+# One worker runs the module: 155 settings change 28 distinct base plans, each planned once there
+# (`_plan` is cached per process) instead of once on each worker.
+pytestmark = pytest.mark.xdist_group("every-setting")
+
 LEAVES = sorted(key for key, kind, _, _ in reference_rows() if kind not in ("object", "list of objects"))
 
 
