@@ -66,11 +66,10 @@ def test_a_complete_checkpoint_no_rank_set_can_load_ends_the_job_with_a_sentence
     args = ("--checkpoint-every", "10", "--log-every", "5")
     shutil.copytree(uninterrupted_run.directory / "ckpt", volumes[0], ignore=shutil.ignore_patterns("__1_*"))
     assert checkpoint.complete_steps(volumes[0]) == [20, 30, 40]
-
     port = unused_port()
-    second = [static_node(tmp_path, rank, port, volumes[rank], "--steps", "50", *args) for rank in (0, 1)]
-    outs = [proc.communicate(timeout=300)[0] for proc in second]
-    for proc, out in zip(second, outs, strict=True):
+    nodes = [static_node(tmp_path, rank, port, volumes[rank], "--steps", "50", *args) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=300)[0] for proc in nodes]
+    for proc, out in zip(nodes, outs, strict=True):
         assert proc.returncode != 0, out[-3000:]
         assert (
             "checkpoint: step 40 is complete but rank 1 cannot load it: its volume lacks .metadata and "
