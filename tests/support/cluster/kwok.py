@@ -95,23 +95,24 @@ def repository(image: str) -> str:
     return (f"{head}/" if head else "") + last.split(":")[0]
 
 
-def plugin_resource(pod: client.V1Pod) -> str | None:
+def plugin_resource(pod: dict) -> str | None:
     """The extended resource a running device-plugin pod advertises, by its image's repository."""
-    owners = pod.metadata.owner_references or []
-    if not any(o.kind == "DaemonSet" for o in owners):
+    if not any(o.get("kind") == "DaemonSet" for o in pod["metadata"].get("ownerReferences") or []):
         return None
-    for c in pod.spec.containers:
-        command = " ".join((c.command or []) + (c.args or []))
+    for c in pod["spec"]["containers"]:
+        command = " ".join((c.get("command") or []) + (c.get("args") or []))
         if "mps-control-daemon" in command:  # the NVIDIA chart's MPS daemon shares the plugin's image
             continue
-        resource = PLUGIN_REPOSITORIES.get(repository(c.image).rsplit("/", 1)[-1])
+        resource = PLUGIN_REPOSITORIES.get(repository(c["image"]).rsplit("/", 1)[-1])
         if resource:
             return resource
     return None
 
 
 class DevicePlugins:
-    """Keeps each kwok node's extended resources in step with the device plugins running on it."""
+    """Keeps each kwok node's extended resources in step with the device plugins running on it.
+    It reads the lists as JSON: the client's typed objects (a date parse per timestamp) cost more
+    CPU than everything else the harness does between scenarios."""
 
     def __init__(self, api: client.ApiClient, period: float = 0.5):
         self.core = client.CoreV1Api(api)
@@ -126,24 +127,30 @@ class DevicePlugins:
         self._stop.set()
         self._thread.join(timeout=10)
 
+    def _items(self, listed) -> list[dict]:
+        return json.loads(listed.data)["items"]
+
     def sync(self) -> None:
         running: dict[str, set[str]] = {}
-        for pod in self.core.list_pod_for_all_namespaces(field_selector="status.phase=Running").items:
+        pods = self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase=Running", _preload_content=False
+        )
+        for pod in self._items(pods):
             resource = plugin_resource(pod)
-            if resource and pod.spec.node_name and pod.metadata.deletion_timestamp is None:
-                running.setdefault(pod.spec.node_name, set()).add(resource)
-        for n in self.core.list_node().items:
-            hardware = json.loads((n.metadata.annotations or {}).get(HARDWARE_ANNOTATION) or "{}")
-            have = n.status.allocatable or {}
-            want = {r: str(int(c)) for r, c in hardware.items() if r in running.get(n.metadata.name, set())}
+            node = pod["spec"].get("nodeName")
+            if resource and node and not pod["metadata"].get("deletionTimestamp"):
+                running.setdefault(node, set()).add(resource)
+        for n in self._items(self.core.list_node(_preload_content=False)):
+            name = n["metadata"]["name"]
+            hardware = json.loads((n["metadata"].get("annotations") or {}).get(HARDWARE_ANNOTATION) or "{}")
+            have = n.get("status", {}).get("allocatable") or {}
+            want = {r: str(int(c)) for r, c in hardware.items() if r in running.get(name, set())}
             gone = [r for r in PLUGIN_RESOURCES if r in have and r not in want]
             if all(have.get(r) == v for r, v in want.items()) and not gone:
                 continue
             # A strategic merge patch with null removes a resource the plugin no longer serves.
             amounts = {**want, **dict.fromkeys(gone)}
-            self.core.patch_node_status(
-                n.metadata.name, {"status": {"capacity": amounts, "allocatable": amounts}}
-            )
+            self.core.patch_node_status(name, {"status": {"capacity": amounts, "allocatable": amounts}})
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
