@@ -25,7 +25,7 @@ from support.training import (
     torchrun,
 )
 from trainer import checkpoint
-from trainer.data import TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset
+from trainer.data import SYNTHETIC_RULES, TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count
 from trainer.resilience import DRAINED_EXIT_CODE, RETRYABLE_EXIT_CODE
 
@@ -57,6 +57,28 @@ def test_model_is_causal():
 
 def test_token_dtype():
     assert token_dtype(32000) == np.uint16 and token_dtype(128256) == np.uint32
+
+
+def test_synthetic_data_is_runs_of_16_to_63_tokens_each_following_one_rule(tmp_path):
+    vocab = 32_000  # large enough that a run's first token almost never follows a rule by chance
+    path = write_synthetic_dataset(tmp_path / "t.bin", 50_000, vocab, seed=3)
+    tokens = np.fromfile(path, dtype=token_dtype(vocab)).astype(np.int64)
+    assert len(tokens) == 50_000 and tokens.min() >= 0 and tokens.max() < vocab
+
+    def follows(a: int, b: int, run: np.ndarray) -> np.ndarray:
+        return (a * run[:-1] + b) % vocab == run[1:]
+
+    # Only a run's first token breaks the rule: breaks are 16 to 63 tokens apart.
+    breaks = np.flatnonzero(~np.logical_or.reduce([follows(a, b, tokens) for a, b in SYNTHETIC_RULES]))
+    assert np.diff(breaks).min() >= 16 and np.diff(breaks).max() <= 63
+    # Within a run, one rule holds throughout.
+    for start, end in zip(breaks[:-1] + 1, breaks[1:], strict=True):
+        run = tokens[start : end + 1]
+        assert any(follows(a, b, run).all() for a, b in SYNTHETIC_RULES), (start, end)
+    assert (
+        write_synthetic_dataset(tmp_path / "again.bin", 50_000, vocab, seed=3).read_bytes()
+        == path.read_bytes()
+    )
 
 
 def test_ranks_read_disjoint_deterministic_shards(tmp_path):
