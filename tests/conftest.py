@@ -3,26 +3,16 @@ order the suite runs in; the helpers themselves are in tests/support/."""
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 from support.plans import plan
 
 from offline.engine import PlanRun
+from stacks import freeze_what_full_collections_keep
 
-
-def _freeze_what_a_full_collection_kept(phase: str, info: dict) -> None:
-    """A worker holds hundreds of thousands of objects (torch, Pulumi, moto, the Kubernetes
-    client), and each plan's Outputs and tasks push the collector into a full collection every plan
-    or two, which walked them all again: a third of the plan tests' CPU time. What a full
-    collection kept is moved out of the collector's sight (`gc.freeze`), so the next one walks only
-    what is newer. The cost is memory: a frozen object that later ends in a reference cycle is never
-    freed (a worker ends `make test` at about 2 GB)."""
-    if phase == "stop" and info["generation"] == 2:
-        gc.freeze()
-
-
-gc.callbacks.append(_freeze_what_a_full_collection_kept)
+# A worker holds hundreds of thousands of objects (torch, Pulumi, moto, the Kubernetes client) and
+# plans hundreds of stacks: the program's own collector setting (stacks/__init__.py) from the start,
+# collection included. The cost is memory: a worker ends `make test` at about 2 GB.
+freeze_what_full_collections_keep()
 
 
 @pytest.fixture(scope="session")
