@@ -96,3 +96,58 @@ def test_a_rank_that_wants_to_stop_is_heard_within_k_steps(
     # The record of the stop's window counts the stop's save.
     (last,) = [e for e in events if e.get("step") == 10 and "loss" in e]
     assert last["checkpoint_stall_s"] > 0
+
+
+@pytest.mark.parametrize("every", [4, 0])
+def test_python_collects_at_the_same_steps_on_every_rank_not_when_it_likes(
+    tmp_path, monkeypatch, one_rank, steps_trained, every
+):
+    """`--gc-every k`: Python's collector is off while the loop runs, and the loop collects the
+    young generations after the start and after every k-th step, steps every rank reaches (a
+    rank's own full collection stalls it at a step of its choosing, and the others wait for it at
+    the next collective); the collector is back on afterwards. 0 leaves Python's collector be."""
+    import gc
+
+    collected, enabled_while_training = [], []
+    real_collect, real_step = gc.collect, train.train_step
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collected.append((generation, steps_trained[0])))
+
+    def step(*args):
+        enabled_while_training.append(gc.isenabled())
+        return real_step(*args)
+
+    monkeypatch.setattr(train, "train_step", step)
+    try:
+        train.train(config(tmp_path, "--steps", "12", "--gc-every", str(every)), one_rank)
+    finally:
+        monkeypatch.setattr(gc, "collect", real_collect)
+    assert gc.isenabled()
+    if every:
+        assert collected == [(1, 0), (1, 4), (1, 8), (1, 12)] and not any(enabled_while_training)
+    else:
+        assert collected == [] and all(enabled_while_training)
+
+
+def test_gc_every_is_a_number_of_steps():
+    with pytest.raises(SystemExit):
+        parse_args(["--gc-every", "-1"])
+    assert parse_args([]).gc_every == 50  # torchtitan's gc_freq
+
+
+@pytest.mark.parametrize("module", ["train", "launch", "preflight", "ray_train"])
+def test_each_trainer_process_sets_aside_what_its_imports_made_before_main(module):
+    """Each entry point of a pod's processes freezes its import-time objects first thing
+    (trainer.process): none of its later collections walks them, the one at exit included."""
+    import ast
+    from pathlib import Path
+
+    import trainer
+
+    tree = ast.parse((Path(trainer.__file__).parent / f"{module}.py").read_text())
+    (block,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+    ]
+    assert ast.unparse(block.body[0]) == "process.set_aside_startup_objects()"
+    assert "main()" in ast.unparse(block.body[1])

@@ -47,6 +47,7 @@ class TrainConfig:
     compile: bool | None  # None: compiled on GPUs, eager on CPU
     float8: bool
     step_timeout: float
+    gc_every: int
     inject_hang_step: int
     preflight_gpus_per_node: int
     preflight_efa_per_node: int
@@ -122,6 +123,13 @@ def parser() -> argparse.ArgumentParser:
         help="seconds without a finished step before the rank dumps its stacks and exits (0: off); "
         "checkpoint saves pause it",
     )
+    p.add_argument(
+        "--gc-every",
+        type=int,
+        default=50,
+        help="steps between Python's garbage collections, at the same step on every rank "
+        "(0: whenever Python's own collector decides, on each rank apart)",
+    )
     p.add_argument("--inject-hang-step", type=int, default=0, help=argparse.SUPPRESS)  # fault drills, tests
     # Set by the stack on groups whose nodes it checks: the job's own nodes are checked before step 0.
     p.add_argument("--preflight-gpus-per-node", type=int, default=0, help="GPUs each node must show")
@@ -145,6 +153,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     lr, warmup = TRAINING_DEFAULTS[args.model]
     args.lr = lr if args.lr is None else args.lr
     args.warmup_steps = warmup if args.warmup_steps is None else args.warmup_steps
+    if args.gc_every < 0:
+        p.error(f"--gc-every {args.gc_every}: a number of steps, or 0 for Python's own collector")
     max_len = MODEL_SIZES[args.model].max_seq_len
     if not 0 <= args.seq_len <= max_len:
         p.error(f"--seq-len {args.seq_len}: the {args.model} model handles at most {max_len} tokens")

@@ -41,7 +41,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-from trainer import recreations
+from trainer import process, recreations
 from trainer.resilience import (
     PERMANENT_EXIT_CODES,
     RECREATIONS_EXIT_CODE,
@@ -111,4 +111,5 @@ def exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
+    process.set_aside_startup_objects()
     exit_now(main())

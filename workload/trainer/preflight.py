@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trainer import process
 from trainer.distributed import DistContext, init_distributed
 from trainer.resilience import FAILED_EXIT_CODE
 
@@ -191,4 +192,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    process.set_aside_startup_objects()
     sys.exit(main())

@@ -42,7 +42,7 @@ from ray.train import (
 )
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from trainer import checkpoint, storage
+from trainer import checkpoint, process, storage
 from trainer.config import TrainConfig, parse_args
 from trainer.distributed import DistContext, control_group
 from trainer.resilience import FAILED_EXIT_CODE, Drained
@@ -301,4 +301,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    process.set_aside_startup_objects()
     sys.exit(main())

@@ -13,17 +13,19 @@ the `metrics {json}` records rank 0 prints once per log interval (trainer.metric
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, debug_dumps, mlflow_run, preflight
+from trainer import checkpoint, debug_dumps, mlflow_run, preflight, process
 from trainer.config import TrainConfig, parse_args
 from trainer.data import Prefetcher, TokenWindows, resolve_dataset, write_synthetic_dataset
 from trainer.distributed import DistContext, init_distributed
@@ -115,6 +117,29 @@ def train(
     return Loop(cfg, ctx, report, on_checkpoint).run()
 
 
+@contextlib.contextmanager
+def collections_in_lockstep(every: int) -> Iterator[None]:
+    """Python's collector off while the loop runs, the loop collecting every `every` steps, as
+    torchtitan does (torchtitan/tools/utils.py GarbageCollection, its gc_freq 50): a rank's own
+    collection, a full one walking every object torch keeps, stalls it for up to a second at a
+    step of its own choosing, and every other rank waits for it at the next collective. At the
+    same step on every rank, the stalls overlap. Only the young generations are collected (as
+    torchtitan does): what survives them lives for the run anyway. `every` 0 leaves Python's
+    collector as it is. The collector is back on when the loop ends: a Ray worker or a test
+    process goes on."""
+    if not every:
+        yield
+        return
+    was_on = gc.isenabled()
+    gc.disable()
+    gc.collect(1)
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 class Loop:
     """One run: the model resumed from the newest complete checkpoint, and what a step hands the
     next (the logging window, the checkpoint still being written or uploaded)."""
@@ -169,9 +194,10 @@ class Loop:
 
     def run(self) -> dict:
         try:
-            while self.step < self.cfg.steps:
-                if not self.one_step():
-                    break
+            with collections_in_lockstep(self.cfg.gc_every):
+                while self.step < self.cfg.steps:
+                    if not self.one_step():
+                        break
         finally:
             self.watchdog.stop()
             self.loader.close()
@@ -193,6 +219,8 @@ class Loop:
         self.hang_if_drilled()
         self.train_one_batch()
         self.watchdog.beat()
+        if cfg.gc_every and self.step % cfg.gc_every == 0:
+            gc.collect(1)
         every = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
         if not self.agree.due(self.step, cfg.steps):
             if every:  # every rank knows the step: nothing to agree on
@@ -298,4 +326,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    process.set_aside_startup_objects()
     sys.exit(main())
