@@ -151,3 +151,6 @@ def test_each_trainer_process_sets_aside_what_its_imports_made_before_main(modul
     ]
     assert ast.unparse(block.body[0]) == "process.set_aside_startup_objects()"
     assert "main()" in ast.unparse(block.body[1])
+    if module == "ray_train":  # a Ray Train worker process runs the training function, not main
+        (function,) = [n for n in tree.body if getattr(n, "name", "") == "train_loop_per_worker"]
+        assert ast.unparse(function.body[0]) == "process.set_aside_startup_objects()"

@@ -133,6 +133,7 @@ def restore(cfg: TrainConfig, local_rank: int) -> None:
 
 
 def train_loop_per_worker(config: dict) -> None:
+    process.set_aside_startup_objects()  # a Ray worker's imports, as each torchrun worker's
     cfg = TrainConfig.from_dict(config)
     context = ray.train.get_context()
     device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
