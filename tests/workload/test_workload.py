@@ -141,8 +141,13 @@ def test_a_drain_then_two_lost_nodes_each_resume_the_job_from_the_right_checkpoi
     resumes from S3's newest complete checkpoint (never from a torn save), and it ends at the right
     step with the losses of an uninterrupted run of the same schedule, which is checked first: two
     torchrun processes whose loss goes down."""
-    args = ["--steps", "40", "--checkpoint-every", "10", "--log-every", "5", "--collective-timeout", "30"]
-    assert UNINTERRUPTED_ARGS[:6] == tuple(args[:6])  # the reference trains the same schedule
+    # A checkpoint every 5 steps: each loss comes once S3 holds a step newer than the last resume,
+    # and a step's S3 marker lands at the agreement after it, so with saves every 10 the job could
+    # reach step 40 between the newest marker and the loss, on a busy machine (it did).
+    args = ["--steps", "40", "--checkpoint-every", "5", "--log-every", "5", "--collective-timeout", "30"]
+    args += ["--keep-checkpoints", "8"]  # every save stays, on the volumes and in S3, to be looked at
+    # The reference trains the same schedule (when it saves changes no loss).
+    assert (UNINTERRUPTED_ARGS[:2], UNINTERRUPTED_ARGS[4:6]) == (tuple(args[:2]), tuple(args[4:6]))
     uninterrupted = uninterrupted_run.records
     reference = losses(uninterrupted)
     assert sorted(reference) == [5, 10, 15, 20, 25, 30, 35, 40] and reference[40] < reference[5] - 1.0
@@ -178,9 +183,9 @@ def test_a_drain_then_two_lost_nodes_each_resume_the_job_from_the_right_checkpoi
         assert job.nodes["worker-0"].poll() is None, job.log("worker-0")[-3000:]
         (stop,) = [r for _, r in job.records() if r.get("event") == "stopped"]
         stopped = stop["step"]
-        # The periodic saves before the drain (if it came after one), then the drain's, uploaded
-        # whole before the pods exited; each volume holds the same.
-        saved = [*range(10, stopped, 10), stopped]
+        # The periodic saves before the drain, then the drain's, uploaded whole before the pods
+        # exited; each volume holds the same.
+        saved = [*range(5, stopped, 5), stopped]
         assert job.s3_steps() == saved
         assert checkpoint.complete_steps(job.volume("worker-1")) == saved
         job.start("worker-1-replacement")
@@ -190,11 +195,13 @@ def test_a_drain_then_two_lost_nodes_each_resume_the_job_from_the_right_checkpoi
 
         job.lose("worker-1-replacement")
         newest.append(job.s3_steps()[-1])
-        torn = checkpoint.step_dir(job.volume("worker-0"), newest[0] + 5)  # a save never finished
+        # A save that never finished, at a step no save of this schedule uses (worker-0's volume
+        # may already hold the next scheduled step, written but not yet complete).
+        torn = checkpoint.step_dir(job.volume("worker-0"), newest[0] + 3)
         torn.mkdir()
         (torn / "__0_0.distcp").write_bytes(b"half a shard")
         job.start("worker-1-second-replacement")
-        job.wait_for_checkpoint(newest[0] + 10)
+        job.wait_for_checkpoint(newest[0] + 1)
         job.lose("worker-0")
         newest.append(job.s3_steps()[-1])
         assert job.exit_code("worker-1-second-replacement") == RETRYABLE_EXIT_CODE
