@@ -198,6 +198,15 @@ class TwoNodeJob:
         self._wait(found, what)
         return found()[0]
 
+    def starts(self) -> list[dict]:
+        """The start records so far, one per run of the job (a resume is a run)."""
+        return [r for _, r in self.records() if r.get("event") == "start"]
+
+    def wait_for_resume(self, starts_before: int) -> dict:
+        """The start record of the run after the first `starts_before` runs."""
+        self._wait(lambda: len(self.starts()) > starts_before, "resumed run's start")
+        return self.starts()[starts_before]
+
     def s3_steps(self) -> list[int]:
         """The job's complete checkpoints in S3."""
         return checkpoint.s3_complete_steps(self.s3_uri)

@@ -168,7 +168,7 @@ def test_a_drain_then_two_lost_nodes_each_resume_the_job_from_the_right_checkpoi
     ]
 
     job = TwoNodeJob(tmp_path / "job", args, f"s3://ckpt/{tmp_path.name}", env=QUICK_DETECTION)
-    newest = []  # S3's newest complete step at each loss: no step, so no marker, completes after one
+    newest = []  # S3's newest complete step when the job resumes after each loss
     try:
         job.start("worker-0", hosts_store=True)
         job.start("worker-1")
@@ -193,21 +193,28 @@ def test_a_drain_then_two_lost_nodes_each_resume_the_job_from_the_right_checkpoi
         drained_ranks = _ranks_after_resuming(job, ("worker-0", "worker-1-replacement"))
         _assert_each_volume_took_what_its_rank_reads(job, stopped, drained_ranks)
 
+        runs = len(job.starts())
         job.lose("worker-1-replacement")
-        newest.append(job.s3_steps()[-1])
-        # A save that never finished, at a step no save of this schedule uses (worker-0's volume
-        # may already hold the next scheduled step, written but not yet complete).
-        torn = checkpoint.step_dir(job.volume("worker-0"), newest[0] + 3)
+        # A save that never finished, newer than any step the job can resume from (S3's newest at
+        # the loss, or the next, whose marker a surviving rank 0 may have been putting up), at a
+        # step no save of this schedule uses.
+        torn = checkpoint.step_dir(job.volume("worker-0"), job.s3_steps()[-1] + 8)
         torn.mkdir()
         (torn / "__0_0.distcp").write_bytes(b"half a shard")
         job.start("worker-1-second-replacement")
-        job.wait_for_checkpoint(newest[0] + 1)
-        job.lose("worker-0")
+        # Read once the job has resumed: no marker of the resumed run's own comes before its first
+        # save and the agreement after it.
+        job.wait_for_resume(runs)
         newest.append(job.s3_steps()[-1])
+        job.wait_for_checkpoint(newest[0] + 1)
+        runs = len(job.starts())
+        job.lose("worker-0")
         assert job.exit_code("worker-1-second-replacement") == RETRYABLE_EXIT_CODE
         assert "the rendezvous store (127.0.0.1:" in job.log("worker-1-second-replacement")
         job.start("worker-0-replacement", hosts_store=True)
         job.start("worker-1-recreated")
+        job.wait_for_resume(runs)
+        newest.append(job.s3_steps()[-1])
         assert job.finish() == {"worker-0-replacement": 0, "worker-1-recreated": 0}
     finally:
         job.stop()

@@ -74,7 +74,9 @@ def dataset_path(uri: str, cache: Path, seed: int, vocab_size: int, ctx: DistCon
             resolve_dataset(uri, cache)
         dist.barrier(group=ctx.control)
         return resolve_dataset(uri, cache)
-    path = cache / f"synthetic-v{vocab_size}-s{seed}.bin"
+    # "runs2": the generator's draws changed once (trainer.data); a cache written before holds other
+    # tokens, and a job's nodes must read the same ones.
+    path = cache / f"synthetic-runs2-v{vocab_size}-s{seed}.bin"
     if ctx.local_rank == 0 and not path.exists():
         write_synthetic_dataset(path, SYNTHETIC_TOKENS, vocab_size, seed=seed)
     dist.barrier(group=ctx.control)
