@@ -107,3 +107,19 @@ def test_a_copy_from_elsewhere_is_installed_whole_or_not_at_all(tmp_path, monkey
     (checkpoint.step_dir(root, 30) / "__0_0.distcp").write_bytes(b"already here")
     assert checkpoint.install_copy(root, source) == 30  # a complete step is left as it is
     assert (checkpoint.step_dir(root, 30) / "__0_0.distcp").read_bytes() == b"already here"
+
+
+def test_a_step_saved_again_is_not_complete_until_its_new_files_are(tmp_path, control):
+    """A resumed run saves a step again that the run before it had marked complete on this volume:
+    while the new files are written, the step does not look complete."""
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    store = checkpoint.CheckpointStore(tmp_path / "ckpt", control)
+    store.save(10, model, optimizer).finish()
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == [10]
+    step(model, optimizer)
+    pending = store.save(10, model, optimizer, background=True)
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == []  # the earlier run's marker is gone
+    pending.finish()
+    assert checkpoint.complete_steps(tmp_path / "ckpt") == [10]
+    store.close()

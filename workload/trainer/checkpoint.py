@@ -403,6 +403,12 @@ class CheckpointStore:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         path = step_dir(self.root, step)
+        # A resumed run saves again steps the run before it may have marked complete on this volume
+        # (the resume came from an older step every rank could load): the marker goes before any
+        # file is rewritten, so a crash mid-write leaves a torn step, not one that looks complete.
+        # Every rank of the volume unlinks it before the save's first collective, so before any
+        # rank writes.
+        (path / MARKER).unlink(missing_ok=True)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         # One writer thread per rank (FileSystemWriter's thread_count=1): a node's ranks already
