@@ -3,9 +3,8 @@
 import pulumi
 
 from account_checks.world import real_world
-from stacks import build_stack, freeze_what_full_collections_keep
+from stacks import build_stack
 
-freeze_what_full_collections_keep()
 # `pulumi up` meets the real world; the offline plan runs this file in its own (offline/engine/runner.py).
 world = globals().get("WORLD") or real_world()
 for name, value in build_stack(world).items():

@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 from support.plans import plan
 
-from offline.engine import PlanRun
-from stacks import freeze_what_full_collections_keep
+from offline.engine import PlanRun, freeze_what_full_collections_keep
 
 # A worker holds hundreds of thousands of objects (torch, Pulumi, moto, the Kubernetes client) and
-# plans hundreds of stacks: the program's own collector setting (stacks/__init__.py) from the start,
-# collection included. The cost is memory: a worker ends `make test` at about 2 GB.
+# plans hundreds of stacks: the offline engine's collector setting (offline/engine/runner.py) from
+# the start, collection included. The cost is memory: a worker ends `make test` at about 2 GB.
 freeze_what_full_collections_keep()
 
 

@@ -12,7 +12,7 @@ from offline.engine.aws_answers import ACCOUNT_ID, OFFLINE_CALLER_ARN
 from offline.engine.mocks import OfflineMocks
 from offline.engine.pulumi_eks import EKS_CLUSTER_SECURITY_GROUP, ProviderRefusal
 from offline.engine.recording import SECRET_MASK, UNKNOWN_MASK, PlanRun, Registration
-from offline.engine.runner import close_event_loops, run_program
+from offline.engine.runner import close_event_loops, freeze_what_full_collections_keep, run_program
 
 __all__ = [
     "ACCOUNT_ID",
@@ -25,5 +25,6 @@ __all__ = [
     "ProviderRefusal",
     "Registration",
     "close_event_loops",
+    "freeze_what_full_collections_keep",
     "run_program",
 ]

@@ -91,15 +91,14 @@ def test_plans_leave_pickle_as_they_found_it():
     assert (pickle._Pickler._batch_setitems, pickle._Pickler.save_dict) == before
 
 
-def test_the_program_sets_the_collector_once_however_often_it_runs():
-    """The program freezes what each full collection kept (stacks/__init__.py): set by the program
-    itself, so `pulumi up`, the offline plan and the cluster tests' engine all run with it, and once
-    per process, though the offline engine runs the program once per plan."""
+def test_the_offline_engine_sets_the_collector_once_however_many_plans_it_runs():
+    """Each plan freezes what full collections kept (offline/engine/runner.py), set once per
+    process; a live `pulumi up` runs the program with Python's collector as it is."""
     import gc
 
-    import stacks
+    from offline.engine import runner
 
-    hook = stacks._freeze_what_a_full_collection_kept
+    hook = runner._freeze_what_a_full_collection_kept
     saved = list(gc.callbacks)
     gc.callbacks[:] = [c for c in saved if c is not hook]  # the collector reads this very list
     try:
