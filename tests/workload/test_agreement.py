@@ -109,7 +109,7 @@ def test_python_collects_at_the_same_steps_on_every_rank_not_when_it_likes(
     import gc
 
     collected, enabled_while_training = [], []
-    real_collect, real_step = gc.collect, train.train_step
+    real_step = train.train_step
     monkeypatch.setattr(gc, "collect", lambda generation=2: collected.append((generation, steps_trained[0])))
 
     def step(*args):
@@ -117,10 +117,7 @@ def test_python_collects_at_the_same_steps_on_every_rank_not_when_it_likes(
         return real_step(*args)
 
     monkeypatch.setattr(train, "train_step", step)
-    try:
-        train.train(config(tmp_path, "--steps", "12", "--gc-every", str(every)), one_rank)
-    finally:
-        monkeypatch.setattr(gc, "collect", real_collect)
+    train.train(config(tmp_path, "--steps", "12", "--gc-every", str(every)), one_rank)
     assert gc.isenabled()
     if every:
         assert collected == [(1, 0), (1, 4), (1, 8), (1, 12)] and not any(enabled_while_training)

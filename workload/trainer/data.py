@@ -35,14 +35,13 @@ def write_synthetic_dataset(path: Path, n_tokens: int, vocab_size: int, seed: in
     k steps into a run, t = a^k * t0 + b * (a^(k-1) + ... + 1) mod V, from a table per rule.
     """
     rng = np.random.default_rng(seed)
-    rules = SYNTHETIC_RULES
     runs = n_tokens // 16 + 1  # enough: no run is shorter than 16
     lengths = rng.integers(16, 64, size=runs)
-    rule = rng.integers(len(rules), size=runs)
+    rule = rng.integers(len(SYNTHETIC_RULES), size=runs)
     first_token = rng.integers(vocab_size, size=runs)
-    scale = np.empty((len(rules), 64), dtype=np.int64)
-    shift = np.empty((len(rules), 64), dtype=np.int64)
-    for r, (a, b) in enumerate(rules):
+    scale = np.empty((len(SYNTHETIC_RULES), 64), dtype=np.int64)
+    shift = np.empty((len(SYNTHETIC_RULES), 64), dtype=np.int64)
+    for r, (a, b) in enumerate(SYNTHETIC_RULES):
         s, c = 1, 0
         for k in range(64):
             scale[r, k], shift[r, k] = s, c
