@@ -34,6 +34,7 @@ from trainer import checkpoint
 from components.jobs.training_runtime import torch_env
 from support.paths import WORKLOAD
 from support.ports import unused_port
+from support.training import TEST_BATCH
 
 # How soon the launchers see what happened, without changing what they do. An agent looks at its
 # workers every 0.1 s (torchrun's default; the drill's launchers otherwise every 1 s). A lost node
@@ -156,7 +157,7 @@ class TwoNodeJob:
         env = {**os.environ, "OMP_NUM_THREADS": "1", **operator_env, "PET_MONITOR_INTERVAL": "1", **self.env}
         cmd = [sys.executable, "-m", "trainer.launch", "-m", "trainer.train"]
         cmd += ["--data-cache", str(self.tmp / "data"), "--checkpoint-dir", str(self.volume(name))]
-        cmd += ["--s3-checkpoints", self.s3_uri]
+        cmd += ["--s3-checkpoints", self.s3_uri, *TEST_BATCH]
         self.tmp.mkdir(parents=True, exist_ok=True)
         log = (self.tmp / f"{name}.log").open("w")
         proc = subprocess.Popen(

@@ -18,6 +18,7 @@ from support.node_drill import QUICK_DETECTION, TwoNodeJob, operator_action
 from support.paths import WORKLOAD
 from support.training import (
     SHARES_THE_UNINTERRUPTED_RUN,
+    TEST_BATCH,
     UNINTERRUPTED_ARGS,
     end_session,
     losses,
@@ -314,7 +315,7 @@ import sys
 from trainer.ray_train import main
 common = ["--num-workers", "2", "--checkpoint-every", "10", "--log-every", "5",
           "--checkpoint-dir", {str(tmp_path / "ckpt")!r}, "--data-cache", {str(tmp_path / "data")!r},
-          "--storage-path", {str(tmp_path / "ray")!r}]
+          "--storage-path", {str(tmp_path / "ray")!r}, *{TEST_BATCH!r}]
 assert main(common + ["--steps", "20"]) == 0
 # Ray restores its latest reported checkpoint into a worker group (a restart, or a rerun with the
 # same name and storage): here onto a fresh, empty volume. (Resuming from the job's own volume is
