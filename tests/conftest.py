@@ -60,6 +60,7 @@ def moto_server(monkeypatch):
     server.stop()
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run with `-p no:xdist` has no such hook
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` (`make test`): xdist's count (a worker per core) and one more. The suite's tests
     wait a good part of their time on processes they started (pods' rendezvous and detection
