@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -38,6 +39,13 @@ class MlflowServer:
         self.proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+        try:
+            self._wait_until_it_answers()
+        except BaseException:
+            self.stop()  # a start that fails leaves no server behind
+            raise
+
+    def _wait_until_it_answers(self) -> None:
         deadline = time.monotonic() + 120
         while True:
             assert self.proc.poll() is None, (self.root / "server.log").read_text()[-3000:]
@@ -46,8 +54,10 @@ class MlflowServer:
                 with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
                     if response.status == 200:
                         return
-            except OSError:
-                time.sleep(0.3)
+            # Not up yet: refused, reset, or an answer cut short while it starts.
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.3)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
