@@ -203,10 +203,9 @@ class TwoNodeJob:
         """The start records so far, one per run of the job (a resume is a run)."""
         return [r for _, r in self.records() if r.get("event") == "start"]
 
-    def wait_for_resume(self, starts_before: int) -> dict:
-        """The start record of the run after the first `starts_before` runs."""
+    def wait_for_resume(self, starts_before: int) -> None:
+        """Returns once a run after the first `starts_before` has started."""
         self._wait(lambda: len(self.starts()) > starts_before, "resumed run's start")
-        return self.starts()[starts_before]
 
     def s3_steps(self) -> list[int]:
         """The job's complete checkpoints in S3."""
