@@ -31,7 +31,12 @@ for dir in "${folders[@]}"; do
 	if [[ -f $stamp && $(cat "$stamp") == "$(pins "$dir")" ]]; then continue; fi
 	cd "$here/$dir"
 	if [[ $dir == pulumi-kubernetes ]]; then
-		src=$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)/cmd/pulumi-resource-kubernetes
+		# The provider's schema is read from its module's source: download it first (`go list -m` names
+		# no directory for a module not yet in the cache), and stop if it still has none.
+		go mod download github.com/pulumi/pulumi-kubernetes/provider/v4
+		moddir=$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)
+		[[ -n $moddir ]] || { echo "build.sh: no source for github.com/pulumi/pulumi-kubernetes/provider/v4 after go mod download" >&2; exit 1; }
+		src=$moddir/cmd/pulumi-resource-kubernetes
 		cp "$src/schema.json" schema-embed.json
 		cp "$src/terraform-mapping.json" terraform-mapping-embed.json
 		chmod u+w schema-embed.json terraform-mapping-embed.json
