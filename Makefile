@@ -55,7 +55,7 @@ cluster-bins:
 	tools/cluster/build.sh $(TOOLS)/cluster/bin
 
 test: $(VENV)/.installed-test lint lint-workflows $(TOOLS)/helm cluster-bins
-	$(PY) -m pytest -n auto --dist loadgroup
+	TRAINSTACK_REQUIRE_UPSTREAM=1 $(PY) -m pytest -n auto --dist loadgroup
 
 docs: $(VENV)/.installed
 	$(PY) -m config.reference --write docs/config-reference.md

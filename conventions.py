@@ -20,6 +20,19 @@ PART_OF = {"app.kubernetes.io/part-of": "trainstack"}
 # of that stack knows its own, whatever its namespace setting has become.
 STACK_LABEL = "trainstack.dev/stack"
 
+# Objects with a fixed name in the training namespace. On a cluster the stack did not create, that
+# namespace may be the owner's (HyperPod's `kubeflow`, a team's own), holding objects of the same names
+# (`default-deny-ingress` is the Kubernetes docs' own example): there the stack's carry its name
+# (`in_shared_namespace`), so it never creates over, co-owns or deletes the owner's.
+HF_TOKEN_SECRET = "hf-token"
+DEFAULT_DENY_POLICY = "default-deny-ingress"
+
+
+def in_shared_namespace(stack: str, name: str) -> str:
+    """The name of the stack's object `name` in a namespace it does not own."""
+    return f"trainstack-{stack}-{name}"
+
+
 # Node labels. Every GPU node carries its group's name; job pods select their group by it.
 NODE_GROUP_LABEL = "trainstack.dev/node-group"
 INSTANCE_TYPE_LABEL = "trainstack.dev/instance-type"

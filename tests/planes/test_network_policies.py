@@ -12,10 +12,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from support.charts import render
-from support.plans import EXISTING_CLUSTER, plan
+from support.plans import EXISTING_CLUSTER, plan, stack_values
 
 from components.network_policy import DEFAULT_DENY, NAMESPACE_NAME_LABEL
-from conventions import TRACKING_NAMESPACE, TRAINING_NAMESPACE
+from conventions import PART_OF, TRACKING_NAMESPACE, TRAINING_NAMESPACE
+from offline.engine import run_program
 from offline.plan import manifest_of
 
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -262,4 +263,46 @@ def test_an_existing_cluster_gets_the_policies_but_not_the_add_on():
     run = plan("existing", facts=EXISTING_CLUSTER)
     assert not run.by_type("eks:index:Cluster") and not run.by_type("aws:eks/addon:Addon")
     names = {m["metadata"]["name"] for m in manifests(run, POLICY)}
-    assert names == {DEFAULT_DENY, "job-llama-1b-fsdp"}
+    assert names == {"trainstack-existing-default-deny-ingress", "job-llama-1b-fsdp"}
+
+
+def test_in_a_namespace_the_stack_does_not_own_the_deny_is_the_stacks_own_and_selects_its_pods():
+    """The owner's namespace may hold a `default-deny-ingress` of its own (the Kubernetes docs' name)
+    and pods of its own and of other users' jobs: the stack's deny has the stack's name and selects
+    only pods the stack labels, so it neither collides with the owner's policy nor cuts the owner's
+    traffic. On its own cluster the deny keeps its name and covers the whole namespace."""
+    attached = {m["metadata"]["name"]: m for m in manifests(plan("existing", facts=EXISTING_CLUSTER), POLICY)}
+    deny = attached["trainstack-existing-default-deny-ingress"]
+    assert deny["spec"] == {"podSelector": {"matchLabels": dict(PART_OF)}, "policyTypes": ["Ingress"]}
+    own = {m["metadata"]["name"]: m for m in manifests(plan("dev"), POLICY)}
+    assert own[DEFAULT_DENY]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+
+
+def test_the_hf_token_secret_carries_the_stacks_name_in_a_namespace_it_does_not_own():
+    """The owner's namespace may hold a Secret `hf-token` of its own: the stack's is
+    `trainstack-<stack>-hf-token` there, and every job reads that one."""
+    for stack, facts, name in (
+        ("existing", EXISTING_CLUSTER, "trainstack-existing-hf-token"),
+        ("dev", None, "hf-token"),
+    ):
+        values = stack_values(stack, hfToken="hf_test")
+        run = run_program(stack, values, ["trainstack:hfToken"], facts=facts)
+        assert {m["metadata"]["name"] for m in manifests(run, "kubernetes:core/v1:Secret")} >= {name}, stack
+        refs = set()
+        for reg in (r for t in JOB_TYPES for r in run.by_type(t)):
+            refs |= hf_token_refs(manifest_of(reg)[1])
+        assert refs == {name}, (stack, refs)
+
+
+JOB_TYPES = ("kubernetes:kubeflow.org/v1:PyTorchJob", "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob")
+
+
+def hf_token_refs(node: Any) -> set[str]:
+    """The Secrets every HF_TOKEN reference under `node` names."""
+    if isinstance(node, list):
+        return set().union(*(hf_token_refs(n) for n in node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    ref = node.get("secretKeyRef")
+    found = {ref["name"]} if isinstance(ref, dict) and ref.get("key") == "HF_TOKEN" else set()
+    return found.union(*(hf_token_refs(v) for v in node.values()))

@@ -9,12 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from domain.operators import RELEASES
 from offline.nodes import template_text
-from support.paths import ROOT, shared_dir
+from support.paths import ROOT, missing, shared_dir
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -22,7 +21,7 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 def helm() -> Path:
     path = Path(os.environ.get("TRAINSTACK_HELM") or ROOT / ".tools" / "helm")
     if not path.is_file():
-        pytest.skip(f"no helm at {path}: `make .tools/helm` fetches it (or set TRAINSTACK_HELM)")
+        missing(f"no helm at {path}: `make .tools/helm` fetches it (or set TRAINSTACK_HELM)")
     return path
 
 

@@ -9,9 +9,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-import pytest
-
-from support.paths import ROOT
+from support.paths import ROOT, missing
 
 TOOLS = ROOT / "tools" / "cluster"
 BIN = Path(os.environ.get("TRAINSTACK_CLUSTER_BIN") or ROOT / ".tools" / "cluster" / "bin")
@@ -40,7 +38,7 @@ def pinned(folder: str, module: str) -> str:
 def binary(name: str) -> str:
     path = BIN / name
     if not path.is_file():
-        pytest.skip(f"{path} is missing: `make cluster-bins` builds it")
+        missing(f"{path} is missing: `make cluster-bins` builds it")
     return str(path)
 
 
@@ -56,5 +54,5 @@ def module_dir(folder: str, module: str) -> Path:
         env={**os.environ, "GOFLAGS": "-mod=mod"},
     )
     if done.returncode != 0 or not done.stdout.strip():
-        pytest.skip(f"no source of {module} in Go's module cache: `make cluster-bins` downloads it")
+        missing(f"no source of {module} in Go's module cache: `make cluster-bins` downloads it")
     return Path(done.stdout.strip())

@@ -25,6 +25,8 @@ from pathlib import Path
 import yaml
 
 from support.cluster.binaries import binary
+from support.cluster.objects import Objects
+from support.cluster.takeover import TakeoverDetector, exported_state
 from support.paths import ROOT
 
 PROJECT = "trainstack"
@@ -72,12 +74,15 @@ class Outcome:
 
 
 class Engine:
-    """A stack of the unchanged program in `directory`, on the file backend there."""
+    """A stack of the unchanged program in `directory`, on the file backend there. Every `up` and
+    `destroy` runs inside the takeover detector (support/cluster/takeover.py): what was on the cluster
+    before the stack's first operation must come out of each one untouched and present."""
 
-    def __init__(self, directory: Path, bin_dir: Path, stack: str = "cluster"):
+    def __init__(self, directory: Path, bin_dir: Path, stack: str, objects: Objects):
         self.dir = directory
         self.stack = stack
         self.bin_dir = bin_dir
+        self.detector = TakeoverDetector(objects)
         for name in ("pulumi", "pulumi-resource-kubernetes"):
             binary(name)
         (directory / "state").mkdir(parents=True, exist_ok=True)
@@ -130,6 +135,16 @@ class Engine:
             )
 
     def __call__(self, operation: str, timeout: float = 600) -> Outcome:
+        changing = operation in ("up", "destroy")
+        if changing:
+            self.detector.before()
+        outcome = self._run(operation, timeout)
+        if changing:
+            state = exported_state(str(self.bin_dir / "pulumi"), self.dir, self.stack, self.env)
+            self.detector.after(operation, state)
+        return outcome
+
+    def _run(self, operation: str, timeout: float) -> Outcome:
         done = subprocess.run(
             [sys.executable, "-m", "support.cluster.engine", operation, str(self.dir), self.stack],
             cwd=ROOT,

@@ -101,7 +101,7 @@ class Objects:
 
 def inventory(cluster) -> set[tuple[str, str, str]]:
     """(kind, namespace, name) of every object of INVENTORY's kinds the cluster serves."""
-    served = {(a, k) for a, k in INVENTORY if _serves(cluster.objects, a, k)}
+    served = {(a, k) for a, k in INVENTORY if serves(cluster.objects, a, k)}
     return {
         (kind, o["metadata"].get("namespace") or "", o["metadata"]["name"])
         for api_version, kind in INVENTORY
@@ -110,7 +110,7 @@ def inventory(cluster) -> set[tuple[str, str, str]]:
     }
 
 
-def _serves(objects: Objects, api_version: str, kind: str) -> bool:
+def serves(objects: Objects, api_version: str, kind: str) -> bool:
     try:
         objects.resource(api_version, kind)
     except ResourceNotFoundError:
