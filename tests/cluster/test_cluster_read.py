@@ -1,9 +1,14 @@
 """The read a `pulumi up` makes of a cluster it did not create, against the real API server: a user
-it refuses (401) or does not authorize (403) and an endpoint nobody answers at each end the program
-with one sentence; Helm's release Secrets come back as their metadata only, never their payload."""
+it refuses (401) or does not authorize (403), an endpoint nobody answers, one that never completes a
+connection and one that takes the request and never answers each end the program with one sentence,
+within the read's timeouts; Helm's release Secrets come back as their metadata only, never their
+payload, and only from the namespaces of the stack's own releases."""
 
 from __future__ import annotations
 
+import socket
+import ssl
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +17,7 @@ from support.cluster.harness import CLUSTER_GROUP
 from support.cluster.pki import Pki
 from support.ports import unused_port
 
+from account_checks import cluster_access
 from account_checks.cluster_access import ClusterAddress, ClusterReadError, live_clients
 from account_checks.cluster_inventory import HELM_OWNER_LABEL
 from account_checks.operator_decisions import CRD_NAMES, read_operators
@@ -106,3 +112,97 @@ def test_helm_release_secrets_are_read_as_their_metadata_only(cluster):
     assert secret == {"kind": "Secret", "metadata": secret["metadata"]}
     assert secret["metadata"]["labels"] == {label: value, "name": "reader-probe"}
     assert ("kube-system", "reader-probe") in inventory.helm_releases()
+
+
+# A server that stalls stops after this long, so that a read without its timeouts ends in a
+# different error instead of hanging the suite.
+STALL_SECONDS = 20
+
+
+@pytest.fixture
+def short_timeouts(monkeypatch):
+    """The read's timeouts at 1 s each: what is under test is that they bound every request."""
+    monkeypatch.setattr(cluster_access, "CONNECT_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(cluster_access, "READ_TIMEOUT_SECONDS", 1.0)
+
+
+def timed_out(kind: str) -> str:
+    return f"it could not be reached or did not answer within 1 s (connect) and 1 s (read): {kind}" + NOTHING
+
+
+def test_an_address_that_never_completes_a_connection_ends_at_the_connect_timeout(
+    cluster, tmp_path, short_timeouts
+):
+    """A listener whose accept queue is full: Linux drops further SYNs, so a connect hangs as it does
+    to an address behind a firewall that drops packets."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):  # the queue holds backlog + 1; the rest are left pending
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        admin = yaml.safe_load(cluster.kubeconfig.read_text())["users"][0]["user"]
+        address = kubeconfig(cluster, tmp_path / "kubeconfig", admin, f"https://127.0.0.1:{port}")
+        assert refused(address) == prefix(address) + timed_out("ConnectTimeoutError")
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+def test_a_server_that_takes_the_request_and_never_answers_ends_at_the_read_timeout(
+    cluster, tmp_path, short_timeouts
+):
+    """TLS completes with a certificate the kubeconfig trusts, the request is read, no answer comes."""
+    pair = cluster.control_plane.pki.issue("stalling-server", "127.0.0.1", server=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pair.cert, pair.key)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with context.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            done.wait(STALL_SECONDS)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        admin = yaml.safe_load(cluster.kubeconfig.read_text())["users"][0]["user"]
+        server_url = f"https://127.0.0.1:{listener.getsockname()[1]}"
+        address = kubeconfig(cluster, tmp_path / "kubeconfig", admin, server_url)
+        assert refused(address) == prefix(address) + timed_out("ReadTimeoutError")
+    finally:
+        done.set()
+        server.join(5)
+        listener.close()
+
+
+def test_helm_release_secrets_of_other_namespaces_are_not_read(cluster):
+    """The stack reads Helm's release Secrets only where its own releases live: a team's release in
+    its own namespace is neither listed nor reported."""
+    namespace, name = "team-elsewhere", "sh.helm.release.v1.team-app.v1"
+    label, value = HELM_OWNER_LABEL.split("=")
+    cluster.core.create_namespace({"metadata": {"name": namespace}})
+    cluster.core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": name, "labels": {label: value, "name": "team-app"}},
+            "type": "helm.sh/release.v1",
+            "stringData": {"release": "another team's release"},
+        },
+    )
+    try:
+        inventory = read(ClusterAddress(kubeconfig_file=str(cluster.kubeconfig), context=CONTEXT))
+    finally:
+        cluster.delete_namespace(namespace)
+    assert not [o for o in inventory.of_kind("Secret") if o["metadata"].get("namespace") == namespace]
+    assert (namespace, "team-app") not in inventory.helm_releases()

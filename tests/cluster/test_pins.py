@@ -29,7 +29,7 @@ NOT_SERVED = {
     ("pulumi-kubernetes", "github.com/pulumi/pulumi-kubernetes/provider/v4"): (
         "v4.34.2",
         "v4.0.0-20260115033456-f47bc2d6f199",
-        "the only version served: the commit after 4.24.0 of 2026-01-15",
+        "the only version served: v4.25.0, the commit its tag names (f47bc2d6f199, 2026-01-15)",
     ),
 }
 

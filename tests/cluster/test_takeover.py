@@ -1,0 +1,93 @@
+"""The takeover detector's rules (support/cluster/takeover.py) on objects as the API server returns
+them: what counts as the stack reaching an object that was not its own."""
+
+from __future__ import annotations
+
+import copy
+
+from support.cluster.takeover import Held, declared_patches, violations
+
+SECRET = ("v1", "Secret", "team", "hf-token")
+POLICY = ("networking.k8s.io/v1", "NetworkPolicy", "team", "default-deny-ingress")
+
+
+def obj(uid: str = "u1", managers=("kubectl-client-side-apply",), labels=None, owners=()) -> dict:
+    return {
+        "metadata": {
+            "uid": uid,
+            "labels": dict(labels or {}),
+            "managedFields": [{"manager": m, "operation": "Apply"} for m in managers],
+            "ownerReferences": [dict(o) for o in owners],
+        }
+    }
+
+
+def held(o: dict) -> Held:
+    return Held.of(copy.deepcopy(o))
+
+
+def test_an_object_left_alone_is_no_violation():
+    before = {SECRET: held(obj()), POLICY: held(obj("u2"))}
+    after = {
+        SECRET: held(obj(managers=("kubectl-client-side-apply", "kube-controller-manager"))),
+        POLICY: held(obj("u2")),
+    }
+    assert violations(before, after, set()) == []
+
+
+def test_the_providers_field_manager_labels_and_owners_are_each_a_takeover():
+    before = {SECRET: held(obj())}
+    ssa = held(obj(managers=("kubectl-client-side-apply", "pulumi-kubernetes-2a9c7f1e")))
+    assert violations(before, {SECRET: ssa}, set()) == [
+        "Secret team/hf-token: gained the field manager pulumi-kubernetes-2a9c7f1e"
+    ]
+    labelled = held(obj(labels={"app.kubernetes.io/managed-by": "pulumi"}))
+    assert violations(before, {SECRET: labelled}, set()) == [
+        "Secret team/hf-token: gained app.kubernetes.io/managed-by=pulumi"
+    ]
+    owned = held(obj(owners=({"uid": "job-1", "controller": False},)))
+    assert violations(before, {SECRET: owned}, set()) == ["Secret team/hf-token: gained owner job-1"]
+
+
+def test_a_deleted_or_recreated_object_is_a_violation_unless_its_controller_replaces_it():
+    before = {SECRET: held(obj()), POLICY: held(obj("u2"))}
+    assert violations(before, {POLICY: held(obj("u3"))}, set()) == [
+        "NetworkPolicy team/default-deny-ingress: replaced",
+        "Secret team/hf-token: deleted",
+    ]
+    pod = ("v1", "Pod", "team", "worker-0")
+    controlled = {pod: held(obj(owners=({"uid": "rs", "controller": True},)))}
+    assert violations(controlled, {}, set()) == []
+
+
+def test_a_declared_patch_may_be_co_owned():
+    namespace = ("v1", "Namespace", "", "team")
+    before = {namespace: held(obj())}
+    after = {namespace: held(obj(managers=("kubectl-client-side-apply", "pulumi-kubernetes-1")))}
+    assert violations(before, after, {namespace}) == []
+    assert violations(before, after, set()) != []
+
+
+def test_patches_are_read_from_the_stacks_state():
+    state = {
+        "deployment": {
+            "resources": [
+                {"type": "kubernetes:core/v1:NamespacePatch", "outputs": {"metadata": {"name": "team"}}},
+                {
+                    "type": "kubernetes:core/v1:SecretPatch",
+                    "outputs": {
+                        "metadata": {"name": "sh.helm.release.v1.kueue.v1", "namespace": "kueue-system"}
+                    },
+                },
+                {
+                    "type": "kubernetes:core/v1:Secret",
+                    "outputs": {"metadata": {"name": "s", "namespace": "team"}},
+                },
+                {"type": "pulumi:providers:kubernetes", "outputs": {}},
+            ]
+        }
+    }
+    assert declared_patches(state) == {
+        ("v1", "Namespace", "", "team"),
+        ("v1", "Secret", "kueue-system", "sh.helm.release.v1.kueue.v1"),
+    }
