@@ -2,8 +2,9 @@
 runs the HyperPod dependencies chart (a real `helm install`: support/cluster/hyperpod.py, which names
 the charts standing in for its remote dependencies) with kwok nodes labelled as the plan's facts give
 HyperPod's nodes, and the system nodes. HyperPod's task governance runs Kueue: the harness's Kueue is
-the cluster's, and so is its KubeRay. No container runs, so the chart's training operator is the
-harness's pinned training-operator process, standing in for the chart's Deployment.
+the cluster's, and so is its KubeRay. No container runs, so the chart's training operator runs as
+training operator v1.7.0 (the version of the chart's image) with the arguments of the chart's
+Deployment.
 
 The stack is aimed at the cluster by kubeconfig, with a prebuilt image, the hfToken secret set to a
 test value, and the user's FSx claim made beforehand in the namespace the user made, beside the user's
@@ -21,7 +22,7 @@ import base64
 import pytest
 from support.cluster.engine import Engine
 from support.cluster.harness import CLUSTER_GROUP, Cluster
-from support.cluster.hyperpod import TRAINING_OPERATOR_NAMESPACE, TRAINING_OPERATOR_SCHEMES, install
+from support.cluster.hyperpod import TRAINING_OPERATOR, TRAINING_OPERATOR_PROGRAM, install
 from support.cluster.objects import admitted_jobs, inventory
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
@@ -161,7 +162,7 @@ def hyperpod(tmp_path_factory):
         system = cluster.add_nodes(groups.pop(SYSTEM_GROUP))
         gpu = {name: cluster.add_nodes(node) for name, node in groups.items()}
         stack.chart = install(cluster.kubeconfig, tmp_path_factory.mktemp("hyperpod-chart"))
-        cluster.operators.training_operator_process(TRAINING_OPERATOR_NAMESPACE, TRAINING_OPERATOR_SCHEMES)
+        cluster.operators.training_operator_of(*TRAINING_OPERATOR, TRAINING_OPERATOR_PROGRAM)
         selector = stack.plan.cfg.existing_cluster.system_nodes.node_selector
         cluster.operators.kuberay(selector)
         cluster.operators.kueue(selector)  # last: it sets up each job kind's integration once served

@@ -7,12 +7,15 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 
+import yaml
 from support.cluster.binaries import BIN, TOOLS, pinned, programs
+from support.cluster.hyperpod import CHART
 from support.paths import ROOT, missing
 
 from components.operators import JOBSET_IMAGE, TRAINING_OPERATOR
 from config.cluster import ClusterConfig
 from domain.operators import RELEASES
+from offline.nodes import charts_dir
 
 # (folder, module): (what the stack pins, what is built instead, why).
 NOT_SERVED = {
@@ -48,6 +51,10 @@ def test_operators_are_the_versions_the_stack_installs():
     assert pinned("kueue", "sigs.k8s.io/kueue") == f"v{RELEASES['kueue'].version}"
     assert pinned("training-operator", "github.com/kubeflow/training-operator") == TRAINING_OPERATOR.version
     assert pinned("trainer", "github.com/kubeflow/trainer/v2") == f"v{RELEASES['trainer'].version}"
+    # HyperPod's chart runs kubeflow/training-operator:v1-855e096, a v1.7 build.
+    chart = charts_dir() / CHART / "charts" / "training-operators" / "values.yaml"
+    assert yaml.safe_load(chart.read_text())["image"]["tag"] == "v1-855e096"
+    assert pinned("training-operator-hyperpod", "github.com/kubeflow/training-operator") == "v1.7.0"
     # JobSet is the Trainer chart's subchart: the image the stack names is the controller built.
     assert pinned("jobset", "sigs.k8s.io/jobset") == JOBSET_IMAGE["tag"]
     assert pinned("trainer", "sigs.k8s.io/jobset") == JOBSET_IMAGE["tag"]

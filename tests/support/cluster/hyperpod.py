@@ -33,11 +33,11 @@ SUBSTITUTES = {
     "aws-efa-k8s-device-plugin": ("aws-efa-k8s-device-plugin-v0.5.30", "v0.5.30"),
 }
 LEFT_OUT = {"cert-manager"}
-# The training-operators subchart's Deployment (its image, kubeflow/training-operator:v1-855e096, is a
-# v1.7 build; the harness runs the pinned v1.9.4 process in its place) and the job kinds it runs. The
-# v1.9.4 operator has no MXJob: the schemes of the chart's list that it knows.
-TRAINING_OPERATOR_NAMESPACE = "kubeflow"
-TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "tfjob", "xgboostjob", "paddlejob")
+# The training-operators subchart's Deployment, whose image (kubeflow/training-operator:v1-855e096) is
+# a v1.7 build: the harness runs training-operator v1.7.0 (tools/cluster/training-operator-hyperpod)
+# with the chart's arguments, every scheme of its list included.
+TRAINING_OPERATOR = ("kubeflow", "hyperpod-dependencies-training-operators")
+TRAINING_OPERATOR_PROGRAM = "training-operator-v1.7"
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
 

@@ -213,15 +213,26 @@ class Operators:
         self.objects.apply_all(_namespaced(objs, namespace))
         self._run_training_operator(namespace, port, ("pytorchjob",))
 
-    def training_operator_process(self, namespace: str, schemes: tuple[str, ...]) -> None:
-        """The training operator's process alone, standing in for the pod of a Deployment another
-        install laid on the cluster (kwok runs that pod, not its container), with the Secret its
-        certificate rotator keeps. No webhook configuration is laid: where that install has none,
-        the API server calls none, and the rotator goes on without it (cert-controller v0.16.0
-        pkg/rotator ReconcileWH.ensureCerts skips a webhook configuration it does not find)."""
-        pem = self._training_operator_certs(namespace)
-        self.objects.apply(_secret("training-operator-webhook-cert", namespace, pem))
-        self._run_training_operator(namespace, unused_port(), schemes)
+    def training_operator_of(self, namespace: str, name: str, program: str) -> None:
+        """The process of a training operator Deployment another install laid on the cluster (kwok
+        runs its pod, not its container): `program`, the pinned build of the version its image is,
+        with the arguments its container was given and its namespace, its listeners moved to free
+        ports of 127.0.0.1. HyperPod's chart runs a v1.7 build (kubeflow/training-operator:v1-855e096),
+        which serves no webhook: the API server calls none, as on HyperPod."""
+        deployment = self.objects.get("apps/v1", "Deployment", name, namespace)
+        assert deployment is not None, f"no Deployment {namespace}/{name}"
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        given = [*(container.get("command") or [])[1:], *(container.get("args") or [])]
+        probe = unused_port()
+        argv = [
+            binary(program),
+            *given,
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{probe}",
+            f"--monitoring-port={unused_port()}",  # v1.7's name for the webhook server's port
+        ]
+        self.processes.start(program, argv, {**self.env, "MY_POD_NAMESPACE": namespace})
+        self._wait_ready(program, probe)
 
     def _training_operator_certs(self, namespace: str) -> dict[str, bytes]:
         # Its rotator (pkg/cert) keeps this Secret and writes it to its fixed certificate folder.
