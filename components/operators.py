@@ -7,7 +7,8 @@ installed here (`HelmOperator.enabled` false), and the device plugins it install
 the config describes (`gpu_groups`), not labels only the stack's own groups carry. What it installs
 there carries the stack's name (`STACK_LABEL`: on each Helm release's Secret, on the training
 operator's Deployment), so a later run knows its own operators from others', and the CRDs it applies
-stay when it is destroyed (`retain_crds`): deleting a CRD deletes every object of its kind.
+stay when it is destroyed: those it applies itself by `retain_crds`, those its Helm releases hold by
+Helm's own keep policy (`KEEP_CRDS`). Deleting a CRD deletes every object of its kind.
 
 Every upstream piece is installed from its official source at a pinned version (`RELEASES`,
 `TRAINING_OPERATOR`): Helm charts as real Helm releases (`helm list` shows them; atomic, so a
@@ -30,6 +31,14 @@ from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, STACK_LABE
 from domain.operators import INSTANCE_TYPE_NODE_LABEL, RELEASES, TRAINING_OPERATOR_DEPLOYMENT, HelmChart
 
 HELM_TIMEOUT_SECONDS = 600
+# A Helm post-renderer (tools/helm-keep-crds) that gives every CRD of a release
+# `helm.sh/resource-policy: keep`: Kueue's and Trainer's charts ship their CRDs as templates, which
+# `helm uninstall` deletes with every object of their kinds; Helm leaves those its stored manifest
+# marks keep (helm v3.18 pkg/action/uninstall.go filterManifestsToKeep). The provider runs it by
+# this path, relative to the project's directory, the provider's working directory (pulumi
+# sdk/go/common/resource/plugin/plugin.go ExecPlugin: cmd.Dir = the context's Pwd), so the path in
+# the state is the same on every machine.
+KEEP_CRDS = "./tools/helm-keep-crds"
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
 
@@ -324,7 +333,8 @@ def helm_release(
 ) -> k8s.helm.v3.Release:
     """A real Helm release of `chart` at its pinned version (or the config's), atomic: a failed
     install rolls back. An OCI chart is named by its full reference, a repository chart by name.
-    With an `owner`, the release's Secret carries the stack's name (`owner_label`)."""
+    With an `owner` (a cluster the stack did not create), the release's Secret carries the stack's
+    name (`owner_label`) and its CRDs outlive it (`KEEP_CRDS`)."""
     oci = chart.repository.startswith("oci://")
     release = k8s.helm.v3.Release(
         chart.release,
@@ -339,6 +349,7 @@ def helm_release(
         cleanup_on_fail=True,
         timeout=HELM_TIMEOUT_SECONDS,
         skip_crds=skip_crds,
+        postrender=KEEP_CRDS if operator.owner is not None else None,
         opts=opts,
     )
     if operator.owner is not None:
