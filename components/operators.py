@@ -121,6 +121,7 @@ class HelmOperator:
     version: str | None
     values: dict[str, Any]
     owner: str | None = None  # on a cluster the stack did not create: the stack's name, labelled on it
+    repository: str | None = None  # a mirror every chart comes from (operators.chartRepository)
 
 
 @dataclass(frozen=True)
@@ -332,15 +333,17 @@ def helm_release(
     skip_crds: bool = False,
 ) -> k8s.helm.v3.Release:
     """A real Helm release of `chart` at its pinned version (or the config's), atomic: a failed
-    install rolls back. An OCI chart is named by its full reference, a repository chart by name.
+    install rolls back. An OCI chart is named by its full reference, a repository chart by name; a
+    mirror (`operator.repository`) serves every chart under its upstream name and version.
     With an `owner` (a cluster the stack did not create), the release's Secret carries the stack's
     name (`owner_label`) and its CRDs outlive it (`KEEP_CRDS`)."""
-    oci = chart.repository.startswith("oci://")
+    repository = operator.repository.rstrip("/") if operator.repository else chart.repository
+    oci = repository.startswith("oci://")
     release = k8s.helm.v3.Release(
         chart.release,
         name=chart.release,
-        chart=f"{chart.repository}/{chart.chart}" if oci else chart.chart,
-        repository_opts=None if oci else {"repo": chart.repository},
+        chart=f"{repository}/{chart.chart}" if oci else chart.chart,
+        repository_opts=None if oci else {"repo": repository},
         version=operator.version or chart.version,
         namespace=chart.namespace,
         create_namespace=True,

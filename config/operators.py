@@ -14,6 +14,7 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 # The ray-project/kuberay commit each KubeRay chart version's tag names: the stack applies that
 # chart's CRDs from the commit, since a tag can be moved (components/operators.py).
 KUBERAY_CRD_COMMITS = {"1.7.0": "59d663aeec13760646da3db9c1cf8cfe883e30b7"}  # v1.7.0
+_CHART_REPOSITORY = re.compile(r"(oci|https?)://[^\s/]+(/\S*)?")
 _CHART_VERSION = re.compile(r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?")
 # What the stack does with an operator on a cluster it did not create (on its own cluster it installs).
 MODES = ("auto", "install", "reuse")
@@ -99,6 +100,13 @@ class OperatorsConfig:
         "Kubernetes cluster autoscaler (Helm): scales GPU groups from minNodes per job, on system nodes.",
         factory=HelmOperatorConfig,
     )
+    chart_repository: str | None = setting(
+        "chartRepository",
+        "Where every chart comes from instead of its upstream repository, each under its own chart name and "
+        "version: an OCI registry (oci://<host>/<path>, e.g. charts mirrored into ECR) or a Helm repository "
+        "(https://...), for clusters that reach no public chart repository.",
+        None,
+    )
 
     def on_any_cluster(self) -> dict[str, ClusterOperatorConfig | TrainingOperatorConfig]:
         """The operators a cluster may already run, by config key."""
@@ -121,6 +129,14 @@ class OperatorsConfig:
 
 def check_operators(o: OperatorsConfig, r: Reader) -> None:
     k = f"{PROJECT}:operators"
+    if o.chart_repository is not None and not _CHART_REPOSITORY.fullmatch(o.chart_repository):
+        r.problem(
+            f"{k}.chartRepository",
+            o.chart_repository,
+            "not a chart repository Helm can read",
+            "oci://<host>/<path> (an OCI registry) or https://<host>/<path> (a Helm repository; http:// on a "
+            "private network)",
+        )
     if o.training_operator.ref is not None and not _COMMIT.fullmatch(o.training_operator.ref):
         r.problem(
             f"{k}.trainingOperator.ref",

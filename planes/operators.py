@@ -25,8 +25,8 @@ from planes.attached import kubeconfig_path
 from planes.compute import ComputePlane
 
 
-def helm_operator(c) -> HelmOperator:
-    return HelmOperator(c.enabled, c.version, c.values)
+def helm_operator(c, repository: str | None) -> HelmOperator:
+    return HelmOperator(c.enabled, c.version, c.values, repository=repository)
 
 
 def cluster_address(cfg: StackConfig, account: Account | None) -> ClusterAddress:
@@ -75,7 +75,7 @@ def operators_plane(
         return c.enabled and (key not in decisions or decisions[key].action == "install")
 
     def helm(key: str, c) -> HelmOperator:
-        return HelmOperator(installs(key, c), c.version, c.values, owner)
+        return HelmOperator(installs(key, c), c.version, c.values, owner, ops.chart_repository)
 
     labels = group_labels(cfg)
     return ClusterOperators(

@@ -43,7 +43,9 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
             namespace_name=pods.namespace_name,
             queues=specs,
             kueue=operators.kueue,
-            cluster_autoscaler=helm_operator(cfg.operators.cluster_autoscaler),
+            cluster_autoscaler=helm_operator(
+                cfg.operators.cluster_autoscaler, cfg.operators.chart_repository
+            ),
             cluster_name=eks_cluster_name(cfg.stack),
             system_selector=by_group[SYSTEM_GROUP].node_selector,
             region=cfg.region,

@@ -196,6 +196,7 @@ TABLE = [
     Change(HYPERPOD, "jobs[0].hyperpod.deepHealthCheck", "required"),
     Change(HYPERPOD, "jobs[0].hyperpod.maxRetries", 9),
     Change(DEV, "hfToken", "hf_x"),
+    Change(DEV, "operators.chartRepository", "oci://123456789012.dkr.ecr.us-east-1.amazonaws.com/charts"),
     Change(DEV, "trackingToken", "t", EXTERNAL),
     # A secret shows in a plan as [secret]: set against unset.
     Change(DEV, "trackingPassword", "pw", EXTERNAL, also={"tracking.username": "u"}),
