@@ -63,5 +63,5 @@ def test_without_a_mirror_each_chart_comes_from_its_upstream_repository():
 def test_a_mirror_helm_cannot_read_is_refused_with_its_key(value):
     (found,) = [p for p in problems(operators={"chartRepository": value}) if "chartRepository" in p]
     assert found.startswith(
-        f'trainstack:operators.chartRepository = "{value}": not a chart repository Helm can read"
+        f'trainstack:operators.chartRepository = "{value}": not a chart repository Helm can read'
     )
