@@ -155,6 +155,13 @@ def kueue_manager_config(pods_ready_timeout_minutes: int) -> dict[str, Any]:
     }
 
 
+# The chart as git holds it names a staging image at `release-0.19` (pulled Always); the published
+# 0.19.2 chart names the release image (kubernetes-sigs/kueue hack/helm-chart-package.sh rewrites
+# controllerManager.manager.image when it packages a promoted tag). The stack pins the published
+# values, so a mirror of either copy runs the release.
+KUEUE_IMAGE = {"repository": "registry.k8s.io/kueue/kueue", "tag": "v0.19.2", "pullPolicy": "IfNotPresent"}
+
+
 def kueue_values(
     pods_ready_timeout_minutes: int,
     system_selector: dict[str, str],
@@ -164,7 +171,7 @@ def kueue_values(
     return {
         "controllerManager": {
             "nodeSelector": dict(system_selector),
-            "manager": {"podAnnotations": annotation},
+            "manager": {"podAnnotations": annotation, "image": dict(KUEUE_IMAGE)},
         },
         "managerConfig": {
             "controllerManagerConfigYaml": yaml.safe_dump(

@@ -13,6 +13,7 @@ from support.cluster.hyperpod import CHART
 from support.paths import ROOT, missing
 
 from components.operators import JOBSET_IMAGE, TRAINING_OPERATOR
+from components.queueing import KUEUE_IMAGE
 from config.cluster import ClusterConfig
 from domain.operators import RELEASES
 from offline.nodes import charts_dir
@@ -49,6 +50,7 @@ def test_kubernetes_is_the_minor_the_stack_deploys():
 
 def test_operators_are_the_versions_the_stack_installs():
     assert pinned("kueue", "sigs.k8s.io/kueue") == f"v{RELEASES['kueue'].version}"
+    assert pinned("kueue", "sigs.k8s.io/kueue") == KUEUE_IMAGE["tag"]
     assert pinned("training-operator", "github.com/kubeflow/training-operator") == TRAINING_OPERATOR.version
     assert pinned("trainer", "github.com/kubeflow/trainer/v2") == f"v{RELEASES['trainer'].version}"
     # HyperPod's chart runs kubeflow/training-operator:v1-855e096, a v1.7 build.
