@@ -107,6 +107,10 @@ class ControlPlane:
                 # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints refuse.
                 "--endpoint-reconciler-type=none",
                 "--enable-priority-and-fairness=false",
+                # Webhooks and APIServices named by Service are called at an endpoint (a pod's address)
+                # instead of the Service's cluster IP, which nothing proxies here: how a chart's own
+                # webhook configuration reaches the operator's pod on the tier.
+                "--enable-aggregator-routing=true",
                 "--profiling=false",
             ],
             env=APISERVER_GC,

@@ -7,9 +7,12 @@ language runtime to the CLI itself (`pulumi up --client`, pulumi pkg/engine/plug
 the CLI does the rest as for any program. A stack operation runs in its own process
 (`python -m support.cluster.engine`), away from the mocks other tests set in theirs.
 
-    python -m support.cluster.engine up|preview|destroy|refresh WORK_DIR STACK
+    python -m support.cluster.engine up|preview|unchanged|destroy|refresh WORK_DIR STACK
 
-WORK_DIR holds Pulumi.yaml and Pulumi.STACK.yaml; the environment names the backend and passphrase
+`unchanged` is `pulumi preview --refresh --expect-no-changes`: it fails where the cluster, read again,
+differs from the state or the program would change anything. WORK_DIR holds Pulumi.yaml and
+Pulumi.STACK.yaml, and stands for the project's directory, where the provider runs what the program
+names by a relative path (`./tools/helm-keep-crds`); the environment names the backend and passphrase
 (`Engine.env`). Prints one JSON line: the operation's change summary."""
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ def run(operation: str, work_dir: str, stack_name: str) -> dict:
     if operation == "preview":
         result = stack.preview(color="never", on_output=print, diff=True)
         return {"changes": result.change_summary}
+    if operation == "unchanged":
+        result = stack.preview(
+            color="never", on_output=print, diff=True, refresh=True, expect_no_changes=True
+        )
+        return {"changes": result.change_summary}
     if operation == "destroy":
         result = stack.destroy(color="never", on_output=print)
         return {"result": result.summary.result, "changes": result.summary.resource_changes or {}}
@@ -86,6 +94,8 @@ class Engine:
         for name in ("pulumi", "pulumi-resource-kubernetes"):
             binary(name)
         (directory / "state").mkdir(parents=True, exist_ok=True)
+        if not (directory / "tools").exists():
+            (directory / "tools").symlink_to(ROOT / "tools")
         (directory / "Pulumi.yaml").write_text(
             yaml.safe_dump(
                 {"name": PROJECT, "runtime": {"name": "python"}, "description": "trainstack under test"}

@@ -26,8 +26,11 @@ PROBE_NAMESPACE = "default"
 
 
 class Cluster:
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, probed: tuple[str, ...] = ()):
+        """`probed`: namespaces whose pods the harness makes Ready only once their readiness probe
+        passes (support/cluster/pods.py), instead of kwok at once."""
         self.dir = directory
+        self.probed = probed
         self.control_plane = ControlPlane(directory)
         self.kubeconfig = self.control_plane.kubeconfig
         self.processes = self.control_plane.processes
@@ -43,7 +46,7 @@ class Cluster:
         self.api = kube_config.new_client_from_config(str(self.kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.objects = Objects(self.api)
-        start_kwok(self.processes, self.kubeconfig)
+        start_kwok(self.processes, self.kubeconfig, self.probed)
         self.processes.wait_until(
             "the default ServiceAccount",
             lambda: self.core.read_namespaced_service_account("default", "default") is not None,
@@ -61,11 +64,14 @@ class Cluster:
             self.device_plugins.stop()
         self.control_plane.stop()
 
-    def add_nodes(self, node: Node, count: int | None = None) -> list[str]:
+    def add_nodes(
+        self, node: Node, count: int | None = None, pod_cidrs: list[str] | None = None
+    ) -> list[str]:
         """`count` (default: the group's most) kwok nodes shaped like `node`, once Ready, untainted by
         the node lifecycle controller (so in kube-controller-manager's node cache, which the
-        DaemonSet controller shares), and in the scheduler's cache."""
-        names = create_nodes(self.core, node, node.max_nodes if count is None else count)
+        DaemonSet controller shares), and in the scheduler's cache; `pod_cidrs`, one per node, the
+        ranges their pods' addresses come from."""
+        names = create_nodes(self.core, node, node.max_nodes if count is None else count, pod_cidrs)
         self.wait("nodes Ready and untainted", lambda: all(self._ready(n) for n in names))
         self.scheduler_has_seen(names)
         return names

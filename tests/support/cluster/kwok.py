@@ -14,6 +14,7 @@ import json
 import threading
 from pathlib import Path
 
+import yaml
 from kubernetes import client
 
 from conventions import EFA_RESOURCE, GPU_RESOURCE
@@ -30,12 +31,20 @@ STAGES = (
     "pod/fast/pod-complete.yaml",
     "pod/fast/pod-delete.yaml",
 )
+# The harness's own stages (files beside this one), after kwok's.
+OWN_STAGES = ("pod-exit-code.yaml",)
 # The device plugins' image repositories (the last path element), and what each advertises.
 PLUGIN_REPOSITORIES = {"k8s-device-plugin": GPU_RESOURCE, "aws-efa-k8s-device-plugin": EFA_RESOURCE}
 
 
-def start_kwok(processes: Processes, kubeconfig: Path) -> None:
+def start_kwok(processes: Processes, kubeconfig: Path, probed: tuple[str, ...] = ()) -> None:
+    """kwok with its shipped fast stages; pods in the `probed` namespaces start Running but not Ready
+    (`probed_stages`): their readiness is the harness's, from their own readiness probes."""
     stages = module_dir("kwok", "sigs.k8s.io/kwok") / "kustomize" / "stage"
+    configs = [stages / s for s in STAGES]
+    configs += [Path(__file__).parent / s for s in OWN_STAGES]
+    if probed:
+        configs = probed_stages(configs, probed, processes.log_dir)
     processes.start(
         "kwok",
         [
@@ -43,9 +52,46 @@ def start_kwok(processes: Processes, kubeconfig: Path) -> None:
             f"--kubeconfig={kubeconfig}",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             "--node-lease-duration-seconds=40",
-            *[f"--config={stages / s}" for s in STAGES],
+            *[f"--config={c}" for c in configs],
         ],
     )
+
+
+READY_STAGE = "pod/fast/pod-ready.yaml"
+# kwok's pod-ready status as it sets it, and the same pod before its readiness probe passes.
+READY_LINES = (
+    ('status: "True"\n        type: Ready', 'status: "False"\n        type: Ready'),
+    ('status: "True"\n        type: ContainersReady', 'status: "False"\n        type: ContainersReady'),
+    ("name: {{ .name | Quote }}\n        ready: true", "name: {{ .name | Quote }}\n        ready: false"),
+)
+
+
+def probed_stages(configs: list[Path], probed: tuple[str, ...], directory: Path) -> list[Path]:
+    """kwok's shipped stages, but its pod-ready stage split: as shipped for pods outside `probed`, and
+    for pods in those namespaces the same status (Running, the pod's address) with the pod not
+    Ready, as a kubelet leaves a container whose readiness probe has not passed yet."""
+    found = []
+    for path in configs:
+        if not str(path).endswith(READY_STAGE):
+            found.append(path)
+            continue
+        stage = yaml.safe_load(path.read_text())
+        outside = {"key": ".metadata.namespace", "operator": "NotIn", "values": list(probed)}
+        inside = {"key": ".metadata.namespace", "operator": "In", "values": list(probed)}
+        shipped = json.loads(json.dumps(stage))
+        shipped["spec"]["selector"]["matchExpressions"].append(outside)
+        waiting = json.loads(json.dumps(stage))
+        waiting["metadata"]["name"] = "pod-running-unready"
+        waiting["spec"]["selector"]["matchExpressions"].append(inside)
+        template = waiting["spec"]["next"]["statusTemplate"]
+        for ready, unready in READY_LINES:
+            assert ready in template, f"kwok's {READY_STAGE} no longer sets {ready!r}"
+            template = template.replace(ready, unready)
+        waiting["spec"]["next"]["statusTemplate"] = template
+        for name, obj in (("pod-ready.yaml", shipped), ("pod-running-unready.yaml", waiting)):
+            (directory / name).write_text(yaml.safe_dump(obj, sort_keys=False))
+            found.append(directory / name)
+    return found
 
 
 def _quantity(resource: str, amount: float) -> str:
@@ -56,7 +102,9 @@ def _quantity(resource: str, amount: float) -> str:
     return str(int(amount))
 
 
-def node_object(node: Node, index: int) -> dict:
+def node_object(node: Node, index: int, pod_cidr: str | None = None) -> dict:
+    """A kwok node of `node`'s group; kwok gives its pods addresses from `pod_cidr` (its own default
+    range when None)."""
     name = f"{node.group}-{index}"
     return {
         "apiVersion": "v1",
@@ -66,7 +114,7 @@ def node_object(node: Node, index: int) -> dict:
             "labels": {**node.labels, "kubernetes.io/hostname": name},
             "annotations": {KWOK_ANNOTATION: "fake", HARDWARE_ANNOTATION: json.dumps(node.extended)},
         },
-        "spec": {"taints": [dict(t) for t in node.taints]},
+        "spec": {"taints": [dict(t) for t in node.taints], **({"podCIDR": pod_cidr} if pod_cidr else {})},
     }
 
 
@@ -76,13 +124,15 @@ def node_status(node: Node) -> dict:
     return {"status": {"capacity": dict(amounts), "allocatable": dict(amounts)}}
 
 
-def create_nodes(core: client.CoreV1Api, node: Node, count: int) -> list[str]:
+def create_nodes(
+    core: client.CoreV1Api, node: Node, count: int, pod_cidrs: list[str] | None = None
+) -> list[str]:
     """`count` kwok nodes of the group; their status carries what kubelet would report. It is sent
     with the node (the API server keeps a new node's status): kwok's node-initialize stage keeps the
     allocatable it finds, and puts its own 1k CPUs and 1Ti where it finds none."""
     names = []
     for i in range(count):
-        body = node_object(node, i) | node_status(node)
+        body = node_object(node, i, pod_cidrs[i] if pod_cidrs else None) | node_status(node)
         core.create_node(body)
         names.append(body["metadata"]["name"])
     return names

@@ -102,14 +102,23 @@ class Operators:
 
     # --- Kueue ----------------------------------------------------------------------------------
 
-    def kueue(self, system_selector: dict[str, str], pods_ready_timeout_minutes: int = 15) -> None:
-        """Kueue as the stack installs it: the chart with the stack's values (components.queueing)."""
+    def kueue(
+        self,
+        system_selector: dict[str, str],
+        pods_ready_timeout_minutes: int = 15,
+        frameworks: tuple[str, ...] | None = None,
+    ) -> None:
+        """Kueue as the stack installs it: the chart with the stack's values (components.queueing);
+        `frameworks`: the job kinds its Configuration manages instead of the stack's (a Kueue the
+        cluster's owner configured)."""
         namespace = "kueue-system"
         objs = helm_template(
             charts_dir() / f"kueue-{pinned('kueue', 'sigs.k8s.io/kueue').lstrip('v')}",
             "kueue",
             namespace,
-            kueue_values(pods_ready_timeout_minutes, system_selector, provisioning=False),
+            _managing(
+                kueue_values(pods_ready_timeout_minutes, system_selector, provisioning=False), frameworks
+            ),
         )
         port, probe = unused_port(), unused_port()
         config = next(
@@ -349,6 +358,17 @@ def _secret(name: str, namespace: str, data: dict[str, bytes]) -> dict:
         "metadata": {"name": name, "namespace": namespace},
         "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
     }
+
+
+def _managing(values: dict, frameworks: tuple[str, ...] | None) -> dict:
+    """Kueue's chart values with its Configuration's integrations.frameworks set to `frameworks`
+    (None: as they are). The chart takes the Configuration as one string (managerConfig)."""
+    if frameworks is None:
+        return values
+    config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    config["integrations"]["frameworks"] = list(frameworks)
+    values["managerConfig"]["controllerManagerConfigYaml"] = yaml.safe_dump(config, sort_keys=False)
+    return values
 
 
 def _manager_config(config_map: dict) -> dict:
