@@ -8,7 +8,7 @@ the config describes (`gpu_groups`), not labels only the stack's own groups carr
 there carries the stack's name (`STACK_LABEL`: on each Helm release's Secret, on the training
 operator's Deployment), so a later run knows its own operators from others', and the CRDs it applies
 stay when it is destroyed: those it applies itself by `retain_crds`, those its Helm releases hold by
-Helm's own keep policy (`KEEP_CRDS`). Deleting a CRD deletes every object of its kind.
+Helm's own keep policy (`KEEP_ON_UNINSTALL`, on every cluster). Deleting a CRD deletes every object of its kind.
 
 Every upstream piece is installed from its official source at a pinned version (`RELEASES`,
 `TRAINING_OPERATOR`): Helm charts as real Helm releases (`helm list` shows them; atomic, so a
@@ -31,14 +31,16 @@ from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, STACK_LABE
 from domain.operators import INSTANCE_TYPE_NODE_LABEL, RELEASES, TRAINING_OPERATOR_DEPLOYMENT, HelmChart
 
 HELM_TIMEOUT_SECONDS = 600
-# A Helm post-renderer (tools/helm-keep-crds) that gives every CRD of a release
-# `helm.sh/resource-policy: keep`: Kueue's and Trainer's charts ship their CRDs as templates, which
-# `helm uninstall` deletes with every object of their kinds; Helm leaves those its stored manifest
-# marks keep (helm v3.18 pkg/action/uninstall.go filterManifestsToKeep). The provider runs it by
-# this path, relative to the project's directory, the provider's working directory (pulumi
-# sdk/go/common/resource/plugin/plugin.go ExecPlugin: cmd.Dir = the context's Pwd), so the path in
-# the state is the same on every machine.
-KEEP_CRDS = "./tools/helm-keep-crds"
+# A Helm post-renderer (tools/helm-keep-on-uninstall) every release runs through: it marks what
+# `helm uninstall` must leave `helm.sh/resource-policy: keep`, which Helm reads from the release's
+# stored manifest (helm v3.18 pkg/action/uninstall.go filterManifestsToKeep). The CRDs: Kueue's and
+# Trainer's charts ship theirs as templates, which an uninstall would delete with every object of their
+# kinds, other stacks' included. Aggregated ClusterRoles: kube-controller-manager recreates one the
+# uninstall deletes, and the uninstall then waits for it to its timeout (the script says how). The
+# provider runs it by this path, relative to the project's directory, the provider's working
+# directory (pulumi sdk/go/common/resource/plugin/plugin.go ExecPlugin: cmd.Dir = the context's Pwd),
+# so the path in the state is the same on every machine.
+KEEP_ON_UNINSTALL = "./tools/helm-keep-on-uninstall"
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
 
@@ -335,8 +337,8 @@ def helm_release(
     """A real Helm release of `chart` at its pinned version (or the config's), atomic: a failed
     install rolls back. An OCI chart is named by its full reference, a repository chart by name; a
     mirror (`operator.repository`) serves every chart under its upstream name and version.
-    With an `owner` (a cluster the stack did not create), the release's Secret carries the stack's
-    name (`owner_label`) and its CRDs outlive it (`KEEP_CRDS`)."""
+    Its CRDs and aggregated ClusterRoles outlive it (`KEEP_ON_UNINSTALL`). With an `owner` (a cluster
+    the stack did not create), the release's Secret carries the stack's name (`owner_label`)."""
     repository = operator.repository.rstrip("/") if operator.repository else chart.repository
     oci = repository.startswith("oci://")
     release = k8s.helm.v3.Release(
@@ -352,7 +354,7 @@ def helm_release(
         cleanup_on_fail=True,
         timeout=HELM_TIMEOUT_SECONDS,
         skip_crds=skip_crds,
-        postrender=KEEP_CRDS if operator.owner is not None else None,
+        postrender=KEEP_ON_UNINSTALL,
         opts=opts,
     )
     if operator.owner is not None:

@@ -12,7 +12,7 @@ the CLI does the rest as for any program. A stack operation runs in its own proc
 `unchanged` is `pulumi preview --refresh --expect-no-changes`: it fails where the cluster, read again,
 differs from the state or the program would change anything. WORK_DIR holds Pulumi.yaml and
 Pulumi.STACK.yaml, and stands for the project's directory, where the provider runs what the program
-names by a relative path (`./tools/helm-keep-crds`); the environment names the backend and passphrase
+names by a relative path (`./tools/helm-keep-on-uninstall`); the environment names the backend and passphrase
 (`Engine.env`). Prints one JSON line: the operation's change summary."""
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ DaemonSet runs there, as the kubelet's device manager does when the plugin regis
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -60,10 +61,11 @@ def start_kwok(processes: Processes, kubeconfig: Path, probed: tuple[str, ...] =
 READY_STAGE = "pod/fast/pod-ready.yaml"
 # kwok's pod-ready status as it sets it, and the same pod before its readiness probe passes.
 READY_LINES = (
-    ('status: "True"\n        type: Ready', 'status: "False"\n        type: Ready'),
-    ('status: "True"\n        type: ContainersReady', 'status: "False"\n        type: ContainersReady'),
-    ("name: {{ .name | Quote }}\n        ready: true", "name: {{ .name | Quote }}\n        ready: false"),
-)
+    (re.compile(r'status: "True"(\n\s*type: Ready\n)'), r'status: "False"\1'),
+    (re.compile(r'status: "True"(\n\s*type: ContainersReady\n)'), r'status: "False"\1'),
+    (re.compile(r"(name: \{\{ \.name \| Quote \}\}\n\s*)ready: true(\n\s*restartCount: 0\n\s*state:\n\s*running:)"),
+     r"\1ready: false\2"),
+)  # fmt: skip
 
 
 def probed_stages(configs: list[Path], probed: tuple[str, ...], directory: Path) -> list[Path]:
@@ -85,8 +87,8 @@ def probed_stages(configs: list[Path], probed: tuple[str, ...], directory: Path)
         waiting["spec"]["selector"]["matchExpressions"].append(inside)
         template = waiting["spec"]["next"]["statusTemplate"]
         for ready, unready in READY_LINES:
-            assert ready in template, f"kwok's {READY_STAGE} no longer sets {ready!r}"
-            template = template.replace(ready, unready)
+            template, count = ready.subn(unready, template)
+            assert count == 1, f"kwok's {READY_STAGE} no longer sets {ready.pattern!r} once"
         waiting["spec"]["next"]["statusTemplate"] = template
         for name, obj in (("pod-ready.yaml", shipped), ("pod-running-unready.yaml", waiting)):
             (directory / name).write_text(yaml.safe_dump(obj, sort_keys=False))

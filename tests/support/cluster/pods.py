@@ -11,8 +11,10 @@ rest as a kubelet would for that pod:
     a mount namespace of the process's own, the Secret's keys kept in step with the Secret as the
     kubelet's volume manager keeps them (the operators' certificate rotators write their Secret after
     start and wait for the files);
-  - its credentials: a token of the pod's service account (TokenRequest), so the chart's RBAC is what
-    the program can do;
+  - its credentials: the service account's projected files (a token the API server issues for it by
+    TokenRequest, the cluster's CA, the namespace) and the API server's address in the environment,
+    so the program finds the API server in-cluster as in its pod, and the chart's RBAC is what it
+    can do;
   - its address: the listeners the config file binds to every interface (`:8081`) bind to the pod's
     address, which the host's routing table makes local (`local_pod_range`), so the API server reaches
     a webhook through the chart's Service, its endpoints and `--enable-aggregator-routing`;
@@ -24,10 +26,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import re
 import ssl
 import subprocess
 import threading
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,9 +67,20 @@ def local_pod_range(cidr: str):
         subprocess.run(["ip", "route", "del", "local", cidr, "dev", "lo"], capture_output=True, check=False)
 
 
+# The listeners a manager's Configuration binds when its file names none: the same defaults in Kueue
+# 0.19.2 (apis/config/v1beta2/defaults.go), JobSet 0.12.0 (api/config/v1alpha1/defaults.go) and
+# Trainer 2.3.0 (pkg/apis/config/v1alpha1/configuration_types.go): every interface.
+DEFAULT_LISTENERS = {"health": ("healthProbeBindAddress", ":8081"), "metrics": ("bindAddress", ":8443")}
+
+
 def served_at(config: object, ip: str) -> object:
-    """A manager's config file with every listener on all interfaces (`:8081`, `0.0.0.0:8443`) on the
-    pod's address, and its webhook server's host the pod's address."""
+    """A manager's config file with every listener on all interfaces (`:8081`, `0.0.0.0:8443`, those
+    it binds by default included) on the pod's address, and its webhook server's host the pod's
+    address: two pods' programs never share a port of this machine."""
+    if isinstance(config, dict) and str(config.get("apiVersion", "")).startswith("config."):
+        config = {**config, "webhook": {**(config.get("webhook") or {})}}
+        for section, (key, default) in DEFAULT_LISTENERS.items():
+            config[section] = {key: default, **(config.get(section) or {})}
     if isinstance(config, dict):
         found = {k: served_at(v, ip) for k, v in config.items()}
         if isinstance(found.get("webhook"), dict):
@@ -86,6 +101,7 @@ class Running:
     ip: str
     proc: subprocess.Popen
     secrets: dict[str, str]  # mount path -> Secret name
+    static: dict[str, dict[str, bytes]]  # mount path -> its files (the service account's projection)
     probe: tuple[str, int, str] | None  # scheme, port, path
     ready: bool = False
     written: dict[str, bytes] = field(default_factory=dict)
@@ -153,14 +169,28 @@ class OperatorPods:
         folder = self.dir / f"{namespace}-{name}"
         folder.mkdir(parents=True, exist_ok=True)
         volumes = {v.name: v for v in pod.spec.volumes or []}
+        token = self._token(pod)
+        ca = Path(self.kubeconfig["clusters"][0]["cluster"]["certificate-authority"]).read_bytes()
+        static: dict[str, dict[str, bytes]] = {}
         files: dict[str, str] = {}  # mount path -> the file written for it
         folders: list[str] = []  # mount paths that are a tmpfs of the process's own
         secrets: dict[str, str] = {}
         for mount in container.volume_mounts or []:
             volume = volumes.get(mount.name)
-            if volume is None or volume.projected is not None:  # the service account's token: below
+            if volume is None:
                 continue
-            if volume.config_map is not None and mount.sub_path:
+            # Its path as this host resolves it (/var/run is a link to /run): the process's view under
+            # /proc/<pid>/root follows no absolute link of its own.
+            where = os.path.realpath(mount.mount_path)
+            if volume.projected is not None:  # the service account's token, CA and namespace
+                Path(where).mkdir(parents=True, exist_ok=True)
+                folders.append(where)
+                static[where] = {
+                    "token": token.encode(),
+                    "ca.crt": ca,
+                    "namespace": namespace.encode(),
+                }
+            elif volume.config_map is not None and mount.sub_path:
                 data = self.core.read_namespaced_config_map(volume.config_map.name, namespace).data
                 text = data[mount.sub_path]
                 if mount.sub_path.endswith((".yaml", ".yml")):
@@ -169,16 +199,19 @@ class OperatorPods:
                 path.write_text(text)
                 files[mount.mount_path] = str(path)
             elif volume.secret is not None or volume.empty_dir is not None:
-                Path(mount.mount_path).mkdir(parents=True, exist_ok=True)  # a mount point on this host
-                folders.append(mount.mount_path)
+                Path(where).mkdir(parents=True, exist_ok=True)  # a mount point on this host
+                folders.append(where)
                 if volume.secret is not None:
-                    secrets[mount.mount_path] = volume.secret.secret_name
+                    secrets[where] = volume.secret.secret_name
         args = [*(container.command or [])[1:], *(container.args or [])]
         for i, arg in enumerate(args):
             flag, eq, value = arg.partition("=")
             if eq and value in files:
                 args[i] = f"{flag}={files[value]}"
-        env = {"KUBECONFIG": str(self._pod_kubeconfig(pod, folder))}
+        # What the kubelet gives every container to find the API server in-cluster (with the service
+        # account's files above): its address, since nothing here proxies the `kubernetes` Service.
+        server = urllib.parse.urlsplit(self.kubeconfig["clusters"][0]["cluster"]["server"])
+        env = {"KUBERNETES_SERVICE_HOST": server.hostname, "KUBERNETES_SERVICE_PORT": str(server.port)}
         fields = {"metadata.namespace": namespace, "metadata.name": name, "status.podIP": ip,
                   "spec.serviceAccountName": pod.spec.service_account_name or "default"}  # fmt: skip
         for e in container.env or []:
@@ -186,47 +219,68 @@ class OperatorPods:
                 env[e.name] = e.value
             elif e.value_from is not None and e.value_from.field_ref is not None:
                 env[e.name] = fields[e.value_from.field_ref.field_path]
-        mounts = " && ".join(f"mount -t tmpfs tmpfs {f}" for f in folders) or "true"
-        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh",
-                binary(program), *args]  # fmt: skip
+        # The volumes' files are in place before the program starts, as the kubelet has them.
+        contents = self._contents(namespace, secrets, static)
+        steps = []
+        for i, where in enumerate(folders):
+            staged = folder / "volumes" / str(i)
+            staged.mkdir(parents=True, exist_ok=True)
+            for key, content in contents.get(where, {}).items():
+                (staged / key).write_bytes(content)
+            steps.append(f"mount -t tmpfs tmpfs {where} && cp -a {staged}/. {where}/")
+        script = " && ".join([*steps, 'exec "$@"'])
+        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", binary(program), *args]
         process = f"{program}@{name}"
         proc = self.processes.start(process, argv, env)
-        return Running(process, namespace, name, ip, proc, secrets, _probe_of(container))
+        run = Running(process, namespace, name, ip, proc, secrets, static, _probe_of(container))
+        for where, files in contents.items():
+            for key, content in files.items():
+                run.written[f"/proc/{proc.pid}/root{where}/{key}"] = content
+        return run
 
-    def _pod_kubeconfig(self, pod, folder: Path) -> Path:
-        """A kubeconfig for the API server as the pod's service account, with a token the API server
-        issues for it (TokenRequest), as the kubelet projects one into the pod."""
+    def _contents(
+        self, namespace: str, secrets: dict[str, str], static: dict[str, dict[str, bytes]]
+    ) -> dict[str, dict[str, bytes]]:
+        """mount path -> its files now: the projected ones, and each Secret's keys (none before the
+        Secret exists: the certificate rotators make theirs)."""
+        found = dict(static)
+        for mount_path, secret in secrets.items():
+            try:
+                data = self.core.read_namespaced_secret(secret, namespace).data or {}
+            except client.ApiException as err:
+                if err.status != 404:
+                    raise
+                data = {}
+            found[mount_path] = {k: base64.b64decode(v) for k, v in data.items()}
+        return found
+
+    def _token(self, pod) -> str:
+        """A token of the pod's service account, issued by the API server (TokenRequest), as the
+        kubelet projects one into the pod."""
         account = pod.spec.service_account_name or "default"
-        token = self.core.create_namespaced_service_account_token(
+        return self.core.create_namespaced_service_account_token(
             account, pod.metadata.namespace, {"spec": {"expirationSeconds": 24 * 3600}}
         ).status.token
-        config = {**self.kubeconfig, "users": [{"name": "pod", "user": {"token": token}}]}
-        config["contexts"] = [{**c, "context": {**c["context"], "user": "pod"}} for c in config["contexts"]]
-        path = folder / "kubeconfig"
-        path.write_text(yaml.safe_dump(config))
-        return path
 
     def _sync(self, run: Running) -> None:
         """Each Secret volume's keys as files in the process's own mount of it (under /proc/<pid>/root,
-        its view of the filesystem), rewritten when the Secret changes."""
-        for mount_path, secret in run.secrets.items():
-            try:
-                data = self.core.read_namespaced_secret(secret, run.namespace).data or {}
-            except client.ApiException as err:
-                if err.status == 404:  # not written yet: the rotator makes it
-                    continue
-                raise
+        its view of the filesystem), rewritten when the Secret changes, as the kubelet's volume
+        manager keeps them."""
+        for mount_path, contents in self._contents(run.namespace, run.secrets, {}).items():
             root = Path(f"/proc/{run.proc.pid}/root") / mount_path.lstrip("/")
-            for key, value in data.items():
-                content = base64.b64decode(value)
+            try:  # its own tmpfs yet? (mounted just after the process starts)
+                if root.stat().st_dev == Path(mount_path).stat().st_dev:
+                    continue
+            except OSError:
+                continue
+            for key, content in contents.items():
                 target = root / key
                 if run.written.get(str(target)) == content:
                     continue
-                with contextlib.suppress(OSError):  # the mount is made just after the process starts
-                    staged = root / f".{key}.tmp"
-                    staged.write_bytes(content)
-                    staged.rename(target)
-                    run.written[str(target)] = content
+                staged = root / f".{key}.tmp"
+                staged.write_bytes(content)
+                staged.rename(target)
+                run.written[str(target)] = content
 
     def _probe(self, run: Running) -> bool:
         if run.probe is None:
