@@ -93,13 +93,13 @@ class HyperPodStack:
         """What the user made before the stack: the namespace (unless there), the FSx claim in it,
         bound to a volume (any class: nothing mounts it), and the user's own Secret and
         namespace-wide deny at the names the stack uses in a namespace it owns."""
-        for obj in USERS_OWN:
-            self.cluster.objects.apply({**obj, "metadata": {**obj["metadata"], "namespace": namespace}})
         claim = self.config["trainstack:existingCluster"]["checkpointClaim"]
         if self.cluster.objects.get("v1", "Namespace", namespace) is None:
             self.cluster.objects.apply(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
             )
+        for obj in USERS_OWN:
+            self.cluster.objects.apply({**obj, "metadata": {**obj["metadata"], "namespace": namespace}})
         access = {"accessModes": ["ReadWriteMany"], "storageClassName": "fsx-sc"}
         self.cluster.objects.apply(
             {

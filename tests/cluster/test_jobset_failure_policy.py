@@ -19,6 +19,7 @@ import itertools
 import pytest
 from support.cluster.harness import CLUSTER_GROUP
 from support.cluster.stacks import PREBUILT_IMAGE
+from support.node_drill import jobset_action
 from trainer.resilience import CONFIG_EXIT_CODE
 
 from components.jobs.pods import Checkpoints
@@ -121,6 +122,12 @@ def gang(cluster, nodes):
     cluster.delete_namespace(namespace)
 
 
+def model(code: int) -> str:
+    """What the CPU drills' model (support/node_drill.py jobset_action) says of the gang's pods all
+    exiting with `code`: held to what the real controllers did, case by case."""
+    return jobset_action(RUNTIME, {f"node-{i}": code for i in range(GANG)})
+
+
 def condition(jobset: dict, kind: str) -> dict | None:
     """The JobSet's condition of type `kind`, when True."""
     conditions = (jobset.get("status") or {}).get("conditions") or []
@@ -137,6 +144,7 @@ def test_a_permanent_exit_fails_the_jobset_without_a_restart(gang):
     (job_failed,) = [c for c in gang.job()["status"]["conditions"] if c["type"] == "Failed"]
     assert job_failed["reason"] == "PodFailurePolicy", job_failed
     assert {p.metadata.labels[RESTART_ATTEMPT] for p in gang.pods()} == {"0"}
+    assert model(CONFIG_EXIT_CODE) == "job set failed"
 
 
 @pytest.mark.parametrize("code", [1, 137])
@@ -152,6 +160,7 @@ def test_any_other_exit_restarts_the_whole_gang_which_then_completes(gang, code)
     pods = gang.pods()
     assert len(pods) == GANG, pods
     assert {(p.metadata.labels[RESTART_ATTEMPT], p.status.phase) for p in pods} == {("1", "Succeeded")}
+    assert model(code) == "gang restarted"
 
 
 def test_exit_0_on_every_pod_completes_the_jobset(gang):
@@ -161,3 +170,4 @@ def test_exit_0_on_every_pod_completes_the_jobset(gang):
     pods = gang.pods()
     assert len(pods) == GANG, pods
     assert {(p.metadata.labels[RESTART_ATTEMPT], p.status.phase) for p in pods} == {("0", "Succeeded")}
+    assert model(0) == "job set completed"
