@@ -1,6 +1,7 @@
-"""The session's cluster (tests/support/cluster/). Every test module here marks itself with the
+"""The session's cluster (tests/support/cluster/). Every test module here on it marks itself with the
 xdist group `cluster` (CLUSTER_GROUP), so `--dist loadgroup` runs them on one worker against one
-control plane, one after another."""
+control plane, one after another; those that start a control plane of their own are the group
+`cluster-own` (OWN_CLUSTER_GROUP), on another worker at the same time."""
 
 from __future__ import annotations
 

@@ -19,13 +19,13 @@ import subprocess
 import pulumi
 import pytest
 from support.cluster.decisions import decide, existing_config
-from support.cluster.harness import CLUSTER_GROUP, Cluster
+from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
 from support.cluster.stacks import planned
 
 from conventions import EFA_RESOURCE, GPU_RESOURCE, SYSTEM_GROUP
 from offline.nodes import charts_dir, helm_binary
 
-pytestmark = CLUSTER_GROUP
+pytestmark = OWN_CLUSTER_GROUP
 
 RELEASE, NAMESPACE = "efa", "kube-system"  # not the stack's own release name
 CHART = "aws-efa-k8s-device-plugin-v0.5.30"

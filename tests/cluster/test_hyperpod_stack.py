@@ -21,14 +21,14 @@ import base64
 
 import pytest
 from support.cluster.engine import Engine
-from support.cluster.harness import CLUSTER_GROUP, Cluster
+from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
 from support.cluster.hyperpod import TRAINING_OPERATOR, TRAINING_OPERATOR_PROGRAM, install
 from support.cluster.objects import admitted_jobs, inventory
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
 from conventions import SYSTEM_GROUP
 
-pytestmark = CLUSTER_GROUP
+pytestmark = OWN_CLUSTER_GROUP
 
 SECRETS = {"trainstack:hfToken": "hf_trainstack_test_token"}
 # The namespace the second `up` moves to: HyperPod's own (the chart makes it), the other one its

@@ -22,14 +22,14 @@ import random
 import pytest
 from support.cluster.chart_repository import ChartRepository
 from support.cluster.engine import Engine
-from support.cluster.harness import CLUSTER_GROUP, Cluster
+from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
 from support.cluster.objects import admitted_jobs
 from support.cluster.pods import OperatorPods, local_pod_range
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
 from conventions import SYSTEM_GROUP
 
-pytestmark = CLUSTER_GROUP
+pytestmark = OWN_CLUSTER_GROUP
 
 INSTALLED = ("kueue-system", "kubeflow-system")  # the releases' namespaces: their pods run as programs
 CHARTS = ("kueue-0.19.2", "kubeflow-trainer-2.3.0")

@@ -18,14 +18,14 @@ import yaml
 from support.charts import load
 from support.cluster.binaries import pinned
 from support.cluster.decisions import decide, existing_config
-from support.cluster.harness import CLUSTER_GROUP, Cluster
+from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
 from support.cluster.stacks import planned
 
 from account_checks.operator_decisions import ClusterOperatorsError, OperatorDecision
 from conventions import SYSTEM_GROUP
 from offline.nodes import charts_dir
 
-pytestmark = CLUSTER_GROUP
+pytestmark = OWN_CLUSTER_GROUP
 
 PYTORCHJOB, RAYJOB = "kubeflow.org/pytorchjob", "ray.io/rayjob"
 # What the harness lays on the cluster from the chart (support/cluster/operators.py, release `kueue`).

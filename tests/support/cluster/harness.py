@@ -166,5 +166,9 @@ class Cluster:
         raise TimeoutError(f"{what}: not after {timeout:.0f} s")
 
 
-# Every test module of tests/cluster/ carries this mark: one worker, one control plane.
+# The test modules of tests/cluster/ on the session's control plane carry this mark: one worker, one
+# control plane, one module after another.
 CLUSTER_GROUP = pytest.mark.xdist_group("cluster")
+# Those that start a control plane of their own (a cluster shaped as their scenario needs) carry this
+# one: one worker too, beside the session's, so the two halves of the tier run at the same time.
+OWN_CLUSTER_GROUP = pytest.mark.xdist_group("cluster-own")
