@@ -91,19 +91,27 @@ def test_an_endpoint_nobody_answers_ends_with_one_sentence(cluster, tmp_path):
     )
 
 
+def release_secret(cluster, namespace: str, release: str, payload: str) -> str:
+    """Revision 1 of a Helm release as Helm 3 keeps it (a Secret labelled owner=helm and the release's
+    name: helm pkg/storage/driver/secrets.go); its name."""
+    name = f"sh.helm.release.v1.{release}.v1"
+    label, value = HELM_OWNER_LABEL.split("=")
+    cluster.core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": name, "labels": {label: value, "name": release}},
+            "type": "helm.sh/release.v1",
+            "stringData": {"release": payload},
+        },
+    )
+    return name
+
+
 def test_helm_release_secrets_are_read_as_their_metadata_only(cluster):
     """The real API server answers the metadata-only Accept header with PartialObjectMetadata: the
     release's payload (its rendered manifests and values, credentials among them) is never sent."""
-    name = "sh.helm.release.v1.reader-probe.v1"
     label, value = HELM_OWNER_LABEL.split("=")
-    cluster.core.create_namespaced_secret(
-        "kube-system",
-        {
-            "metadata": {"name": name, "labels": {label: value, "name": "reader-probe"}},
-            "type": "helm.sh/release.v1",
-            "stringData": {"release": "a payload that must stay in the cluster"},
-        },
-    )
+    name = release_secret(cluster, "kube-system", "reader-probe", "a payload that must stay in the cluster")
     try:
         inventory = read(ClusterAddress(kubeconfig_file=str(cluster.kubeconfig), context=CONTEXT))
     finally:
@@ -197,17 +205,9 @@ def test_a_server_that_takes_the_request_and_never_answers_ends_at_the_read_time
 def test_helm_release_secrets_of_other_namespaces_are_not_read(cluster):
     """The stack reads Helm's release Secrets only where its own releases live: a team's release in
     its own namespace is neither listed nor reported."""
-    namespace, name = "team-elsewhere", "sh.helm.release.v1.team-app.v1"
-    label, value = HELM_OWNER_LABEL.split("=")
+    namespace = "team-elsewhere"
     cluster.core.create_namespace({"metadata": {"name": namespace}})
-    cluster.core.create_namespaced_secret(
-        namespace,
-        {
-            "metadata": {"name": name, "labels": {label: value, "name": "team-app"}},
-            "type": "helm.sh/release.v1",
-            "stringData": {"release": "another team's release"},
-        },
-    )
+    release_secret(cluster, namespace, "team-app", "another team's release")
     try:
         inventory = read(ClusterAddress(kubeconfig_file=str(cluster.kubeconfig), context=CONTEXT))
     finally:
