@@ -45,6 +45,10 @@ def test_the_providers_field_manager_labels_and_owners_are_each_a_takeover():
     assert violations(before, {SECRET: labelled}, set()) == [
         "Secret team/hf-token: gained app.kubernetes.io/managed-by=pulumi"
     ]
+    helm = held(obj(managers=("kubectl-client-side-apply", "pulumi-resource-kubernetes")))
+    assert violations(before, {SECRET: helm}, set()) == [
+        "Secret team/hf-token: gained the field manager pulumi-resource-kubernetes"
+    ]
     owned = held(obj(owners=({"uid": "job-1", "controller": False},)))
     assert violations(before, {SECRET: owned}, set()) == ["Secret team/hf-token: gained owner job-1"]
 

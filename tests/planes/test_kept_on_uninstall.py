@@ -128,6 +128,10 @@ CASES = {
         "  clusterRoleSelectors:\n  - matchLabels:\n      x: 'true'\n",
         {"helm.sh/resource-policy": "keep"},
     ),
+    "comments after metadata and kind": (
+        "kind: CustomResourceDefinition  # a comment\nmetadata: # another\n  name: e.x.io\n",
+        {"helm.sh/resource-policy": "keep"},
+    ),
     "already kept": (
         "kind: CustomResourceDefinition\nmetadata:\n  annotations:\n    helm.sh/resource-policy: keep\n  name: d.x.io\n",
         {"helm.sh/resource-policy": "keep"},

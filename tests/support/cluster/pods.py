@@ -6,11 +6,11 @@ Running with an address from the node's podCIDR but not Ready (kwok.probed_stage
 rest as a kubelet would for that pod:
   - the program: the build of tools/cluster whose image repository the container names (`PROGRAMS`);
   - its arguments and environment (literal values and the pod fields a `fieldRef` names);
-  - its volumes: a ConfigMap key mounted as a file is written to the pod's folder and the argument that
-    names the mount path names that file; Secret and emptyDir folders are a tmpfs at their own path in
-    a mount namespace of the process's own, the Secret's keys kept in step with the Secret as the
-    kubelet's volume manager keeps them (the operators' certificate rotators write their Secret after
-    start and wait for the files);
+  - its volumes, once each Secret it mounts exists (unless optional): a ConfigMap key mounted as a file
+    is written to the pod's folder and the argument that names the mount path names that file;
+    Secret and emptyDir folders are a tmpfs at their own path in a mount namespace of the process's
+    own, the Secret's keys kept in step with the Secret (the operators' certificate rotators write
+    their Secret after start and wait for the files);
   - its credentials: the service account's projected files (a token the API server issues for it by
     TokenRequest, the cluster's CA, the namespace) and the API server's address in the environment,
     so the program finds the API server in-cluster as in its pod, and the chart's RBAC is what it
@@ -18,8 +18,14 @@ rest as a kubelet would for that pod:
   - its address: the listeners the config file binds to every interface (`:8081`) bind to the pod's
     address, which the host's routing table makes local (`local_pod_range`), so the API server reaches
     a webhook through the chart's Service, its endpoints and `--enable-aggregator-routing`;
-  - its readiness: the pod turns Ready once the container's readiness probe answers 200, as the kubelet
-    reports it, so a Helm release's wait and the Deployment's availability mean what they mean on EKS.
+  - its readiness: the pod turns Ready once the container's HTTP readiness probe answers 2xx or 3xx,
+    and not Ready when the program exits (it is started again at once), as the kubelet reports it,
+    so a Helm release's wait and the Deployment's availability mean what they mean on EKS.
+
+Not as a kubelet does: no liveness probe and no restart back-off; a Secret's change reaches the files
+within half a second, by a rename per file (the kubelet swaps a `..data` link, up to a minute later);
+only literal and `fieldRef` environment values; the program runs as this machine's user in its
+network namespace, whatever the pod's securityContext says.
 """
 
 from __future__ import annotations
@@ -153,16 +159,21 @@ class OperatorPods:
                 run = self.running.get(uid)
                 if run is not None and run.proc.poll() is not None:  # restartPolicy Always
                     self.processes.stop(run.name)
+                    if run.ready:  # the kubelet reports the container not ready until it is again
+                        self._mark(run, ready=False)
                     run = None
                 if run is None:
-                    run = self.running[uid] = self._launch(pod)
+                    run = self._launch(pod)
+                    if run is None:  # a Secret it mounts is not there yet: the kubelet waits too
+                        continue
+                    self.running[uid] = run
                 self._sync(run)
                 if not run.ready and self._probe(run):
-                    self._mark_ready(run)
+                    self._mark(run, ready=True)
         for uid in set(self.running) - seen:
             self.processes.stop(self.running.pop(uid).name)
 
-    def _launch(self, pod) -> Running:
+    def _launch(self, pod) -> Running | None:
         (container,) = pod.spec.containers
         program = PROGRAMS[repository(container.image).rsplit("/", 1)[-1]]
         name, namespace, ip = pod.metadata.name, pod.metadata.namespace, pod.status.pod_ip
@@ -199,10 +210,12 @@ class OperatorPods:
                 path.write_text(text)
                 files[mount.mount_path] = str(path)
             elif volume.secret is not None or volume.empty_dir is not None:
+                if volume.secret is not None:
+                    if not volume.secret.optional and not self._exists(volume.secret.secret_name, namespace):
+                        return None
+                    secrets[where] = volume.secret.secret_name
                 Path(where).mkdir(parents=True, exist_ok=True)  # a mount point on this host
                 folders.append(where)
-                if volume.secret is not None:
-                    secrets[where] = volume.secret.secret_name
         args = [*(container.command or [])[1:], *(container.args or [])]
         for i, arg in enumerate(args):
             flag, eq, value = arg.partition("=")
@@ -254,6 +267,15 @@ class OperatorPods:
             found[mount_path] = {k: base64.b64decode(v) for k, v in data.items()}
         return found
 
+    def _exists(self, secret: str, namespace: str) -> bool:
+        try:
+            self.core.read_namespaced_secret(secret, namespace)
+        except client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
     def _token(self, pod) -> str:
         """A token of the pod's service account, issued by the API server (TokenRequest), as the
         kubelet projects one into the pod."""
@@ -289,21 +311,24 @@ class OperatorPods:
         context = ssl._create_unverified_context()
         try:
             with urllib.request.urlopen(f"{scheme}://{run.ip}:{port}{path}", timeout=2, context=context) as r:
-                return r.status == 200
+                return 200 <= r.status < 400  # the kubelet's HTTP probe (pkg/probe/http/http.go)
         except OSError:
             return False
 
-    def _mark_ready(self, run: Running) -> None:
+    def _mark(self, run: Running, ready: bool) -> None:
+        """The pod's Ready and ContainersReady conditions and its container's `ready`, as the kubelet
+        reports them after a probe passes, or after the container exits."""
         pod = self.core.read_namespaced_pod(run.pod, run.namespace)
+        status = "True" if ready else "False"
         conditions = [
-            {"type": c.type, "status": "True" if c.type in ("Ready", "ContainersReady") else c.status}
+            {"type": c.type, "status": status if c.type in ("Ready", "ContainersReady") else c.status}
             for c in pod.status.conditions or []
         ]
-        statuses = [{"name": c.name, "ready": True} for c in pod.status.container_statuses or []]
+        statuses = [{"name": c.name, "ready": ready} for c in pod.status.container_statuses or []]
         self.core.patch_namespaced_pod_status(
             run.pod, run.namespace, {"status": {"conditions": conditions, "containerStatuses": statuses}}
         )
-        run.ready = True
+        run.ready = ready
 
 
 def _probe_of(container) -> tuple[str, int, str] | None:

@@ -9,7 +9,9 @@ the stack has reached an object that is not its own; comparing the cluster befor
 visible whichever provider runs. The marks (pulumi-kubernetes provider pkg/provider/provider.go
 fieldManagerName, pkg/metadata/labels.go TrySetManagedByLabel; helm pkg/action/validate.go):
   - a field manager of the provider's: `pulumi-kubernetes` (client-side apply) or
-    `pulumi-kubernetes-<random>` (server-side apply);
+    `pulumi-kubernetes-<random>` (server-side apply), or the one Helm writes with inside it, the
+    provider binary's name `pulumi-resource-kubernetes` (helm v3.18 pkg/kube/client.go: the manager
+    defaults to the program's name);
   - the labels `app.kubernetes.io/managed-by: pulumi`, `app.kubernetes.io/part-of: trainstack` and
     `trainstack.dev/stack`, or Helm's release annotation (the stack's releases adopting it);
   - an owner reference it did not have.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from conventions import PART_OF, STACK_LABEL
 from support.cluster.objects import INVENTORY, Objects, serves
 
-PROVIDER_MANAGER = "pulumi-kubernetes"
+PROVIDER_MANAGERS = ("pulumi-kubernetes", "pulumi-resource-kubernetes")
 MANAGED_BY = ("app.kubernetes.io/managed-by", "pulumi")
 HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
 
@@ -90,7 +92,7 @@ def violations(before: dict[Key, Held], after: dict[Key, Held], patched: set[Key
             if not held.controlled:
                 found.append(f"{what}: {'deleted' if now is None else 'replaced'}")
             continue
-        gained = sorted(m for m in now.managers - held.managers if m.startswith(PROVIDER_MANAGER))
+        gained = sorted(m for m in now.managers - held.managers if m.startswith(PROVIDER_MANAGERS))
         if gained:
             found.append(f"{what}: gained the field manager {', '.join(gained)}")
         if now.marks - held.marks:
