@@ -18,9 +18,8 @@ import subprocess
 
 import pulumi
 import pytest
-from support.cluster.decisions import decide, existing_config
+from support.cluster.decisions import decide, existing_cluster, existing_config
 from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
-from support.cluster.stacks import planned
 
 from conventions import EFA_RESOURCE, GPU_RESOURCE, SYSTEM_GROUP
 from offline.nodes import charts_dir, helm_binary
@@ -64,13 +63,8 @@ def advertised(cluster: Cluster, node: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def efa_only(tmp_path_factory):
     """The cluster with its system and p5 nodes and the EFA chart; its p5 nodes."""
-    cluster = Cluster(tmp_path_factory.mktemp("efa-cluster"))
-    try:
-        cluster.start()
-        stack = planned("existing", existing_config(cluster))
-        groups = {n.group: n for n in stack.nodes}
-        cluster.add_nodes(groups.pop(SYSTEM_GROUP))
-        (p5,) = groups.values()
+    with existing_cluster(tmp_path_factory.mktemp("efa-cluster")) as (cluster, stack):
+        (p5,) = [n for n in stack.nodes if n.group != SYSTEM_GROUP]
         nodes = cluster.add_nodes(p5)
         helm_install(cluster)
         cluster.wait(
@@ -79,8 +73,6 @@ def efa_only(tmp_path_factory):
             120,
         )
         yield cluster, nodes, p5
-    finally:
-        cluster.stop()
 
 
 def test_the_efa_plugin_is_reused_and_the_nvidia_plugin_installed(efa_only, monkeypatch):

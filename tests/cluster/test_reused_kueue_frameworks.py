@@ -17,12 +17,10 @@ import pytest
 import yaml
 from support.charts import load
 from support.cluster.binaries import pinned
-from support.cluster.decisions import decide, existing_config
-from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
-from support.cluster.stacks import planned
+from support.cluster.decisions import decide, existing_cluster, existing_config
+from support.cluster.harness import OWN_CLUSTER_GROUP
 
 from account_checks.operator_decisions import ClusterOperatorsError, OperatorDecision
-from conventions import SYSTEM_GROUP
 from offline.nodes import charts_dir
 
 pytestmark = OWN_CLUSTER_GROUP
@@ -49,18 +47,11 @@ def chart_frameworks() -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def cluster_kueue(tmp_path_factory):
     """A cluster with its system nodes and its Kueue (the chart's defaults), as its owner runs it."""
-    cluster = Cluster(tmp_path_factory.mktemp("kueue-cluster"))
-    try:
-        cluster.start()
-        stack = planned("existing", existing_config(cluster))
-        system = next(n for n in stack.nodes if n.group == SYSTEM_GROUP)
-        cluster.add_nodes(system)
+    with existing_cluster(tmp_path_factory.mktemp("kueue-cluster")) as (cluster, stack):
         cluster.operators.kueue(
             stack.cfg.existing_cluster.system_nodes.node_selector, frameworks=chart_frameworks()
         )
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_the_charts_defaults_leave_pytorchjob_out_and_manage_rayjob():

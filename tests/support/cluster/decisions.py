@@ -4,14 +4,18 @@ before registering anything, with the real world's clients (the stack's kubeconf
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from account_checks.operator_decisions import OperatorDecision
 from account_checks.world import real_world
 from config import parse_config
+from conventions import SYSTEM_GROUP
 from planes.operators import existing_operators
 from support.cluster.harness import Cluster
-from support.cluster.stacks import flat, on_cluster, template_config
+from support.cluster.stacks import PlannedStack, flat, on_cluster, planned, template_config
 
 CONTEXT = "trainstack-test"  # the harness's kubeconfig's context
 
@@ -33,3 +37,17 @@ def existing_config(cluster: Cluster, jobs: list[dict[str, Any]] | None = None) 
 def decide(config: dict[str, Any]) -> dict[str, OperatorDecision]:
     """Each operator's decision for `config` on the cluster it names, or the program's error."""
     return existing_operators(parse_config("existing", flat(config), frozenset()), None, real_world())
+
+
+@contextlib.contextmanager
+def existing_cluster(directory: Path) -> Iterator[tuple[Cluster, PlannedStack]]:
+    """A control plane of its own with the `existing` template's system nodes, and the template
+    planned against it; stopped when the block ends."""
+    cluster = Cluster(directory)
+    try:
+        cluster.start()
+        stack = planned("existing", existing_config(cluster))
+        cluster.add_nodes(next(n for n in stack.nodes if n.group == SYSTEM_GROUP))
+        yield cluster, stack
+    finally:
+        cluster.stop()
