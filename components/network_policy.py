@@ -24,7 +24,6 @@ import pulumi_kubernetes as k8s
 
 from conventions import DEFAULT_DENY_POLICY, JOB_LABEL, PART_OF
 
-DEFAULT_DENY = DEFAULT_DENY_POLICY  # the deny's resource name, whatever its object is named
 # The API server sets this label on every namespace (Kubernetes >= 1.21): what a peer names a
 # namespace by.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -103,7 +102,7 @@ class NamespacePolicies(pulumi.ComponentResource):
         super().__init__("trainstack:network_policy:NamespacePolicies", name, None, opts)
         allows = [self._policy(name, args, a.name, policy_spec(a), []) for a in args.allows]
         deny = self._policy(
-            name, args, DEFAULT_DENY, policy_spec(None, args.deny_pods), allows, args.deny_name
+            name, args, DEFAULT_DENY_POLICY, policy_spec(None, args.deny_pods), allows, args.deny_name
         )
         self.policies: list[pulumi.Resource] = [*allows, deny]
         self.register_outputs({"policies": [a.name for a in args.allows]})

@@ -14,15 +14,14 @@ there in other scenarios."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pulumi
 import pytest
+from support.charts import run_helm
 from support.cluster.decisions import decide, existing_cluster, existing_config
 from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
 
 from conventions import EFA_RESOURCE, GPU_RESOURCE, SYSTEM_GROUP
-from offline.nodes import charts_dir, helm_binary
+from offline.nodes import charts_dir
 
 pytestmark = OWN_CLUSTER_GROUP
 
@@ -36,23 +35,15 @@ EFA_PLUGIN = (
 
 
 def helm_install(cluster: Cluster) -> None:
-    done = subprocess.run(
-        [
-            str(helm_binary()),
-            "install",
-            RELEASE,
-            str(charts_dir() / CHART),
-            "--namespace",
-            NAMESPACE,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    run_helm(
+        "install",
+        RELEASE,
+        str(charts_dir() / CHART),
+        "--namespace",
+        NAMESPACE,
+        "--kubeconfig",
+        str(cluster.kubeconfig),
     )
-    assert done.returncode == 0, done.stderr
 
 
 def advertised(cluster: Cluster, node: str) -> dict[str, str]:

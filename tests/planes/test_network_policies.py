@@ -14,8 +14,8 @@ import pytest
 from support.charts import render
 from support.plans import EXISTING_CLUSTER, plan, stack_values
 
-from components.network_policy import DEFAULT_DENY, NAMESPACE_NAME_LABEL
-from conventions import PART_OF, TRACKING_NAMESPACE, TRAINING_NAMESPACE
+from components.network_policy import NAMESPACE_NAME_LABEL
+from conventions import DEFAULT_DENY_POLICY, PART_OF, TRACKING_NAMESPACE, TRAINING_NAMESPACE
 from offline.engine import run_program
 from offline.plan import manifest_of
 
@@ -156,7 +156,9 @@ def test_policies_validate_and_deny_by_default(run):
     for m in policies:
         kubernetes_validate.validate(m, "1.33", strict=True)
     denies = {
-        m["metadata"]["namespace"]: m["spec"] for m in policies if m["metadata"]["name"] == DEFAULT_DENY
+        m["metadata"]["namespace"]: m["spec"]
+        for m in policies
+        if m["metadata"]["name"] == DEFAULT_DENY_POLICY
     }
     # Every pod of both namespaces, no rule: only what another policy allows gets in.
     assert denies == {
@@ -230,7 +232,9 @@ def test_allows_go_in_before_the_deny_and_jobs_after_both(run):
     """Turning the deny on never cuts a running job off; a job starts once its flows are open."""
     by_name = {r.name: r for r in run.by_type(POLICY)}
     allows = [
-        r for n, r in by_name.items() if n.startswith("training-network-") and not n.endswith(DEFAULT_DENY)
+        r
+        for n, r in by_name.items()
+        if n.startswith("training-network-") and not n.endswith(DEFAULT_DENY_POLICY)
     ]
     assert {r.inputs["metadata"]["name"] for r in allows} == {
         "job-fsdp",
@@ -240,12 +244,12 @@ def test_allows_go_in_before_the_deny_and_jobs_after_both(run):
         "job-ray-box",
         "job-ray-box-dashboard",
     }
-    deny = by_name[f"training-network-{DEFAULT_DENY}"]
+    deny = by_name[f"training-network-{DEFAULT_DENY_POLICY}"]
     assert {r.urn for r in allows} <= set(deny.dependencies)
     for name in ("fsdp", "ray-l4"):
         (job,) = [r for r in run.resources if r.name == f"job-{name}" and r.custom]
         assert {deny.urn, by_name[f"training-network-job-{name}"].urn} <= set(job.dependencies)
-    tracking_deny = by_name[f"tracking-network-{DEFAULT_DENY}"]
+    tracking_deny = by_name[f"tracking-network-{DEFAULT_DENY_POLICY}"]
     assert by_name["tracking-network-mlflow-server"].urn in tracking_deny.dependencies
 
 
@@ -253,7 +257,7 @@ def test_an_rds_database_is_outside_the_cluster():
     """An RDS store is reached through its security group, not a pod: no database policy."""
     run = plan("prod", tracking={"mode": "server", "server": {"database": "rds", "storageGiB": 50}})
     names = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in manifests(run, POLICY)}
-    assert {(TRACKING_NAMESPACE, "mlflow-server"), (TRACKING_NAMESPACE, DEFAULT_DENY)} <= names
+    assert {(TRACKING_NAMESPACE, "mlflow-server"), (TRACKING_NAMESPACE, DEFAULT_DENY_POLICY)} <= names
     assert (TRACKING_NAMESPACE, "mlflow-database") not in names
 
 
@@ -275,7 +279,7 @@ def test_in_a_namespace_the_stack_does_not_own_the_deny_is_the_stacks_own_and_se
     deny = attached["trainstack-existing-default-deny-ingress"]
     assert deny["spec"] == {"podSelector": {"matchLabels": dict(PART_OF)}, "policyTypes": ["Ingress"]}
     own = {m["metadata"]["name"]: m for m in manifests(plan("dev"), POLICY)}
-    assert own[DEFAULT_DENY]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    assert own[DEFAULT_DENY_POLICY]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
 
 
 def test_the_hf_token_secret_carries_the_stacks_name_in_a_namespace_it_does_not_own():

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from domain.operators import RELEASES
-from offline.nodes import template_text
+from offline.nodes import helm_binary, template_text
 from support.paths import ROOT, missing, shared_dir
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -23,6 +24,16 @@ def helm() -> Path:
     if not path.is_file():
         missing(f"no helm at {path}: `make .tools/helm` fetches it (or set TRAINSTACK_HELM)")
     return path
+
+
+def run_helm(*args: str, timeout: float = 300) -> str:
+    """The real helm (offline.nodes.helm_binary) with `args`: its output, or an error with its own."""
+    done = subprocess.run(
+        [str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"helm {' '.join(args)}: {done.stderr}")
+    return done.stdout
 
 
 def documents(text: str) -> list[Any]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 import http.server
-import subprocess
 import threading
 from pathlib import Path
 
-from offline.nodes import charts_dir, helm_binary
+from offline.nodes import charts_dir
+from support.charts import run_helm
 from support.ports import unused_port
 
 
@@ -23,8 +23,8 @@ class ChartRepository:
         self.port = unused_port()
         self.url = f"http://127.0.0.1:{self.port}"
         for chart in charts:
-            _helm("package", str(charts_dir() / chart), "--destination", str(self.dir))
-        _helm("repo", "index", str(self.dir), "--url", self.url)
+            run_helm("package", str(charts_dir() / chart), "--destination", str(self.dir), timeout=120)
+        run_helm("repo", "index", str(self.dir), "--url", self.url, timeout=120)
         handler = functools.partial(_Quiet, directory=str(self.dir))
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -40,11 +40,3 @@ class ChartRepository:
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):
         pass
-
-
-def _helm(*args: str) -> None:
-    done = subprocess.run(
-        [str(helm_binary()), *args], capture_output=True, text=True, timeout=120, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"helm {' '.join(args)}: {done.stderr}")

@@ -15,14 +15,13 @@ monitoring agent, the Neuron device plugin, HyperPod's RBAC), and in place of th
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from offline.nodes import charts_dir, helm_binary
-from support.charts import documents, load
+from offline.nodes import charts_dir
+from support.charts import documents, load, run_helm
 from support.cluster.objects import Objects
 
 CHART = "sagemaker-hyperpod-dependencies-0.1.0"
@@ -64,19 +63,6 @@ def umbrella(directory: Path) -> Path:
     return chart
 
 
-def _helm(kubeconfig: Path, *args: str) -> str:
-    done = subprocess.run(
-        [str(helm_binary()), *args, "--kubeconfig", str(kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"helm {' '.join(args)}: {done.stderr}")
-    return done.stdout
-
-
 @dataclass
 class HyperPodDependencies:
     """The release as installed: every object it made (its manifest, and the CRDs of its crds/)."""
@@ -96,8 +82,9 @@ class HyperPodDependencies:
 def install(kubeconfig: Path, directory: Path) -> HyperPodDependencies:
     """`helm install` of the umbrella, as HyperPod's setup runs it; its objects as Helm reports them."""
     chart = umbrella(directory)
-    _helm(kubeconfig, "install", RELEASE, str(chart), "--namespace", NAMESPACE)
-    manifest = _helm(kubeconfig, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
+    at = ("--namespace", NAMESPACE, "--kubeconfig", str(kubeconfig))
+    run_helm("install", RELEASE, str(chart), *at)
+    manifest = run_helm("get", "manifest", RELEASE, *at)
     # CRDs of crds/ folders are installed once and are not part of the release's manifest.
     crds = [load(p) for p in sorted(chart.glob("charts/*/crds/*.yaml"))]
     objs = documents(manifest) + crds
