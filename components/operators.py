@@ -10,10 +10,12 @@ operator's Deployment), so a later run knows its own operators from others', and
 stay when it is destroyed: those it applies itself by `retain_crds`, those its Helm releases hold by
 Helm's own keep policy (`KEEP_ON_UNINSTALL`, on every cluster). Deleting a CRD deletes every object of its kind.
 
-Every upstream piece is installed from its official source at a pinned version (`RELEASES`,
-`TRAINING_OPERATOR`): Helm charts as real Helm releases (`helm list` shows them; atomic, so a
-failed install rolls back), the training operator as its upstream kustomize overlay at a full
-commit. Operators run on the system nodes and wait only for them, never for GPU node groups;
+Every upstream piece is installed from its official source at a pinned version (domain/operators.py
+`RELEASES`, `TRAINING_OPERATOR`): Helm charts as real Helm releases (`helm list` shows them; atomic, so
+a failed install rolls back), the training operator as its upstream kustomize overlay at a full
+commit, KubeRay's CRDs from the commit its chart's tag names. Where the machine running Pulumi reaches
+no public source, charts come from a mirror (`operators.chartRepository`) and the manifests from a
+copy of GitHub's files (`operators.manifestMirror`), at the same versions and commits. Operators run on the system nodes and wait only for them, never for GPU node groups;
 the device plugins' DaemonSets start on GPU nodes whenever those join.
 """
 
@@ -26,9 +28,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from config.operators import KUBERAY_CRD_COMMITS
 from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, STACK_LABEL
-from domain.operators import INSTANCE_TYPE_NODE_LABEL, RELEASES, TRAINING_OPERATOR_DEPLOYMENT, HelmChart
+from domain.operators import (
+    INSTANCE_TYPE_NODE_LABEL,
+    RELEASES,
+    TRAINING_OPERATOR_DEPLOYMENT,
+    HelmChart,
+    kuberay_crd_files,
+    training_operator_location,
+)
 
 HELM_TIMEOUT_SECONDS = 600
 # A Helm post-renderer (tools/helm-keep-on-uninstall) every release runs through: it marks what
@@ -42,33 +50,6 @@ HELM_TIMEOUT_SECONDS = 600
 # so the path in the state is the same on every machine.
 KEEP_ON_UNINSTALL = "./tools/helm-keep-on-uninstall"
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
-
-
-@dataclass(frozen=True)
-class KustomizeSource:
-    repository: str  # git URL, in kustomize's remote syntax
-    path: str
-    version: str
-    commit: str  # full SHA: tags can move
-
-    def url(self, commit: str | None = None) -> str:
-        # kustomize's own remote form; GitHub's browser form (.../tree/<ref>/...) fails in
-        # kustomize.v2 (pulumi/pulumi-kubernetes#3358).
-        return f"{self.repository}//{self.path}?ref={commit or self.commit}"
-
-
-# KubeRay's CRDs, as its chart's crds/ holds them (1.7.x): Helm installs crds/ once and never
-# upgrades them, so the stack applies them itself, from the commit the chart's tag names
-# (KUBERAY_CRD_COMMITS): a tag can be moved, a commit cannot. At v1.7.0's commit the four files are
-# byte for byte the chart's crds/.
-KUBERAY_CRDS = ("rayclusters", "raycronjobs", "rayjobs", "rayservices")
-KUBERAY_CRD_URL = "https://raw.githubusercontent.com/ray-project/kuberay/{commit}/helm-chart/kuberay-operator/crds/ray.io_{name}.yaml"
-
-
-def kuberay_crd_urls(version: str) -> list[str]:
-    """The CRD files of a chart version the config check let through (one KUBERAY_CRD_COMMITS knows)."""
-    commit = KUBERAY_CRD_COMMITS[version.removeprefix("v")]
-    return [KUBERAY_CRD_URL.format(commit=commit, name=n) for n in KUBERAY_CRDS]
 
 
 def force_crd_apply(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
@@ -88,23 +69,6 @@ def force_crd_apply(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransf
 # tag and pullPolicy when it packages). The stack pins the published values, so what runs is the
 # release whichever copy of the chart renders.
 JOBSET_IMAGE = {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.12.0", "pullPolicy": "IfNotPresent"}
-
-TRAINING_OPERATOR = KustomizeSource(
-    "https://github.com/kubeflow/trainer.git",
-    "manifests/overlays/standalone",
-    "v1.9.4",
-    "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",  # the commit tag v1.9.4 names
-)
-# On SageMaker HyperPod: auto-resume is documented for training operator 1.7.0-1.8.1 (AWS's HyperPod
-# docs, ../shared/reference/hyperpod-eks.md), so a HyperPod cluster without one gets v1.8.1. Its
-# PyTorchJob CRD (manifests/base/crds/kubeflow.org_pytorchjobs.yaml at this commit) has every field the
-# stack sets: elasticPolicy.rdzvBackend and rdzvConf, nprocPerNode, runPolicy.suspend.
-TRAINING_OPERATOR_HYPERPOD = KustomizeSource(
-    TRAINING_OPERATOR.repository,
-    TRAINING_OPERATOR.path,
-    "v1.8.1",
-    "0f8735faade3651dfe44e45c6fbc30fa9152641d",  # the commit tag v1.8.1 names
-)
 
 
 def retain_crds(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
@@ -138,6 +102,7 @@ class ClusterOperatorsArgs:
     kuberay: HelmOperator
     training_operator_enabled: bool
     training_operator_ref: str | None
+    manifest_mirror: str | None = None  # a copy of the GitHub files the stack applies (None: GitHub)
     hyperpod: bool = False  # SageMaker HyperPod nodes: the training operator auto-resume supports
     trainer: HelmOperator | None = None
     jobset_installed: bool = True  # Trainer's chart installs JobSet (False: the cluster runs one)
@@ -271,7 +236,9 @@ class ClusterOperators(pulumi.ComponentResource):
         if args.kuberay.enabled:
             self.kuberay_crds = k8s.yaml.v2.ConfigGroup(
                 f"{name}-kuberay-crds",
-                files=kuberay_crd_urls(args.kuberay.version or RELEASES["kuberay"].version),
+                files=kuberay_crd_files(
+                    args.kuberay.version or RELEASES["kuberay"].version, args.manifest_mirror
+                ),
                 opts=pulumi.ResourceOptions(
                     parent=self, provider=args.provider, transforms=[force_crd_apply, *crd_transforms]
                 ),
@@ -287,8 +254,9 @@ class ClusterOperators(pulumi.ComponentResource):
         self.training_operator = None
         self.training_operator_url = None
         if args.training_operator_enabled:
-            source = TRAINING_OPERATOR_HYPERPOD if args.hyperpod else TRAINING_OPERATOR
-            self.training_operator_url = source.url(args.training_operator_ref)
+            self.training_operator_url = training_operator_location(
+                args.hyperpod, args.training_operator_ref, args.manifest_mirror
+            )
             # Its Deployment turns Ready only once its webhook serves: awaiting it (the default)
             # means a PyTorchJob created afterwards is not rejected.
             self.training_operator = k8s.kustomize.v2.Directory(

@@ -26,7 +26,7 @@ from config.jobs import (
 from config.names import PROJECT
 from config.network import check_network
 from config.node_groups import GpuNodeGroupConfig, check_node_groups
-from config.operators import OperatorsConfig, check_operators
+from config.operators import OperatorsConfig, check_manifest_mirror, check_operators
 from config.placements import catalog_placement, config_system_placement, group_network_layers
 from config.queueing import check_queueing
 from config.schema import Reader
@@ -69,6 +69,7 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     if c.image.builder != "none":
         check_build_context(c.image.context, c.image.source_repository, r)
     check_operators(c.operators, r)
+    check_manifest_mirror(c.operators, any(g.hyperpod for g in c.gpu_node_groups), r)
     check_queueing(c.queueing, r)
     _check_pods_ready(c, r)
     check_tracking(

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from config.names import PROJECT
 from config.schema import Reader, setting
 from domain.job_kinds import KINDS
+from domain.operators import (
+    KUBERAY_CRD_COMMITS,
+    RELEASES,
+    kuberay_crd_files,
+    training_operator_location,
+)
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-# The ray-project/kuberay commit each KubeRay chart version's tag names: the stack applies that
-# chart's CRDs from the commit, since a tag can be moved (components/operators.py).
-KUBERAY_CRD_COMMITS = {"1.7.0": "59d663aeec13760646da3db9c1cf8cfe883e30b7"}  # v1.7.0
 _CHART_REPOSITORY = re.compile(r"(oci|https?)://[^\s/]+(/\S*)?")
 _CHART_VERSION = re.compile(r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?")
 # What the stack does with an operator on a cluster it did not create (on its own cluster it installs).
@@ -107,6 +112,15 @@ class OperatorsConfig:
         "(https://...), for clusters that reach no public chart repository.",
         None,
     )
+    manifest_mirror: str | None = setting(
+        "manifestMirror",
+        "A folder on the machine that runs Pulumi holding the GitHub files the stack applies itself, under "
+        "the paths raw.githubusercontent.com serves them (<owner>/<repo>/<commit>/<path>): the training "
+        "operator's kustomize overlay and base (kubeflow/trainer/<commit>/manifests/) and KubeRay's CRDs "
+        "(ray-project/kuberay/<commit>/helm-chart/kuberay-operator/crds/), for a runner that reaches no GitHub; "
+        "a relative path is from the project's folder. docs/operators.md says how to fill it.",
+        None,
+    )
 
     def on_any_cluster(self) -> dict[str, ClusterOperatorConfig | TrainingOperatorConfig]:
         """The operators a cluster may already run, by config key."""
@@ -136,6 +150,13 @@ def check_operators(o: OperatorsConfig, r: Reader) -> None:
             "not a chart repository Helm can read",
             "oci://<host>/<path> (an OCI registry) or https://<host>/<path> (a Helm repository; http:// on a "
             "private network)",
+        )
+    if o.manifest_mirror is not None and "://" in o.manifest_mirror:
+        r.problem(
+            f"{k}.manifestMirror",
+            o.manifest_mirror,
+            "a URL: kustomize reads an overlay from a folder or from git, never from a web server",
+            "a folder on the machine that runs Pulumi (an absolute path, or relative to the project's folder)",
         )
     if o.training_operator.ref is not None and not _COMMIT.fullmatch(o.training_operator.ref):
         r.problem(
@@ -175,6 +196,37 @@ def check_operators(o: OperatorsConfig, r: Reader) -> None:
                 f"{k}.kuberay.version",
                 version,
                 "the stack applies the chart's CRDs from the kuberay commit its tag names, and knows none "
-                "for this version (config/operators.py KUBERAY_CRD_COMMITS)",
+                "for this version (domain/operators.py KUBERAY_CRD_COMMITS)",
                 ", ".join(KUBERAY_CRD_COMMITS),
             )
+
+
+def check_manifest_mirror(o: OperatorsConfig, hyperpod: bool, r: Reader) -> None:
+    """Each file the stack would read from `operators.manifestMirror` is there, before anything is
+    registered: the training operator's overlay (with the base it names) and KubeRay's CRDs, for the
+    operators the stack may install (enabled, mode not reuse)."""
+    mirror = o.manifest_mirror
+    if mirror is None or "://" in mirror:
+        return
+    wanted: list[str] = []
+    may_install = {key: op.enabled and op.mode != "reuse" for key, op in o.on_any_cluster().items()}
+    if may_install["trainingOperator"] and (
+        o.training_operator.ref is None or _COMMIT.fullmatch(o.training_operator.ref)
+    ):
+        overlay = training_operator_location(hyperpod, o.training_operator.ref, mirror)
+        wanted += [
+            f"{overlay}/kustomization.yaml",
+            posixpath.normpath(f"{overlay}/../../base/kustomization.yaml"),
+        ]
+    version = o.kuberay.version or RELEASES["kuberay"].version
+    if may_install["kuberay"] and version.removeprefix("v") in KUBERAY_CRD_COMMITS:
+        wanted += kuberay_crd_files(version, mirror)
+    missing = [f for f in wanted if not Path(f).is_file()]
+    if not Path(mirror).is_dir() or missing:
+        r.problem(
+            f"{PROJECT}:operators.manifestMirror",
+            mirror,
+            "not a folder" if not Path(mirror).is_dir() else f"lacks {', '.join(missing)}",
+            "a folder holding each file at <owner>/<repo>/<commit>/<path>, as raw.githubusercontent.com "
+            "serves it (docs/operators.md)",
+        )

@@ -93,6 +93,7 @@ def operators_plane(
             jobset_installed=installs("jobset", ops.on_any_cluster()["jobset"]),
             training_operator_enabled=installs("trainingOperator", ops.training_operator),
             training_operator_ref=ops.training_operator.ref,
+            manifest_mirror=ops.manifest_mirror,
             hyperpod=any(g.hyperpod for g in cfg.gpu_node_groups),
             kueue=helm("kueue", ops.kueue),
             gpu_groups=labels if attached else None,

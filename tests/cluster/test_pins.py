@@ -12,10 +12,10 @@ from support.cluster.binaries import BIN, TOOLS, pinned, programs
 from support.cluster.hyperpod import CHART
 from support.paths import ROOT, missing
 
-from components.operators import JOBSET_IMAGE, TRAINING_OPERATOR
+from components.operators import JOBSET_IMAGE
 from components.queueing import KUEUE_IMAGE
 from config.cluster import ClusterConfig
-from domain.operators import RELEASES
+from domain.operators import RELEASES, TRAINING_OPERATOR
 from offline.nodes import charts_dir
 
 # (folder, module): (what the stack pins, what is built instead, why).

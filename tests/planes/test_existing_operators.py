@@ -14,9 +14,9 @@ from support.plans import EXISTING_CLUSTER, plan, stack_values
 
 from account_checks.operator_decisions import TRAINJOB_CRD, TRAINJOB_FRAMEWORK, ClusterOperatorsError, selects
 from components.jobs.kinds import KINDS
-from components.operators import KUBERAY_CRDS
 from config import ConfigError, parse_config
 from conventions import STACK_LABEL
+from domain.operators import KUBERAY_CRDS
 from offline.engine import run_program
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

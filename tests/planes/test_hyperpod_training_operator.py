@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.plans import EXISTING_CLUSTER, stack_values
 
-from components.operators import TRAINING_OPERATOR, TRAINING_OPERATOR_HYPERPOD
+from domain.operators import TRAINING_OPERATOR, TRAINING_OPERATOR_HYPERPOD
 from offline.engine import run_program
 
 HYPERPOD_CLUSTER = {

@@ -12,9 +12,9 @@ import yaml
 from support.paths import shared_dir
 from support.plans import plan
 
-from components.operators import TRAINING_OPERATOR, on_system_nodes
+from components.operators import on_system_nodes
 from config.schema import ConfigError
-from domain.operators import RELEASES
+from domain.operators import RELEASES, TRAINING_OPERATOR
 from offline.plan import manifest_of
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -305,7 +305,7 @@ CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
 def test_kuberay_crds_follow_the_chart_version(dev_plan):
     """Helm never upgrades a chart's crds/: the stack applies them, from the commit the chart's
     tag names (ray-project/kuberay v1.7.0 is 59d663ae...), never from the tag, which can move."""
-    from components.operators import KUBERAY_CRDS
+    from domain.operators import KUBERAY_CRDS
 
     crds = dev_plan.one(CONFIG_GROUP, "operators-kuberay-crds")
     release = releases(dev_plan)["kuberay-operator"]
@@ -331,7 +331,7 @@ def test_kuberay_crds_follow_the_chart_version(dev_plan):
 def test_every_fetched_manifest_is_named_by_commit(dev_plan):
     """CRDs and kustomize manifests come from a full commit SHA, never a tag or branch: a tag can
     be pushed again and would change what a second `pulumi up` applies."""
-    from config.operators import KUBERAY_CRD_COMMITS
+    from domain.operators import KUBERAY_CRD_COMMITS
 
     commit = re.compile(r"[0-9a-f]{40}")
     assert KUBERAY_CRD_COMMITS["1.7.0"] == "59d663aeec13760646da3db9c1cf8cfe883e30b7"  # tag v1.7.0

@@ -234,6 +234,9 @@ ACTS_ELSEWHERE: dict[str, str] = {
     "trainstack:jobs[].verl.modelBillions": "the config's fit check of a VERL job on its group "
     "(config/checks.py _check_verl, domain/verl_fit.py verl_fits)",
     "trainstack:jobs[].verl.dataset": "one allowed value (gsm8k): components/jobs/verl.py data_prep_command",
+    "trainstack:operators.manifestMirror": "a folder that must hold every file it serves, so no fixed value "
+    "plans: the training operator's Directory and KubeRay's CRD ConfigGroup read from it "
+    "(domain/operators.py training_operator_location, kuberay_crd_files; tests/planes/test_manifest_mirror.py)",
     "trainstack:operators.kuberay.version": "one allowed value, the chart whose CRDs the stack applies "
-    "(config/operators.py KUBERAY_CRD_COMMITS): components/operators.py",
+    "(domain/operators.py KUBERAY_CRD_COMMITS): components/operators.py",
 }
