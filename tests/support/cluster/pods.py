@@ -49,13 +49,63 @@ from support.cluster.binaries import binary
 from support.cluster.kwok import repository
 from support.cluster.processes import Processes
 
-# The last element of an image's repository -> the program tools/cluster builds of that image's source.
+# The end of an image's repository -> the program tools/cluster builds of that image's source.
 PROGRAMS = {
     "kueue": "kueue",
     "trainer-controller-manager": "trainer-controller-manager",
     "jobset": "jobset-controller",
+    "training-operator": "training-operator",  # ghcr.io/kubeflow/training-v1/training-operator
+    "kuberay/operator": "kuberay-operator",  # quay.io/kuberay/operator
 }
 EVERY_INTERFACE = re.compile(r"^(0\.0\.0\.0)?:(\d+)$")
+# The listeners of the programs that take them as flags, not from a config file, with their defaults
+# (every interface): training operator v1.9.4 cmd/training-operator.v1/main.go, KubeRay v1.6.2
+# apis/config/v1alpha1/defaults.go. Each binds the pod's address instead, given or not. The training
+# operator's webhook server takes a port and no host (webhook.Options{Port}), so it binds every
+# interface: only one program of a harness may serve on its port (9443).
+FLAG_LISTENERS = {
+    "training-operator": {"--metrics-bind-address": ":8080", "--health-probe-bind-address": ":8081"},
+    "kuberay-operator": {"--metrics-addr": ":8080", "--health-probe-bind-address": ":8082"},
+}  # fmt: skip
+# The feature gates the tier's KubeRay build knows (v1.6.2 pkg/features/features.go): the 1.7.0 chart
+# also turns off three gates 1.7 added, which that build would refuse as unknown. A gate turned off
+# that a build lacks is off there anyway, so those are dropped; any other stays, and fails as it would.
+KUBERAY_GATES = (
+    "RayClusterStatusConditions",
+    "RayJobDeletionPolicy",
+    "RayMultiHostIndexing",
+    "RayServiceIncrementalUpgrade",
+    "RayCronJob",
+    "AsyncJobInfoQuery",
+)
+
+
+def program_of(image: str) -> str:
+    found = repository(image)
+    for end, program in PROGRAMS.items():
+        if found == end or found.endswith(f"/{end}"):
+            return program
+    raise KeyError(f"no program of tools/cluster runs image {image}")
+
+
+def listening_at(program: str, args: list[str], ip: str) -> list[str]:
+    """A flag-configured program's arguments with each listener on the pod's address (FLAG_LISTENERS),
+    and KubeRay's gates as its build knows them (KUBERAY_GATES)."""
+    defaults = dict(FLAG_LISTENERS.get(program, {}))
+    found = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in defaults and eq:
+            defaults.pop(flag)
+            if m := EVERY_INTERFACE.match(value):
+                arg = f"{flag}={ip}:{m.group(2)}"
+        elif program == "kuberay-operator" and flag == "--feature-gates" and eq:
+            gates = [
+                g for g in value.split(",") if g.split("=")[0] in KUBERAY_GATES or not g.endswith("=false")
+            ]
+            arg = f"{flag}={','.join(gates)}"
+        found.append(arg)
+    return found + [f"{flag}={ip}{port}" for flag, port in defaults.items()]
 
 
 @contextlib.contextmanager
@@ -175,7 +225,7 @@ class OperatorPods:
 
     def _launch(self, pod) -> Running | None:
         (container,) = pod.spec.containers
-        program = PROGRAMS[repository(container.image).rsplit("/", 1)[-1]]
+        program = program_of(container.image)
         name, namespace, ip = pod.metadata.name, pod.metadata.namespace, pod.status.pod_ip
         folder = self.dir / f"{namespace}-{name}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -216,7 +266,7 @@ class OperatorPods:
                     secrets[where] = volume.secret.secret_name
                 Path(where).mkdir(parents=True, exist_ok=True)  # a mount point on this host
                 folders.append(where)
-        args = [*(container.command or [])[1:], *(container.args or [])]
+        args = listening_at(program, [*(container.command or [])[1:], *(container.args or [])], ip)
         for i, arg in enumerate(args):
             flag, eq, value = arg.partition("=")
             if eq and value in files:
