@@ -7,8 +7,8 @@ the arguments, config, certificates and service account the chart gave it
 (support/cluster/pods.py), and is Ready once its own readiness probe passes; the API server reaches the
 charts' webhooks through their Services (`--enable-aggregator-routing`, the pods' addresses local to
 this machine). So the webhooks, CRDs and controllers that admit and run the job are the stack's own
-install. The training operator and KubeRay are off: their manifests and CRDs come from GitHub, which
-the tier does not reach.
+install. The training operator and KubeRay are off: the training operator's webhook binds every
+interface on the port Kueue's, Trainer's and JobSet's use (test_installed_pytorch.py installs them).
 
 Then: a second `up` changes nothing (`preview --refresh --expect-no-changes`), and `destroy` removes
 the releases but leaves every CRD, and another stack's queue, runtime and TrainJob, which a CRD

@@ -23,7 +23,7 @@ NOT_SERVED = {
     ("kuberay", "github.com/ray-project/kuberay/ray-operator"): (
         "v1.7.0",
         "v1.6.2",
-        "v1.6.3-v1.7.1 refused; v1.6.2 is the nearest served",
+        "v1.7.0 zip refused (403, its .info served, 2026-11-29); v1.6.2 is the nearest served",
     ),
     ("pulumi", "github.com/pulumi/pulumi/pkg/v3"): (
         "v3.272.0",
