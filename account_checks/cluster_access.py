@@ -29,8 +29,10 @@ from config import PROJECT
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 30.0
 # What the API server answers instead of whole objects: their metadata only (meta.k8s.io/v1
-# PartialObjectMetadataList), so a Secret's payload never leaves the cluster.
+# PartialObjectMetadataList, or PartialObjectMetadata for one object: the server refuses the other
+# form, as client-go's metadata client asks each), so a Secret's payload never leaves the cluster.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+ONE_METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 JSON = "application/json"
 
 
@@ -138,14 +140,19 @@ class ClusterReader:
         except BotoCoreError as err:
             raise ClusterReadError(stack, address, f"no EKS token could be signed ({err})") from None
 
-    def get(self, path: str, query: dict[str, str] | None = None, metadata_only: bool = False) -> Any:
-        """The API's JSON answer to GET `path`, or None where it answers 404 (no such object or API)."""
+    def get(
+        self, path: str, query: dict[str, str] | None = None, metadata_only: bool = False, one: bool = False
+    ) -> Any:
+        """The API's JSON answer to GET `path` (a collection, or `one` object), or None where it
+        answers 404 (no such object or API)."""
         try:
             return self.api.call_api(
                 path,
                 "GET",
                 query_params=list((query or {}).items()),
-                header_params={"Accept": METADATA_ONLY if metadata_only else JSON},
+                header_params={
+                    "Accept": (ONE_METADATA_ONLY if one else METADATA_ONLY) if metadata_only else JSON
+                },
                 response_types_map={200: "object"},
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,

@@ -14,7 +14,14 @@ from components.queueing import Queueing
 from components.tracking_users import PROVISIONER_SELECTOR
 from config import StackConfig
 from config.placements import group_network_layers
-from conventions import DEFAULT_DENY_POLICY, HF_TOKEN_SECRET, PART_OF, SYSTEM_GROUP, in_shared_namespace
+from conventions import (
+    DEFAULT_DENY_POLICY,
+    HF_TOKEN_SECRET,
+    JOB_LABEL,
+    PART_OF,
+    SYSTEM_GROUP,
+    in_shared_namespace,
+)
 from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
 from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
@@ -35,22 +42,34 @@ def network_policies(
 ) -> list[NamespacePolicies]:
     """Default-deny ingress in the training namespace with each job's own flows allowed, and in the
     tracking namespace (a server the stack runs) with the server open to the jobs. In a namespace
-    the stack does not own, the deny carries the stack's name and selects the stack's pods only."""
+    the stack does not own, the deny carries the stack's name and selects the stack's jobs' pods only
+    (none without jobs: no deny there)."""
     pods = compute.pod_identity
     not_owned = cfg.existing_cluster.named
-    found = [
-        NamespacePolicies(
-            "training-network",
-            NamespacePoliciesArgs(
-                compute.provider,
-                pods.namespace_name,
-                pods.namespace,
-                tuple(a for j in cfg.jobs for a in KINDS[j.kind].allows(j.name)),
-                deny_name=owned_name(cfg, DEFAULT_DENY_POLICY),
-                deny_pods={"matchLabels": dict(PART_OF)} if not_owned else None,
-            ),
-        )
-    ]
+    # The stack's own pods, in a namespace it does not own: its jobs' (each labelled with its job).
+    own_pods = {
+        "matchLabels": dict(PART_OF),
+        "matchExpressions": [
+            {"key": JOB_LABEL, "operator": "In", "values": sorted(j.name for j in cfg.jobs)}
+        ],
+    }
+    found = (
+        []
+        if not_owned and not cfg.jobs
+        else [
+            NamespacePolicies(
+                "training-network",
+                NamespacePoliciesArgs(
+                    compute.provider,
+                    pods.namespace_name,
+                    pods.namespace,
+                    tuple(a for j in cfg.jobs for a in KINDS[j.kind].allows(j.name)),
+                    deny_name=owned_name(cfg, DEFAULT_DENY_POLICY),
+                    deny_pods=own_pods if not_owned else None,
+                ),
+            )
+        ]
+    )
     server = tracking.server if tracking else None
     if server is not None:
         found.append(

@@ -5,7 +5,10 @@ first; a kubeconfig stack (kind) uses no AWS account at all."""
 
 from __future__ import annotations
 
+import pulumi
+
 from account_checks.world import World
+from components.ownership import labelled_as_stack
 from config import StackConfig
 from planes.account import aws_account, existing_cluster_checks
 from planes.attached import attached_compute_plane
@@ -25,6 +28,8 @@ def attached_stack(cfg: StackConfig, world: World) -> StackOutputs:
         existing_cluster_checks(cfg, account, world)
     # What the cluster already runs decides each operator; a stop leaves nothing registered.
     decisions = existing_operators(cfg, account, world)
+    # Everything the stack makes in a namespace others may use carries its name.
+    pulumi.runtime.register_resource_transform(labelled_as_stack(cfg.training_namespace, cfg.stack))
     build = build_plane(cfg, account) if account is not None else local_build_plane(cfg, world)
     compute = attached_compute_plane(cfg, account, build.bucket)
     operators = operators_plane(cfg, compute, decisions)

@@ -34,8 +34,17 @@ RESOURCES = {
     "configmaps": "ConfigMap",
     "persistentvolumeclaims": "PersistentVolumeClaim",
     "nodes": "Node",
+    "serviceaccounts": "ServiceAccount",
+    "networkpolicies": "NetworkPolicy",
+    "localqueues": "LocalQueue",
+    "jobs": "Job",
+    "pytorchjobs": "PyTorchJob",
+    "trainjobs": "TrainJob",
+    "rayjobs": "RayJob",
+    "rayclusters": "RayCluster",
 }
 METADATA_ONLY = "as=PartialObjectMetadataList"
+ONE_METADATA_ONLY = "as=PartialObjectMetadata;"
 
 
 def split_facts(facts: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -136,6 +145,14 @@ class OfflineCluster:
             named = [o for o in items if o["metadata"]["name"] == resource_parts[1]]
             if not named:
                 return 404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
+            if METADATA_ONLY in accept:  # the list form, for one object: the API server refuses it
+                return 406, {"kind": "Status", "status": "Failure", "reason": "NotAcceptable", "code": 406}
+            if ONE_METADATA_ONLY in accept:
+                return 200, {
+                    "apiVersion": "meta.k8s.io/v1",
+                    "kind": "PartialObjectMetadata",
+                    "metadata": named[0]["metadata"],
+                }
             return 200, {"apiVersion": version, **named[0]}
         if METADATA_ONLY in accept:
             return 200, {

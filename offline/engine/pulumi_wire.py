@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import pulumi
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime import resource as runtime_resource
@@ -116,6 +116,13 @@ class RecordingMonitor(mocks.MockMonitor):
         super().__init__(offline_mocks)
         self.offline = offline_mocks
         self.registrations: list[Registration] = []
+        self.stack_transforms: list[Callable[..., Any]] = []
+
+    def RegisterStackTransform(self, request):
+        """pulumi.runtime.register_resource_transform: the engine applies it to every resource
+        registered afterwards, after the resource's own and its ancestors'."""
+        self.stack_transforms += mocks._resolve_callbacks([request])
+        return empty_pb2.Empty()
 
     def RegisterResource(self, request):
         raw = json_format.MessageToDict(request.object)
@@ -169,7 +176,7 @@ class RecordingMonitor(mocks.MockMonitor):
         while urn in by_urn:
             found += by_urn[urn].transforms
             urn = by_urn[urn].parent or ""
-        return found
+        return found + self.stack_transforms
 
     def Call(self, request):
         """A method call on a remote component (pulumi-eks's Cluster.getKubeconfig): Pulumi's

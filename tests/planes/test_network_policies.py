@@ -15,7 +15,7 @@ from support.charts import render
 from support.plans import EXISTING_CLUSTER, plan, stack_values
 
 from components.network_policy import NAMESPACE_NAME_LABEL
-from conventions import DEFAULT_DENY_POLICY, PART_OF, TRACKING_NAMESPACE, TRAINING_NAMESPACE
+from conventions import DEFAULT_DENY_POLICY, JOB_LABEL, PART_OF, TRACKING_NAMESPACE, TRAINING_NAMESPACE
 from offline.engine import run_program
 from offline.plan import manifest_of
 
@@ -272,12 +272,18 @@ def test_an_existing_cluster_gets_the_policies_but_not_the_add_on():
 
 def test_in_a_namespace_the_stack_does_not_own_the_deny_is_the_stacks_own_and_selects_its_pods():
     """The owner's namespace may hold a `default-deny-ingress` of its own (the Kubernetes docs' name)
-    and pods of its own and of other users' jobs: the stack's deny has the stack's name and selects
-    only pods the stack labels, so it neither collides with the owner's policy nor cuts the owner's
-    traffic. On its own cluster the deny keeps its name and covers the whole namespace."""
+    and pods of its own, of other users' jobs and of other stacks' jobs: the stack's deny has the
+    stack's name and selects only its own jobs' pods, so it neither collides with the owner's policy
+    nor cuts anyone else's traffic; with no jobs there is nothing to deny. On its own cluster the deny
+    keeps its name and covers the whole namespace."""
     attached = {m["metadata"]["name"]: m for m in manifests(plan("existing", facts=EXISTING_CLUSTER), POLICY)}
     deny = attached["trainstack-existing-default-deny-ingress"]
-    assert deny["spec"] == {"podSelector": {"matchLabels": dict(PART_OF)}, "policyTypes": ["Ingress"]}
+    own_jobs = {"key": JOB_LABEL, "operator": "In", "values": ["llama-1b-fsdp"]}
+    assert deny["spec"] == {
+        "podSelector": {"matchLabels": dict(PART_OF), "matchExpressions": [own_jobs]},
+        "policyTypes": ["Ingress"],
+    }
+    assert not manifests(plan("existing", facts=EXISTING_CLUSTER, jobs=[]), POLICY)
     own = {m["metadata"]["name"]: m for m in manifests(plan("dev"), POLICY)}
     assert own[DEFAULT_DENY_POLICY]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
 

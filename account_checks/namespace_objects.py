@@ -1,0 +1,75 @@
+"""The objects the stack would make in its training namespace on a cluster it did not create, read by
+name before anything is registered there. That namespace may be the owner's or another stack's too,
+so an object of the same name that is not this stack's stops the run, one sentence per object: with
+the shipped provider (pulumi-kubernetes 4.34.2 creates with a plain POST) its create would fail with
+AlreadyExists halfway through the `up`; with one that upserts, the stack would take it over and a
+later namespace change or `destroy` would delete it.
+
+Not this stack's: no `app.kubernetes.io/part-of: trainstack` label (the owner's, another tool's), or
+another stack's name in `trainstack.dev/stack`. One labelled part-of trainstack with no stack name is
+what the previous release made (it labelled none), taken as this stack's: this run labels it
+(components/ownership.py). Each read is one GET of one name, its metadata only
+(PartialObjectMetadata), in that namespace only, so a namespace-scoped role that may get answers."""
+
+from __future__ import annotations
+
+import pulumi
+
+from account_checks.cluster_access import ClusterAddress, ClusterReader, KubeClients
+from config import PROJECT, StackConfig
+from conventions import PART_OF, STACK_LABEL
+
+
+class NamespaceObjectsError(pulumi.RunError):
+    def __init__(self, stack: str, problems: list[str]):
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"stack '{stack}': its namespace holds objects of the names the stack would make, not the "
+            f"stack's; nothing was created:\n{lines}"
+        )
+
+
+def whose(labels: dict[str, str], stack: str) -> str | None:
+    """Whose an object is by its labels, where it is not this stack's (None: this stack's)."""
+    ((part_of, trainstack),) = PART_OF.items()
+    if labels.get(part_of) != trainstack:
+        return f"not trainstack's (no {part_of}={trainstack} label)"
+    owner = labels.get(STACK_LABEL)
+    if owner is not None and owner != stack:
+        return f"stack {owner}'s ({STACK_LABEL}={owner})"
+    return None
+
+
+def collisions(
+    reader: ClusterReader, namespace: str, stack: str, wanted: list[tuple[str, str, str]]
+) -> list[str]:
+    """One sentence per (kind, name, collection) in `wanted` that exists in `namespace` and is not
+    this stack's."""
+    found = []
+    for kind, name, collection in wanted:
+        group, _, plural = collection.rpartition("/")
+        obj = reader.get(f"/{group}/namespaces/{namespace}/{plural}/{name}", metadata_only=True, one=True)
+        if obj is None:
+            continue
+        owner = whose((obj.get("metadata") or {}).get("labels") or {}, stack)
+        if owner is not None:
+            found.append(
+                f"{kind} {namespace}/{name} is {owner}, and the stack would make one of that name: rename what "
+                f"the stack names so (a job or node group, in {PROJECT}:jobs or gpuNodeGroups) or give the "
+                f"stack a namespace of its own ({PROJECT}:existingCluster.namespace)"
+            )
+    return found
+
+
+def check_namespace_objects(
+    connect: KubeClients, address: ClusterAddress, cfg: StackConfig, wanted: list[tuple[str, str, str]]
+) -> None:
+    """Stop with every object of `wanted` (kind, name, collection) in the training namespace that is
+    not this stack's."""
+    reader = ClusterReader(connect, address, cfg.stack)
+    try:
+        problems = collisions(reader, cfg.training_namespace, cfg.stack, wanted)
+    finally:
+        reader.close()
+    if problems:
+        raise NamespaceObjectsError(cfg.stack, problems)
