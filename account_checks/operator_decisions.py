@@ -32,6 +32,7 @@ from account_checks.cluster_inventory import (
 )
 from config import PROJECT, StackConfig
 from conventions import STACK_LABEL
+from domain.job_kinds import KINDS
 from domain.operators import (
     INSTANCE_TYPE_NODE_LABEL,
     KUEUE_API,
@@ -391,11 +392,16 @@ def _incompatible(
 
 
 def needed(cfg: StackConfig) -> dict[str, bool]:
-    """Which operators the stack runs at all on this cluster."""
+    """Which operators the stack runs at all on this cluster. Trainer and JobSet only where a TrainJob
+    needs them, unless their mode says install: both are cluster-wide (webhooks on every TrainJob and
+    JobSet of every team), too much to bring to a shared cluster for nothing."""
     ops = cfg.operators.on_any_cluster()
     wanted = {key: op.enabled for key, op in ops.items()}
     wanted["nvidiaDevicePlugin"] &= bool(cfg.gpu_node_groups)
     wanted["efaDevicePlugin"] &= any(g.efa for g in cfg.gpu_node_groups)
+    trainjobs = any(KINDS[j.kind].operator == "trainer" for j in cfg.jobs)
+    for key in ("trainer", "jobset"):
+        wanted[key] &= trainjobs or ops[key].mode == "install"
     return wanted
 
 

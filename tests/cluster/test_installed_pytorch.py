@@ -3,7 +3,8 @@ provider: the training operator as its kustomize Directory and KubeRay's CRDs as
 read from `operators.manifestMirror` (support/cluster/manifest_mirror.py: the files at the commits the
 stack pins), and the NVIDIA and EFA device plugins and KubeRay as Helm releases from a chart
 repository on loopback (`operators.chartRepository`). The cluster runs its own Kueue (the harness's,
-the real program), which the stack reuses, and no Trainer (the template has no TrainJob).
+the real program), which the stack reuses. Trainer and JobSet are not installed: the template has no
+TrainJob, and they are cluster-wide.
 
 The pods of the training operator's and KubeRay's Deployments run as the pinned programs their images
 are (support/cluster/pods.py): the training operator's certificate rotator fills the Secret its
@@ -60,7 +61,6 @@ class InstalledStack:
         config["trainstack:operators"] = {
             "chartRepository": chart_repository,
             "manifestMirror": str(mirror),
-            "trainer": {"enabled": False},
         }
         self.config = config
         self.plan = planned("existing", config)
@@ -117,6 +117,7 @@ def test_up_installs_the_operators_whose_programs_admit_and_run_the_pytorchjob(i
     running = list(installed.pods.programs().values())
     assert {p: running.count(p) for p in set(running)} == PROGRAMS, installed.pods.programs()
     cluster = installed.cluster
+    assert not cluster.objects.list("apps/v1", "Deployment", "kubeflow-system")  # no Trainer, no JobSet
     (job,) = installed.config["trainstack:jobs"]
     assert job["name"] in admitted_jobs(cluster.objects, installed.namespace)
 

@@ -15,7 +15,7 @@ from support.charts import load
 from support.cluster_objects import as_facts, charts, installed
 from support.crds import CRD_FILES
 from support.paths import shared_dir
-from support.plans import EXISTING_CLUSTER, plan, stack_values
+from support.plans import EXISTING_CLUSTER, WITH_TRAINJOB, plan, stack_values
 
 from account_checks.operator_decisions import ClusterOperatorsError
 from components.operators import CRD_TYPE, retain_crds
@@ -78,7 +78,7 @@ def left_on_the_cluster(run, labelled: bool = True) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def first():
-    run = plan("existing", facts=EXISTING_CLUSTER)
+    run = plan("existing", jobs=WITH_TRAINJOB, facts=EXISTING_CLUSTER)
     return run, left_on_the_cluster(run)
 
 
@@ -96,7 +96,9 @@ def test_a_second_run_keeps_what_the_first_installed(first):
         "kueue",
         "kubeflow-trainer",
     }
-    second = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("first-run", cluster)})
+    second = plan(
+        "existing", jobs=WITH_TRAINJOB, facts={**EXISTING_CLUSTER, **as_facts("first-run", cluster)}
+    )
     assert {(r.type, r.name) for r in second.resources} == {(r.type, r.name) for r in run.resources}
     assert all(line.lstrip().startswith(("install", "node monitoring")) for line in decision_lines(second))
 
@@ -107,6 +109,7 @@ def test_a_changed_namespace_keeps_every_operator_the_stack_installed(first):
     run, cluster = first
     moved = plan(
         "existing",
+        jobs=WITH_TRAINJOB,
         facts={**EXISTING_CLUSTER, **as_facts("first-run", cluster)},
         existingCluster={"eksClusterName": "ml-platform", "namespace": "ml-jobs"},
     )
@@ -123,7 +126,7 @@ def test_an_operator_the_stack_installed_but_did_not_label_is_never_reused_on_au
     run, _ = first
     unlabelled = left_on_the_cluster(run, labelled=False)
     with pytest.raises(ClusterOperatorsError) as err:
-        plan("existing", facts={**EXISTING_CLUSTER, **as_facts("unlabelled", unlabelled)})
+        plan("existing", jobs=WITH_TRAINJOB, facts={**EXISTING_CLUSTER, **as_facts("unlabelled", unlabelled)})
     problems = [line for line in str(err.value).splitlines() if line.startswith("  - ")]
     assert [p.split(" = ")[0] for p in problems] == [
         "  - trainstack:operators.trainingOperator.mode",
@@ -146,13 +149,13 @@ def test_reuse_of_what_the_stack_installed_stops_and_anothers_is_reused(first):
     _, cluster = first
     facts = {**EXISTING_CLUSTER, **as_facts("first-run", cluster)}
     with pytest.raises(ClusterOperatorsError) as err:
-        plan("existing", facts=facts, operators={"kuberay": {"mode": "reuse"}})
+        plan("existing", jobs=WITH_TRAINJOB, facts=facts, operators={"kuberay": {"mode": "reuse"}})
     assert (
         "  - trainstack:operators.kuberay.mode = reuse: Helm release kuberay-operator in kuberay-system is this "
         "stack's own (trainstack.dev/stack=existing), and reusing it would uninstall it; allowed: auto or install"
     ) in str(err.value).splitlines()
     # The same cluster seen from another stack: every operator is someone else's, and serves it.
-    other = run_program("team-b", stack_values("existing"), facts=facts)
+    other = run_program("team-b", stack_values("existing", jobs=WITH_TRAINJOB), facts=facts)
     assert other.by_type(RELEASE) == [] and other.by_type(DIRECTORY) == []
     assert all(line.lstrip().startswith(("reuse", "node monitoring")) for line in decision_lines(other))
 
@@ -194,6 +197,7 @@ def test_jobset_is_judged_by_trainers_release_not_by_the_training_operators_depl
     users = [crd, copy.deepcopy(TRAINING_OPERATOR)]
     run = plan(
         "existing",
+        jobs=WITH_TRAINJOB,
         facts={**EXISTING_CLUSTER, **as_facts("users", users)},
         operators={"trainingOperator": {"mode": "reuse"}},
     )

@@ -69,7 +69,7 @@ def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyper
         gpuNodeGroups=[HYPERPOD_GROUP],
     )
     assert run.by_type(DIRECTORY) == []
-    assert releases(run) == {"kuberay-operator", "kueue", "kubeflow-trainer"}
+    assert releases(run) == {"kuberay-operator", "kueue"}  # no TrainJob: no Trainer
     lines = decision_lines(run)
     assert lines[0].startswith(
         "  reuse    trainingOperator: found Deployment kubeflow/hyperpod-dependencies-training-operators "
@@ -96,11 +96,6 @@ def test_a_hyperpod_cluster_keeps_its_training_operator_and_device_plugins(hyper
         "sh.helm.release.v1.kueue.v1": {
             "name": "sh.helm.release.v1.kueue.v1",
             "namespace": "kueue-system",
-            "labels": {STACK_LABEL: "existing"},
-        },
-        "sh.helm.release.v1.kubeflow-trainer.v1": {
-            "name": "sh.helm.release.v1.kubeflow-trainer.v1",
-            "namespace": "kubeflow-system",
             "labels": {STACK_LABEL: "existing"},
         },
     }
@@ -318,3 +313,27 @@ def test_an_operator_mode_outside_the_three_is_refused_with_its_key():
         match=r'trainstack:operators\.kueue\.mode = "adopt": not a mode; allowed: auto, install, reuse',
     ):
         parse_config("existing", stack_values("existing", operators={"kueue": {"mode": "adopt"}}))
+
+
+def test_trainer_and_jobset_come_to_an_attached_cluster_only_for_a_trainjob():
+    """Both are cluster-wide (their webhooks judge every team's TrainJobs and JobSets): the `existing`
+    template, whose only job is a PyTorchJob, installs neither; a TrainJob brings both, and
+    `mode: install` brings Trainer without one."""
+
+    def releases(**overrides) -> set[str]:
+        run = plan("existing", facts=EXISTING_CLUSTER, **overrides)
+        return {r.inputs["name"] for r in run.by_type(RELEASE)}
+
+    assert "kubeflow-trainer" not in releases()
+    trainjob = {
+        "name": "tj",
+        "kind": "TrainJob",
+        "nodeGroup": "p5",
+        "nodes": 2,
+        "model": "1b",
+        "wait": "none",
+    }
+    run = plan("existing", facts=EXISTING_CLUSTER, jobs=[trainjob])
+    (trainer,) = [r for r in run.by_type(RELEASE) if r.inputs["name"] == "kubeflow-trainer"]
+    assert trainer.inputs["values"]["jobset"]["install"] is True
+    assert "kubeflow-trainer" in releases(operators={"trainer": {"mode": "install"}})

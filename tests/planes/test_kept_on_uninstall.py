@@ -20,7 +20,7 @@ import subprocess
 import pytest
 from support.charts import documents, helm
 from support.paths import ROOT, shared_dir
-from support.plans import EXISTING_CLUSTER, plan
+from support.plans import EXISTING_CLUSTER, WITH_TRAINJOB, plan
 
 from components.operators import KEEP_ON_UNINSTALL
 from domain.operators import RELEASES
@@ -31,7 +31,7 @@ POLICY = "helm.sh/resource-policy"
 
 @pytest.fixture(scope="module")
 def attached():
-    return plan("existing", facts=EXISTING_CLUSTER)
+    return plan("existing", jobs=WITH_TRAINJOB, facts=EXISTING_CLUSTER)
 
 
 def rendered(reg, post_render: bool) -> list[dict]:

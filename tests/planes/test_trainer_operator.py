@@ -7,7 +7,7 @@ from __future__ import annotations
 import yaml
 from support.charts import render
 from support.cluster_objects import as_facts, charts, installed, keys
-from support.plans import EXISTING_CLUSTER, plan
+from support.plans import EXISTING_CLUSTER, WITH_TRAINJOB, plan
 
 from components.operators import JOBSET_IMAGE
 from conventions import SYSTEM_NODE_LABEL
@@ -80,7 +80,7 @@ def test_a_cluster_that_runs_jobset_keeps_it_and_trainer_comes_without_its_own()
         "jobset-system",
         {"image": dict(JOBSET_IMAGE)},
     )
-    run = plan("existing", facts={**EXISTING_CLUSTER, **as_facts("jobset", there)})
+    run = plan("existing", jobs=WITH_TRAINJOB, facts={**EXISTING_CLUSTER, **as_facts("jobset", there)})
     lines = next(m for m in run.messages if m.startswith("Cluster operators")).splitlines()
     (jobset,) = [x for x in lines if " jobset: " in x]
     assert jobset.startswith("  reuse    jobset: found Deployment jobset-system/")

@@ -48,3 +48,13 @@ BREAK_GLASS = "arn:aws:iam::123456789012:role/BreakGlass"
 def ci_config(**extra) -> dict:
     """`trainstack:ci` with the repository and the break-glass role it requires."""
     return {"githubRepository": "acme/train", "breakGlassRoleArn": BREAK_GLASS, **extra}
+
+
+# The `existing` template's PyTorchJob and a TrainJob beside it: Trainer and JobSet come to an attached
+# cluster only for a TrainJob (account_checks/operator_decisions.py needed). Neither waits: the group's
+# quota admits one at a time.
+WITH_TRAINJOB = [
+    {"name": "llama-1b-fsdp", "kind": "PyTorchJob", "nodeGroup": "p5", "nodes": 2, "model": "1b", "steps": 2000,
+     "wait": "none"},
+    {"name": "llama-1b-trainjob", "kind": "TrainJob", "nodeGroup": "p5", "nodes": 2, "model": "1b", "wait": "none"},
+]  # fmt: skip
