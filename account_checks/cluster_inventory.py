@@ -145,7 +145,8 @@ def read_cluster(
     reader: ClusterReader, crd_names: tuple[str, ...], config_images: tuple[str, ...]
 ) -> ClusterInventory:
     """The objects the decisions read, as the API answers them: the CRDs named, Deployments,
-    DaemonSets, the metadata of Helm's release Secrets in the stack's release namespaces, and the
+    DaemonSets, the nodes' metadata, the metadata of Helm's release Secrets in the stack's release
+    namespaces, and the
     ConfigMap each Deployment running one of `config_images` reads its `--config` from."""
     objects: list[dict[str, Any]] = []
     for name in crd_names:
@@ -157,6 +158,10 @@ def read_cluster(
         ("DaemonSet", "/apis/apps/v1/daemonsets"),
     ):
         objects += [{**o, "kind": kind} for o in _items(reader.get(path))]
+    # The nodes' metadata: a device plugin serves a group when its DaemonSet selects the group's nodes
+    # as they are labelled (by the GPU Operator too), not only as the config describes them.
+    nodes = reader.get("/api/v1/nodes", metadata_only=True)
+    objects += [{"kind": "Node", "metadata": o["metadata"]} for o in _items(nodes)]
     for namespace in sorted({chart.namespace for chart in RELEASES.values()}):
         listed = reader.get(
             f"/api/v1/namespaces/{namespace}/secrets", {"labelSelector": HELM_OWNER_LABEL}, metadata_only=True

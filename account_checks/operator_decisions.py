@@ -384,10 +384,27 @@ def _incompatible(
         groups = group_labels(cfg)
         if key == "efaDevicePlugin":
             groups = {g.name: groups[g.name] for g in cfg.gpu_node_groups if g.efa}
+        nodes = [n["metadata"] for n in inventory.of_kind("Node")]
         for group, labels in groups.items():
-            if not any(selects(w, labels) for w in workloads):
+            # The group's nodes as they are labelled (the GPU Operator selects its own label, which its
+            # node feature discovery sets); where it has none now, as the config describes them.
+            members = [
+                n for n in nodes if all((n.get("labels") or {}).get(k) == v for k, v in labels.items())
+            ]
+            unserved = [
+                n["name"] for n in members if not any(selects(w, n.get("labels") or {}) for w in workloads)
+            ]
+            if members and unserved:
+                return (
+                    f"none of its DaemonSets selects gpuNodeGroups {group}'s nodes {', '.join(unserved)}; "
+                    f"{UPGRADE}"
+                )
+            if not members and not any(selects(w, labels) for w in workloads):
                 shown = ", ".join(f"{k}={v}" for k, v in labels.items())
-                return f"none of its DaemonSets selects gpuNodeGroups {group}'s nodes ({shown}); {UPGRADE}"
+                return (
+                    f"none of its DaemonSets selects gpuNodeGroups {group}'s nodes ({shown}; none is up to read "
+                    f"its own labels); {UPGRADE}"
+                )
     return None
 
 

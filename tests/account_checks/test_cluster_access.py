@@ -138,9 +138,13 @@ def test_helm_releases_are_read_as_metadata_in_the_release_namespaces_only():
         (f"/api/v1/namespaces/{ns}/secrets", {"labelSelector": "owner=helm"}, METADATA_ONLY)
         for ns in ("kube-system", "kubeflow-system", "kuberay-system", "kueue-system")
     ]
-    # Everything else it asks for is a named CRD, the operators' workloads, or Kueue's ConfigMap.
+    # Everything else it asks for is a named CRD, the operators' workloads, the nodes' metadata, or
+    # Kueue's ConfigMap.
     others = {r.path for r in cluster.requests} - {r.path for r in secrets}
+    (nodes,) = [r for r in cluster.requests if r.path == "/api/v1/nodes"]
+    assert nodes.accept == METADATA_ONLY
     assert others == {
+        "/api/v1/nodes",
         "/apis/apps/v1/deployments",
         "/apis/apps/v1/daemonsets",
         *(

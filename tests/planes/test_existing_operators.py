@@ -135,7 +135,59 @@ def test_device_plugins_that_miss_the_configured_nodes_stop_the_plan(hyperpod):
     )
     assert (
         "but none of its DaemonSets selects gpuNodeGroups p5's nodes "
-        "(node.kubernetes.io/instance-type=p5.48xlarge); allowed: install after removing it" in str(err.value)
+        "(node.kubernetes.io/instance-type=p5.48xlarge; none is up to read its own labels); allowed: install "
+        "after removing it" in str(err.value)
+    )
+
+
+# The NVIDIA GPU Operator's device plugin (gpu-operator assets/state-device-plugin/0500_daemonset.yaml):
+# it selects the label the operator's own node feature discovery puts on each GPU node.
+GPU_OPERATOR_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+GPU_OPERATOR_PLUGIN = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
+    "spec": {
+        "template": {
+            "spec": {
+                "nodeSelector": {GPU_OPERATOR_DEPLOY_LABEL: "true"},
+                "containers": [
+                    {"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}
+                ],
+            }
+        }
+    },
+}
+
+
+def p5_node(name: str, **labels: str) -> dict:
+    base = {"node.kubernetes.io/instance-type": "p5.48xlarge", "kubernetes.io/hostname": name}
+    return {"kind": "Node", "metadata": {"name": name, "labels": {**base, **labels}}}
+
+
+def nvidia_decision(nodes: list[dict]):
+    run = plan(
+        "existing", facts={**EXISTING_CLUSTER, **as_facts("gpu-operator", [GPU_OPERATOR_PLUGIN, *nodes])}
+    )
+    return next(line for line in decision_lines(run) if "nvidiaDevicePlugin" in line), run
+
+
+def test_the_gpu_operators_plugin_is_reused_where_it_serves_the_groups_nodes_as_they_are_labelled():
+    """Its DaemonSet selects a label the config never describes; the group's nodes carry it, so the
+    plugin serves them and the stack installs no second one."""
+    line, run = nvidia_decision([p5_node(f"p5-{i}", **{GPU_OPERATOR_DEPLOY_LABEL: "true"}) for i in range(2)])
+    assert line.lstrip().startswith(
+        "reuse    nvidiaDevicePlugin: found DaemonSet gpu-operator/nvidia-device-plugin"
+    )
+    assert "nvidia-device-plugin" not in {r.inputs["name"] for r in run.by_type(RELEASE)}
+
+
+def test_a_plugin_that_misses_a_node_of_the_group_names_that_node():
+    nodes = [p5_node("p5-0", **{GPU_OPERATOR_DEPLOY_LABEL: "true"}), p5_node("p5-1")]
+    with pytest.raises(ClusterOperatorsError) as err:
+        nvidia_decision(nodes)
+    assert "but none of its DaemonSets selects gpuNodeGroups p5's nodes p5-1; allowed: install" in str(
+        err.value
     )
 
 
