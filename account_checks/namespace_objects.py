@@ -41,18 +41,26 @@ def whose(labels: dict[str, str], stack: str) -> str | None:
 
 
 def collisions(
-    reader: ClusterReader, namespace: str, stack: str, wanted: list[tuple[str, str, str]]
+    reader: ClusterReader, namespace: str | None, stack: str, wanted: list[tuple[str, str, str]]
 ) -> list[str]:
-    """One sentence per (kind, name, collection) in `wanted` that exists in `namespace` and is not
-    this stack's."""
+    """One sentence per (kind, name, collection) in `wanted` that exists in `namespace` (None: the
+    kind is cluster-wide) and is not this stack's."""
     found = []
     for kind, name, collection in wanted:
         group, _, plural = collection.rpartition("/")
-        obj = reader.get(f"/{group}/namespaces/{namespace}/{plural}/{name}", metadata_only=True, one=True)
+        where = f"/{group}/namespaces/{namespace}/{plural}" if namespace else f"/{group}/{plural}"
+        obj = reader.get(f"{where}/{name}", metadata_only=True, one=True)
         if obj is None:
             continue
         owner = whose((obj.get("metadata") or {}).get("labels") or {}, stack)
-        if owner is not None:
+        if owner is None:
+            continue
+        if namespace is None:
+            found.append(
+                f"{kind} {name} is {owner}, and the stack would make one of that name (a cluster-wide name, "
+                f"the stack's in it): rename the stack, or remove that {kind} if nothing uses it"
+            )
+        else:
             found.append(
                 f"{kind} {namespace}/{name} is {owner}, and the stack would make one of that name: rename what "
                 f"the stack names so (a job or node group, in {PROJECT}:jobs or gpuNodeGroups) or give the "
@@ -62,14 +70,52 @@ def collisions(
 
 
 def check_namespace_objects(
-    connect: KubeClients, address: ClusterAddress, cfg: StackConfig, wanted: list[tuple[str, str, str]]
+    connect: KubeClients,
+    address: ClusterAddress,
+    cfg: StackConfig,
+    wanted: list[tuple[str, str, str]],
+    cluster_wide: list[tuple[str, str, str]] = (),
 ) -> None:
-    """Stop with every object of `wanted` (kind, name, collection) in the training namespace that is
-    not this stack's."""
+    """Stop with every object of `wanted` (kind, name, collection) in the training namespace, and of
+    `cluster_wide`, that is not this stack's."""
     reader = ClusterReader(connect, address, cfg.stack)
     try:
         problems = collisions(reader, cfg.training_namespace, cfg.stack, wanted)
+        problems += collisions(reader, None, cfg.stack, list(cluster_wide))
     finally:
         reader.close()
     if problems:
         raise NamespaceObjectsError(cfg.stack, problems)
+
+
+QUEUE_COLLECTION = "apis/kueue.x-k8s.io/v1beta2/clusterqueues"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def keeps_earlier_names(
+    connect: KubeClients, address: ClusterAddress, cfg: StackConfig, queues: list[str]
+) -> bool:
+    """Whether the stack already runs under the cluster-wide names releases before per-stack names
+    gave it (`trainstack-<group>`): one of `queues` (those names) is there, part of trainstack, and
+    the stack's, by its label or, unlabelled as that release left it, by the namespace its
+    namespaceSelector admits (the stack's training namespace). Such a stack keeps them: a rename would
+    replace its queues, flavors and runtimes, and with them its running TrainJobs (a TrainJob's
+    runtimeRef and a LocalQueue's clusterQueue are immutable), while Kueue keeps the old queue until
+    its admitted jobs end."""
+    reader = ClusterReader(connect, address, cfg.stack)
+    try:
+        for name in queues:
+            queue = reader.get(f"/{QUEUE_COLLECTION}/{name}")
+            if queue is None:
+                continue
+            labels = (queue.get("metadata") or {}).get("labels") or {}
+            if whose(labels, cfg.stack) is not None:
+                continue
+            if labels.get(STACK_LABEL) == cfg.stack:
+                return True
+            admitted = ((queue.get("spec") or {}).get("namespaceSelector") or {}).get("matchLabels") or {}
+            if admitted.get(NAMESPACE_NAME_LABEL) == cfg.training_namespace:
+                return True
+    finally:
+        reader.close()
+    return False

@@ -1,16 +1,31 @@
-"""What the stack makes in its training namespace, by kind and name, from the config alone: on a cluster
-the stack did not create, each is read before anything is registered (account_checks/namespace_objects.py),
-so a same-named object of the namespace's owner or of another stack stops the run with one sentence
-instead of being co-owned, overwritten or deleted. tests/planes/test_namespace_objects.py holds this
-list to what the program registers."""
+"""The names the stack takes on a cluster it did not create, which others share: what it makes in its
+training namespace, by kind and name from the config alone, and its cluster-wide objects (queues,
+flavors, runtimes, topologies, admission checks), named with the stack's name there. Each is read
+before anything is registered (account_checks/namespace_objects.py), so a same-named object of the
+namespace's owner or of another stack stops the run with one sentence instead of being co-owned,
+overwritten or deleted. tests/planes/test_namespace_objects.py holds these lists to what the program
+registers."""
 
 from __future__ import annotations
 
+from account_checks.namespace_objects import check_namespace_objects, keeps_earlier_names
+from account_checks.world import World
 from components.datasets import job_name as dataset_job_name
 from components.jobs.kinds import KINDS
+from components.queueing import PROVISIONING_CHECK
 from config import StackConfig
-from conventions import DEFAULT_DENY_POLICY, HF_TOKEN_SECRET, SYSTEM_GROUP, job_service_account
+from conventions import (
+    DEFAULT_DENY_POLICY,
+    HF_TOKEN_SECRET,
+    SYSTEM_GROUP,
+    cluster_queue_name,
+    in_shared_namespace,
+    job_service_account,
+)
+from domain.topology import NETWORK_LAYERS, topology_name
+from planes.account import Account
 from planes.jobs import owned_name
+from planes.operators import cluster_address
 from planes.tracking import CREDENTIALS_SECRET
 
 # The REST collection of each kind the stack makes there, under /api or /apis.
@@ -24,6 +39,13 @@ COLLECTIONS = {
     "TrainJob": "apis/trainer.kubeflow.org/v1alpha1/trainjobs",
     "RayJob": "apis/ray.io/v1/rayjobs",
     "RayCluster": "apis/ray.io/v1/rayclusters",
+    # Cluster-wide.
+    "ResourceFlavor": "apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+    "ClusterQueue": "apis/kueue.x-k8s.io/v1beta2/clusterqueues",
+    "Topology": "apis/kueue.x-k8s.io/v1beta2/topologies",
+    "AdmissionCheck": "apis/kueue.x-k8s.io/v1beta2/admissionchecks",
+    "ProvisioningRequestConfig": "apis/kueue.x-k8s.io/v1beta2/provisioningrequestconfigs",
+    "ClusterTrainingRuntime": "apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes",
 }
 
 
@@ -46,3 +68,48 @@ def training_namespace_objects(cfg: StackConfig) -> list[tuple[str, str]]:
     for d in cfg.datasets:  # read even where none is made (a kubeconfig stack): a read is harmless
         found += [("ServiceAccount", f"dataset-{d.name}"), ("Job", dataset_job_name(d.spec))]
     return found
+
+
+def group_queues(cfg: StackConfig) -> list[str]:
+    """Each group's ClusterQueue (and flavor and TrainJob runtime) as the program names it."""
+    return [cluster_queue_name(g) for g in (SYSTEM_GROUP, *(g.name for g in cfg.gpu_node_groups))]
+
+
+def cluster_renames(cfg: StackConfig) -> dict[str, str]:
+    """Each cluster-wide name the program gives, with the stack's name in it (a name it does not make
+    is harmless here: the transform renames only what is sent)."""
+    names = [
+        *group_queues(cfg),
+        PROVISIONING_CHECK,
+        *(topology_name(n) for n in set(NETWORK_LAYERS.values())),
+    ]
+    return {n: in_shared_namespace(cfg.stack, n.removeprefix("trainstack-")) for n in names}
+
+
+def cluster_wide_objects(cfg: StackConfig, renames: dict[str, str]) -> list[tuple[str, str]]:
+    """(kind, name) of the cluster-wide objects the stack may make, under the names it sends."""
+    queues = [renames.get(q, q) for q in group_queues(cfg)]
+    found = [
+        (kind, q) for q in queues for kind in ("ResourceFlavor", "ClusterQueue", "ClusterTrainingRuntime")
+    ]
+    found += [
+        (kind, renames.get(PROVISIONING_CHECK, PROVISIONING_CHECK))
+        for kind in ("AdmissionCheck", "ProvisioningRequestConfig")
+    ]
+    layers = {n: renames.get(topology_name(n), topology_name(n)) for n in set(NETWORK_LAYERS.values())}
+    return found + [("Topology", name) for name in layers.values()]
+
+
+def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World) -> dict[str, str]:
+    """On a cluster the stack did not create: the renames of its cluster-wide names (none where it
+    already runs under the names an earlier release gave it), after every name it would take, in its
+    namespace and cluster-wide, is read and found free or its own. Stops (NamespaceObjectsError)
+    before anything is registered otherwise."""
+    connect = world.kubernetes_clients(world.session(cfg))
+    address = cluster_address(cfg, account)
+    keep = keeps_earlier_names(connect, address, cfg, group_queues(cfg))
+    renames = {} if keep else cluster_renames(cfg)
+    wanted = [(kind, name, COLLECTIONS[kind]) for kind, name in training_namespace_objects(cfg)]
+    cluster_wide = [(kind, name, COLLECTIONS[kind]) for kind, name in cluster_wide_objects(cfg, renames)]
+    check_namespace_objects(connect, address, cfg, wanted, cluster_wide)
+    return renames

@@ -8,7 +8,6 @@ import pulumi_aws as aws
 
 from account_checks.checkpoint_claim import check_checkpoint_claim
 from account_checks.cluster_access import ClusterAddress
-from account_checks.namespace_objects import check_namespace_objects
 from account_checks.node_drivers import check_drivers, read_nodes
 from account_checks.operator_decisions import (
     OperatorDecision,
@@ -24,7 +23,6 @@ from conventions import SYSTEM_GROUP
 from planes.account import Account
 from planes.attached import kubeconfig_path
 from planes.compute import ComputePlane
-from planes.namespace_objects import COLLECTIONS, training_namespace_objects
 
 
 def helm_operator(c, repository: str | None) -> HelmOperator:
@@ -49,16 +47,13 @@ def existing_operators(
 ) -> dict[str, OperatorDecision]:
     """What the cluster runs, read with the stack's credentials through the client factory of the
     world the program runs in, and each operator's decision; stops (ClusterReadError,
-    ClusterOperatorsError, NamespaceObjectsError, NodeDriverError) on a cluster it cannot read, a
-    collision of operators or of the names the stack makes in its namespace, an operator the jobs
-    cannot use, or GPU nodes whose driver the training image cannot use. Called before anything
+    ClusterOperatorsError, NodeDriverError) on a cluster it cannot read, a collision, an operator the
+    jobs cannot use, or GPU nodes whose driver the training image cannot use. Called before anything
     is registered (stacks.attached)."""
     connect = world.kubernetes_clients(world.session(cfg))
     address = cluster_address(cfg, account)
     inventory = read_operators(connect, address, cfg.stack)
     check_checkpoint_claim(connect, address, cfg)
-    wanted = [(kind, name, COLLECTIONS[kind]) for kind, name in training_namespace_objects(cfg)]
-    check_namespace_objects(connect, address, cfg, wanted)
     frameworks = tuple(sorted({KINDS[j.kind].kueue_framework for j in cfg.jobs}))
     decisions = decide_operators(cfg, inventory, frameworks)
     check_drivers(cfg, read_nodes(connect, address, cfg.stack))

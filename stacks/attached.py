@@ -8,13 +8,14 @@ from __future__ import annotations
 import pulumi
 
 from account_checks.world import World
-from components.ownership import labelled_as_stack
+from components.ownership import labelled_as_stack, scoped_cluster_names
 from config import StackConfig
 from planes.account import aws_account, existing_cluster_checks
 from planes.attached import attached_compute_plane
 from planes.build import build_plane, local_build_plane
 from planes.datasets import datasets_plane
 from planes.jobs import jobs_plane
+from planes.namespace_objects import shared_cluster_names
 from planes.operators import existing_operators, operators_plane
 from planes.outputs import outputs
 from planes.queueing import queueing_plane
@@ -28,8 +29,10 @@ def attached_stack(cfg: StackConfig, world: World) -> StackOutputs:
         existing_cluster_checks(cfg, account, world)
     # What the cluster already runs decides each operator; a stop leaves nothing registered.
     decisions = existing_operators(cfg, account, world)
-    # Everything the stack makes in a namespace others may use carries its name.
+    renames = shared_cluster_names(cfg, account, world)
+    # Everything the stack makes in a namespace others may use, and cluster-wide, carries its name.
     pulumi.runtime.register_resource_transform(labelled_as_stack(cfg.training_namespace, cfg.stack))
+    pulumi.runtime.register_resource_transform(scoped_cluster_names(renames, cfg.stack))
     build = build_plane(cfg, account) if account is not None else local_build_plane(cfg, world)
     compute = attached_compute_plane(cfg, account, build.bucket)
     operators = operators_plane(cfg, compute, decisions)

@@ -42,6 +42,12 @@ RESOURCES = {
     "trainjobs": "TrainJob",
     "rayjobs": "RayJob",
     "rayclusters": "RayCluster",
+    "resourceflavors": "ResourceFlavor",
+    "clusterqueues": "ClusterQueue",
+    "topologies": "Topology",
+    "admissionchecks": "AdmissionCheck",
+    "provisioningrequestconfigs": "ProvisioningRequestConfig",
+    "clustertrainingruntimes": "ClusterTrainingRuntime",
 }
 METADATA_ONLY = "as=PartialObjectMetadataList"
 ONE_METADATA_ONLY = "as=PartialObjectMetadata;"

@@ -119,7 +119,7 @@ def test_a_ray_head_takes_the_system_flavor_where_node_labels_share_no_key():
         run.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue", "clusterqueue-trainstack-p5")
     )[1]
     flavors = [f["name"] for f in queue["spec"]["resourceGroups"][0]["flavors"]]
-    assert flavors == ["trainstack-system", "trainstack-p5"]
+    assert flavors == ["trainstack-existing-system", "trainstack-existing-p5"]  # the stack's name in them
     system = {
         r["name"]: r["nominalQuota"] for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     }

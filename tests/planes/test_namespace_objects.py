@@ -9,13 +9,18 @@ from __future__ import annotations
 import pytest
 from support.cluster.stacks import planned_file
 from support.paths import ROOT
-from support.plans import EXISTING_CLUSTER, plan, stack_values
+from support.plans import EXISTING_CLUSTER, WITH_TRAINJOB, plan, stack_values
 
 from account_checks.namespace_objects import NamespaceObjectsError
 from config import parse_config
 from conventions import PART_OF, STACK_LABEL
 from offline.engine import run_program
-from planes.namespace_objects import COLLECTIONS, training_namespace_objects
+from planes.namespace_objects import (
+    COLLECTIONS,
+    cluster_renames,
+    cluster_wide_objects,
+    training_namespace_objects,
+)
 
 ATTACHED = (
     "Pulumi.existing.yaml",
@@ -24,6 +29,7 @@ ATTACHED = (
     "examples/verl-grpo-existing.yaml",
 )
 P5_JOB = "llama-1b-fsdp"
+LOCAL_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"
 
 
 def in_namespace(run, namespace: str) -> list:
@@ -160,3 +166,83 @@ def test_on_its_own_cluster_nothing_is_read_or_labelled_with_the_stacks_name():
     assert not [
         r for r in in_namespace(run, "training") if STACK_LABEL in (r.inputs["metadata"].get("labels") or {})
     ]
+
+
+CLUSTER_WIDE = ("ResourceFlavor", "ClusterQueue", "ClusterTrainingRuntime", "Topology", "AdmissionCheck")
+
+
+def cluster_wide(run) -> dict[tuple[str, str], dict]:
+    return {
+        (r.type.rsplit(":", 1)[-1], r.inputs["metadata"]["name"]): r.inputs
+        for r in run.resources
+        if r.custom and r.type.rsplit(":", 1)[-1] in CLUSTER_WIDE
+    }
+
+
+def test_two_stacks_on_one_cluster_share_no_cluster_wide_name_and_every_reference_follows():
+    """Team A and team B, the same config (the same group names) on one cluster: each queue, flavor and
+    runtime carries its stack's name, so neither stack's `destroy` removes the other's; the
+    LocalQueue, the ClusterQueue's flavors and the TrainJob's runtime name the stack's own."""
+    runs = {
+        stack: run_program(stack, stack_values("existing", jobs=WITH_TRAINJOB), facts=EXISTING_CLUSTER)
+        for stack in ("team-a", "team-b")
+    }
+    names = {stack: {name for _, name in cluster_wide(run)} for stack, run in runs.items()}
+    assert names["team-a"] == {"trainstack-team-a-system", "trainstack-team-a-p5"}
+    assert not names["team-a"] & names["team-b"]
+    run = runs["team-b"]
+    cfg = parse_config("team-b", stack_values("existing", jobs=WITH_TRAINJOB))
+    assert set(cluster_wide(run)) <= set(cluster_wide_objects(cfg, cluster_renames(cfg)))  # all read first
+    for inputs in cluster_wide(run).values():
+        assert inputs["metadata"]["labels"][STACK_LABEL] == "team-b"
+    (queue,) = [r for r in run.by_type(LOCAL_QUEUE) if r.inputs["metadata"]["name"] == "p5"]
+    assert queue.inputs["spec"]["clusterQueue"] == "trainstack-team-b-p5"
+    p5 = cluster_wide(run)[("ClusterQueue", "trainstack-team-b-p5")]
+    flavors = [f["name"] for g in p5["spec"]["resourceGroups"] for f in g["flavors"]]
+    assert flavors == ["trainstack-team-b-system", "trainstack-team-b-p5"]
+    (trainjob,) = run.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob")
+    assert trainjob.inputs["spec"]["runtimeRef"]["name"] == "trainstack-team-b-p5"
+    # The resources keep their Pulumi names: only the objects sent carry the stack's.
+    assert {r.name for r in run.resources if r.type.endswith(":ClusterQueue")} == {
+        "clusterqueue-trainstack-system",
+        "clusterqueue-trainstack-p5",
+    }
+
+
+def test_on_its_own_cluster_the_names_are_the_groups():
+    names = {name for _, name in cluster_wide(plan("dev"))}
+    assert "trainstack-system" in names and not any(n.startswith("trainstack-dev-") for n in names)
+
+
+def earlier_queue(namespace: str, labels: dict | None = None) -> dict:
+    """A ClusterQueue as the release before per-stack names left it: part of trainstack, no stack."""
+    return {
+        "kind": "ClusterQueue",
+        "metadata": {"name": "trainstack-p5", "labels": labels or dict(PART_OF)},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+    }
+
+
+def test_a_stack_already_running_under_the_earlier_names_keeps_them_and_labels_them():
+    """Renaming would replace its queues and runtimes, and with them its running TrainJobs (a
+    TrainJob's runtimeRef and a LocalQueue's clusterQueue are immutable): it keeps them."""
+    facts = {**EXISTING_CLUSTER, "cluster-objects:earlier": [earlier_queue("training")]}
+    run = plan("existing", facts=facts, jobs=WITH_TRAINJOB)
+    found = cluster_wide(run)
+    assert {name for _, name in found} == {"trainstack-system", "trainstack-p5"}
+    assert all(inputs["metadata"]["labels"][STACK_LABEL] == "existing" for inputs in found.values())
+
+
+def test_another_stacks_earlier_queue_leaves_this_stack_its_own_names():
+    facts = {**EXISTING_CLUSTER, "cluster-objects:earlier": [earlier_queue("team-a")]}
+    names = {name for _, name in cluster_wide(plan("existing", facts=facts))}
+    assert names == {"trainstack-existing-system", "trainstack-existing-p5"}
+
+
+def test_a_cluster_wide_name_of_the_stacks_held_by_another_stops_the_run():
+    taken = {"kind": "ClusterQueue", "metadata": {"name": "trainstack-existing-p5", "labels": {"team": "x"}}}
+    (line,) = stopped([taken])
+    assert line.startswith(
+        "ClusterQueue trainstack-existing-p5 is not trainstack's (no app.kubernetes.io/part-of=trainstack "
+        "label), and the stack would make one of that name (a cluster-wide name, the stack's in it)"
+    )
