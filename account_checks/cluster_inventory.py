@@ -23,6 +23,9 @@ HELM_OWNER_LABEL = "owner=helm"
 HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
 HELM_NAMESPACE_ANNOTATION = "meta.helm.sh/release-namespace"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# Where releases before the ownership labels (before issue 43) recorded which operators the stack
+# installed on a cluster it did not create: a ConfigMap in the stack's namespace, data {key: installed}.
+EARLIER_RECORD = "trainstack-operators"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,16 @@ class ClusterInventory:
             ),
             None,
         )
+
+    def earlier_record(self) -> dict[str, str]:
+        """What a release of trainstack before ownership labels recorded it installed, by operator
+        key (`installed`), in the ConfigMap `EARLIER_RECORD` of the stack's namespace (read_cluster
+        reads it there only)."""
+        found = self.named_anywhere("ConfigMap", EARLIER_RECORD)
+        return dict((found or {}).get("data") or {})
+
+    def named_anywhere(self, kind: str, name: str) -> dict[str, Any] | None:
+        return next((o for o in self.of_kind(kind) if o["metadata"]["name"] == name), None)
 
     def helm_releases(self) -> dict[tuple[str, str], HelmRelease]:
         """(namespace, release) -> its latest revision, from Helm's release Secrets."""
@@ -142,12 +155,16 @@ def _items(listed: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def read_cluster(
-    reader: ClusterReader, crd_names: tuple[str, ...], config_images: tuple[str, ...]
+    reader: ClusterReader,
+    crd_names: tuple[str, ...],
+    config_images: tuple[str, ...],
+    record_namespace: str | None = None,
 ) -> ClusterInventory:
     """The objects the decisions read, as the API answers them: the CRDs named, Deployments,
     DaemonSets, the nodes' metadata, the metadata of Helm's release Secrets in the stack's release
     namespaces, and the
-    ConfigMap each Deployment running one of `config_images` reads its `--config` from."""
+    ConfigMap each Deployment running one of `config_images` reads its `--config` from; in
+    `record_namespace`, the ownership record an earlier release kept (EARLIER_RECORD)."""
     objects: list[dict[str, Any]] = []
     for name in crd_names:
         crd = reader.get(f"{CRD_PATH}/{name}")
@@ -174,4 +191,8 @@ def read_cluster(
             found = reader.get(f"/api/v1/namespaces/{namespace}/configmaps/{source[0]}")
             if found is not None:
                 objects.append({**found, "kind": "ConfigMap"})
+    if record_namespace is not None:  # an earlier release's record, read once and migrated
+        record = reader.get(f"/api/v1/namespaces/{record_namespace}/configmaps/{EARLIER_RECORD}")
+        if record is not None:
+            objects.append({**record, "kind": "ConfigMap"})
     return ClusterInventory(tuple(objects))

@@ -23,6 +23,7 @@ import yaml
 
 from account_checks.cluster_access import ClusterAddress, ClusterReader, KubeClients
 from account_checks.cluster_inventory import (
+    EARLIER_RECORD,
     ClusterInventory,
     config_file,
     containers,
@@ -141,11 +142,14 @@ TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
 TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 
 
-def read_operators(connect: KubeClients, address: ClusterAddress, stack: str) -> ClusterInventory:
-    """What the cluster runs of the operators, read through the client `connect` makes."""
+def read_operators(
+    connect: KubeClients, address: ClusterAddress, stack: str, namespace: str | None = None
+) -> ClusterInventory:
+    """What the cluster runs of the operators, read through the client `connect` makes; in the
+    stack's `namespace`, an earlier release's ownership record."""
     reader = ClusterReader(connect, address, stack)
     try:
-        return read_cluster(reader, CRD_NAMES, (SIGNS["kueue"].image,))
+        return read_cluster(reader, CRD_NAMES, (SIGNS["kueue"].image,), namespace)
     finally:
         reader.close()
 
@@ -277,6 +281,11 @@ def _ownership(
     name, labels = own
     switch = mode_key(key)
     owner = labels.get(STACK_LABEL)
+    if owner is None and inventory.earlier_record().get(key) == "installed":
+        # Installed by a release before the ownership labels, which recorded it: this run labels it
+        # (helm_release's owner label) and the record goes with the ConfigMap the program no longer makes.
+        owner = stack
+        found = f"{found}; recorded as the stack's own in ConfigMap {EARLIER_RECORD}"
     if owner == stack:
         if mode == "reuse":
             why = (

@@ -52,7 +52,7 @@ def existing_operators(
     is registered (stacks.attached)."""
     connect = world.kubernetes_clients(world.session(cfg))
     address = cluster_address(cfg, account)
-    inventory = read_operators(connect, address, cfg.stack)
+    inventory = read_operators(connect, address, cfg.stack, cfg.training_namespace)
     check_checkpoint_claim(connect, address, cfg)
     frameworks = tuple(sorted({KINDS[j.kind].kueue_framework for j in cfg.jobs}))
     decisions = decide_operators(cfg, inventory, frameworks)

@@ -145,6 +145,48 @@ def test_an_operator_the_stack_installed_but_did_not_label_is_never_reused_on_au
     )
 
 
+def test_what_an_earlier_release_recorded_in_its_configmap_is_the_stacks_own_and_gets_labelled(first):
+    """The release before the ownership labels recorded what it installed in ConfigMap
+    trainstack-operators of the stack's namespace, and labelled nothing: the next `up` reads that
+    record, installs each recorded operator again as its own (no manual step), and labels its
+    release's Secret; the record goes with the ConfigMap the program no longer makes."""
+    run, _ = first
+    unlabelled = left_on_the_cluster(run, labelled=False)
+    keys = (
+        "trainingOperator",
+        "kuberay",
+        "kueue",
+        "nvidiaDevicePlugin",
+        "efaDevicePlugin",
+        "trainer",
+        "jobset",
+    )
+    record = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "trainstack-operators", "namespace": "training"},
+        "data": dict.fromkeys(keys, "installed"),
+    }
+    upgraded = plan(
+        "existing",
+        jobs=WITH_TRAINJOB,
+        facts={**EXISTING_CLUSTER, **as_facts("earlier", [*unlabelled, record])},
+    )
+    lines = decision_lines(upgraded)[:-1]
+    assert [line.split()[0] for line in lines] == ["install"] * 7
+    assert all("recorded as the stack's own in ConfigMap trainstack-operators" in line for line in lines)
+    labelled = {p.inputs["metadata"]["name"] for p in upgraded.by_type(SECRET_PATCH)}
+    assert "sh.helm.release.v1.kueue.v1" in labelled
+    # The record is read in the stack's namespace only: elsewhere it is someone else's ConfigMap.
+    elsewhere = {**record, "metadata": {**record["metadata"], "namespace": "kube-system"}}
+    with pytest.raises(ClusterOperatorsError):
+        plan(
+            "existing",
+            jobs=WITH_TRAINJOB,
+            facts={**EXISTING_CLUSTER, **as_facts("earlier", [*unlabelled, elsewhere])},
+        )
+
+
 def test_reuse_of_what_the_stack_installed_stops_and_anothers_is_reused(first):
     _, cluster = first
     facts = {**EXISTING_CLUSTER, **as_facts("first-run", cluster)}
