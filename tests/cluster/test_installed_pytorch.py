@@ -12,9 +12,15 @@ bundle makes and injects its CA into the bundle's webhook, which the API server 
 PyTorchJob. The device plugins' pods on the p5 nodes make those nodes advertise their GPUs and EFA
 interfaces (support/cluster/kwok.py DevicePlugins), so the PyTorchJob that Kueue admits binds there.
 
-Then: a second `up` changes nothing, and `destroy` removes what the stack installed but leaves every
-CRD it applied (`retain_crds`, the releases' keep policy) and the cluster's Kueue. Every `up` and
-`destroy` runs inside the takeover detector, which holds the cluster's own Kueue untouched.
+Before it, a stack whose namespace holds a user's ServiceAccount of a name it would make stops with one
+sentence and creates nothing. After it, team B's stack (the same config, its own namespace) reuses
+team A's operators and the cluster's Kueue; its queues, flavors and runtime carry its own name, so
+both stacks' jobs are admitted, each on its own quota. Then: a second `up` of team A changes nothing,
+and team A's `destroy` removes what it installed but leaves every CRD it applied (`retain_crds`, the
+releases' keep policy), the cluster's Kueue and all of team B's queues and its job; team B's next `up`
+then stops with one sentence (its operators are gone) before changing anything. Every `up` and
+`destroy` runs inside the takeover detector, which holds the cluster's own Kueue and each stack's
+objects untouched by the other.
 
 The tier's KubeRay is a v1.6.2 build under the 1.7.0 chart (the module proxy serves no 1.7.0 zip):
 the chart's three gates 1.7 added, all off, are dropped from its arguments (pods.KUBERAY_GATES)."""
@@ -40,6 +46,7 @@ pytestmark = OWN_CLUSTER_GROUP
 PROBED = ("kubeflow", "kuberay-system")  # their pods run as programs
 CHARTS = ("kuberay-operator-1.7.0", "nvidia-device-plugin-0.20.0", "aws-efa-k8s-device-plugin-v0.5.30")
 PROGRAMS = {"training-operator": 1, "kuberay-operator": 1}
+TEAM_B = "team-b"  # another team's stack and namespace on the same cluster
 RELEASE_NAMESPACES = ("kube-system", "kuberay-system")
 KEPT_CRDS = (
     "pytorchjobs.kubeflow.org",
@@ -56,16 +63,19 @@ def config_selector(config: dict) -> dict[str, str]:
 
 
 class InstalledStack:
-    def __init__(self, cluster: Cluster, directory, chart_repository: str, mirror):
+    def __init__(
+        self, cluster: Cluster, directory, chart_repository: str, mirror, stack: str, namespace: str
+    ):
         config = existing_config(cluster)
+        config["trainstack:existingCluster"]["namespace"] = namespace
         config["trainstack:operators"] = {
             "chartRepository": chart_repository,
             "manifestMirror": str(mirror),
         }
         self.config = config
-        self.plan = planned("existing", config)
+        self.plan = planned(stack, config)
         self.cluster = cluster
-        self.engine = Engine(directory, cluster.bin_dir, "installed-pytorch", cluster.objects)
+        self.engine = Engine(directory, cluster.bin_dir, stack, cluster.objects)
         self.engine.configure(config)
 
     @property
@@ -89,9 +99,18 @@ def installed(tmp_path_factory):
                 cluster.api, cluster.kubeconfig, cluster.processes, tmp_path_factory.mktemp("pods"), PROBED
             )
             pods.start()
-            stack = InstalledStack(
-                cluster, tmp_path_factory.mktemp("installed-stack"), repository.url, mirror
-            )
+            for namespace in ("training", TEAM_B):  # the cluster owner's, given to each team
+                cluster.objects.apply(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+                )
+
+            def stack_of(name: str, namespace: str) -> InstalledStack:
+                folder = tmp_path_factory.mktemp(name)
+                return InstalledStack(cluster, folder, repository.url, mirror, name, namespace)
+
+            stack = stack_of("installed-pytorch", "training")
+            stack.team_b = stack_of(TEAM_B, TEAM_B)
+            stack.refused = stack_of("refused", "training")
             cidrs = iter(f"10.224.{16 * block + i}.0/24" for i in range(16))
             system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
             stack.system_nodes = cluster.add_nodes(
@@ -109,6 +128,25 @@ def installed(tmp_path_factory):
             if repository is not None:
                 repository.stop()
             cluster.stop()
+
+
+def test_a_users_object_of_a_name_the_stack_makes_stops_its_up_before_anything_is_created(installed):
+    """The user's own ServiceAccount `job-llama-1b-fsdp` in the namespace: read by name (its metadata,
+    from the real API server) before anything is registered, it stops the `up` with one sentence; the
+    provider this tier runs would have taken it over, the shipped one would have failed halfway."""
+    cluster = installed.cluster
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "job-llama-1b-fsdp", "namespace": "training"}}  # fmt: skip
+    cluster.objects.apply(account)
+    outcome = installed.refused.engine("up")
+    assert outcome.returncode != 0
+    assert (
+        "ServiceAccount training/job-llama-1b-fsdp is not trainstack's (no app.kubernetes.io/part-of=trainstack "
+        "label), and the stack would make one of that name"
+    ) in outcome.output
+    assert not cluster.objects.list("v1", "Secret", "kuberay-system")  # no release, nothing at all
+    assert not cluster.objects.get("v1", "Namespace", "kubeflow")
+    cluster.core.delete_namespaced_service_account("job-llama-1b-fsdp", "training")
 
 
 def test_up_installs_the_operators_whose_programs_admit_and_run_the_pytorchjob(installed):
@@ -139,6 +177,22 @@ def test_up_installs_the_operators_whose_programs_admit_and_run_the_pytorchjob(i
     assert all(h["clientConfig"].get("caBundle") for h in webhook["webhooks"])
 
 
+def test_another_teams_stack_reuses_the_operators_and_queues_its_job_on_its_own_names(installed):
+    team_b = installed.team_b
+    outcome = team_b.engine("up")
+    assert outcome.returncode == 0, str(outcome)
+    assert outcome.changes.get("create", 0) > 0 and not outcome.changes.get("delete")
+    cluster = installed.cluster
+    # Nothing installed twice: one program per operator still.
+    running = list(installed.pods.programs().values())
+    assert {p: running.count(p) for p in set(running)} == PROGRAMS
+    queues = {q["metadata"]["name"] for q in cluster.objects.list("kueue.x-k8s.io/v1beta2", "ClusterQueue")}
+    assert {"trainstack-installed-pytorch-p5", "trainstack-team-b-p5"} <= queues
+    # Each team's job admitted on its own queue's quota (its pods then wait for GPUs team A holds).
+    assert "llama-1b-fsdp" in admitted_jobs(cluster.objects, TEAM_B)
+    assert "llama-1b-fsdp" in admitted_jobs(cluster.objects, "training")
+
+
 def test_a_second_up_changes_nothing(installed):
     outcome = installed.engine("unchanged")
     assert outcome.returncode == 0, str(outcome)
@@ -166,3 +220,20 @@ def test_destroy_removes_what_the_stack_installed_and_keeps_every_crd_and_the_cl
         assert cluster.objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd), crd
     live = cluster.objects.get("apps/v1", "Deployment", "kueue-controller-manager", "kueue-system")
     assert live is not None and live["metadata"]["uid"] == kueue["metadata"]["uid"]
+    # Team B's queues, flavors and job are all still there.
+    for kind, name in (("ClusterQueue", "trainstack-team-b-p5"), ("ResourceFlavor", "trainstack-team-b-p5")):
+        assert cluster.objects.get("kueue.x-k8s.io/v1beta2", kind, name), (kind, name)
+    assert cluster.objects.get("kueue.x-k8s.io/v1beta2", "LocalQueue", "p5", TEAM_B)
+    assert cluster.objects.get("kubeflow.org/v1", "PyTorchJob", "llama-1b-fsdp", TEAM_B)
+
+
+def test_the_other_teams_next_up_says_what_it_needs_before_changing_anything(installed):
+    """Its operators went with team A's stack (their CRDs stayed): the read before anything is
+    registered finds the training operator's CRDs and no Deployment, and stops with one sentence."""
+    team_b = installed.team_b
+    team_b.engine.detector.rebase()  # what team A removed was not team B's doing
+    outcome = team_b.engine("up")
+    assert outcome.returncode != 0
+    assert "trainstack:operators.trainingOperator.mode = auto: the cluster runs" in outcome.output
+    assert "no Deployment of it runs (only its CRDs are there)" in outcome.output
+    assert installed.cluster.objects.get("kubeflow.org/v1", "PyTorchJob", "llama-1b-fsdp", TEAM_B)

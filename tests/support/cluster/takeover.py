@@ -131,6 +131,11 @@ class TakeoverDetector:
         if self.foreign is None:
             self.foreign = snapshot(self.objects)
 
+    def rebase(self) -> None:
+        """The cluster as it is now is what this stack's next operations must leave: what another
+        stack removed in between was not this one's doing."""
+        self.foreign = None
+
     def after(self, operation: str, state: dict) -> None:
         """Raises with every object taken over or gone, by name."""
         assert self.foreign is not None, "before() was not called"
