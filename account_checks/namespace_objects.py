@@ -119,3 +119,29 @@ def keeps_earlier_names(
     finally:
         reader.close()
     return False
+
+
+def relaunches(
+    connect: KubeClients,
+    address: ClusterAddress,
+    cfg: StackConfig,
+    other_kinds: list[tuple[str, str, str, str]],
+) -> list[str]:
+    """A sentence per job the stack runs under a kind other than the one configured now (`other_kinds`:
+    the job's name, its configured kind, another kind and that kind's collection): the `up` replaces
+    it, which stops it. Read like the names above, before anything is registered."""
+    reader = ClusterReader(connect, address, cfg.stack)
+    found = []
+    try:
+        for name, kind, other, collection in other_kinds:
+            group, _, plural = collection.rpartition("/")
+            path = f"/{group}/namespaces/{cfg.training_namespace}/{plural}/{name}"
+            obj = reader.get(path, metadata_only=True, one=True)
+            if obj is not None and whose((obj.get("metadata") or {}).get("labels") or {}, cfg.stack) is None:
+                found.append(
+                    f"{other} {name} is replaced by a {kind}: the running job stops and resumes from its "
+                    "last checkpoint (its jobs[].kind changed)"
+                )
+    finally:
+        reader.close()
+    return found

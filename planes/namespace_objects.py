@@ -8,7 +8,9 @@ registers."""
 
 from __future__ import annotations
 
-from account_checks.namespace_objects import check_namespace_objects, keeps_earlier_names
+import pulumi
+
+from account_checks.namespace_objects import check_namespace_objects, keeps_earlier_names, relaunches
 from account_checks.world import World
 from components.datasets import job_name as dataset_job_name
 from components.jobs.kinds import KINDS
@@ -104,7 +106,8 @@ def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World
     """On a cluster the stack did not create: the renames of its cluster-wide names (none where it
     already runs under the names an earlier release gave it), after every name it would take, in its
     namespace and cluster-wide, is read and found free or its own. Stops (NamespaceObjectsError)
-    before anything is registered otherwise."""
+    before anything is registered otherwise. A job of the stack's that runs under another kind than
+    configured is named as a relaunch (a warning) before the `up` replaces it."""
     connect = world.kubernetes_clients(world.session(cfg))
     address = cluster_address(cfg, account)
     keep = keeps_earlier_names(connect, address, cfg, group_queues(cfg))
@@ -112,4 +115,7 @@ def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World
     wanted = [(kind, name, COLLECTIONS[kind]) for kind, name in training_namespace_objects(cfg)]
     cluster_wide = [(kind, name, COLLECTIONS[kind]) for kind, name in cluster_wide_objects(cfg, renames)]
     check_namespace_objects(connect, address, cfg, wanted, cluster_wide)
+    others = [(j.name, j.kind, k, COLLECTIONS[k]) for j in cfg.jobs for k in KINDS if k != j.kind]
+    for line in relaunches(connect, address, cfg, others):
+        pulumi.log.warn(line)
     return renames

@@ -251,3 +251,19 @@ def test_a_cluster_wide_name_of_the_stacks_held_by_another_stops_the_run():
         "ClusterQueue trainstack-existing-p5 is not trainstack's (no app.kubernetes.io/part-of=trainstack "
         "label), and the stack would make one of that name (a cluster-wide name, the stack's in it)"
     )
+
+
+def test_a_job_whose_kind_changed_is_named_as_a_relaunch_before_the_up():
+    """The job runs as a PyTorchJob of the stack's; the config now makes it a TrainJob: the `up`
+    replaces it, and the plan says so first."""
+    running = obj("PyTorchJob", P5_JOB, {**PART_OF, STACK_LABEL: "existing"})
+    trainjob = {**WITH_TRAINJOB[1], "name": P5_JOB}
+    run = plan("existing", facts={**EXISTING_CLUSTER, "cluster-objects:running": [running]}, jobs=[trainjob])
+    assert (
+        f"PyTorchJob {P5_JOB} is replaced by a TrainJob: the running job stops and resumes from its last "
+        "checkpoint (its jobs[].kind changed)"
+    ) in run.messages
+    # Another stack's job of that name and kind is not this stack's to relaunch.
+    theirs = obj("PyTorchJob", P5_JOB, {**PART_OF, STACK_LABEL: "team-a"})
+    other = plan("existing", facts={**EXISTING_CLUSTER, "cluster-objects:running": [theirs]}, jobs=[trainjob])
+    assert not [m for m in other.messages if "is replaced by" in m]
