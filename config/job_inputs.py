@@ -49,31 +49,47 @@ def context_ok(context: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Copy:
+    """One COPY or ADD from the context: its sources, and its destination as an absolute path
+    (a relative one is under the WORKDIR of its line) with whether it names a directory."""
+
+    sources: tuple[str, ...]
+    destination: str
+    into_directory: bool  # a trailing /, or several sources: each lands inside it
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage of a Dockerfile: its working directory at the end, and what it copies in."""
 
     workdir: str
-    copied: tuple[str, ...]  # the sources of its COPY and ADD lines (--from=... ones left out)
+    copies: tuple[Copy, ...]  # its COPY and ADD lines from the context (--from=... ones left out)
+
+    @property
+    def copied(self) -> tuple[str, ...]:
+        return tuple(src for c in self.copies for src in c.sources)
 
 
 def stages(dockerfile: str) -> dict[str, Stage]:
     """Named stages, as BuildKit reads FROM ... AS <name> (names are case-insensitive)."""
     found: dict[str, Stage] = {}
-    name, workdir, copied = None, "/", []
+    name, workdir, copies = None, "/", []
     for line in dockerfile.replace("\\\n", " ").splitlines():
         start = _FROM.match(line)
         if start:
             if name:
-                found[name] = Stage(workdir, tuple(copied))
-            name, workdir, copied = (start.group(1) or "").lower() or None, "/", []
+                found[name] = Stage(workdir, tuple(copies))
+            name, workdir, copies = (start.group(1) or "").lower() or None, "/", []
         elif (wd := _WORKDIR.match(line)) is not None:
             workdir = str(PurePosixPath(workdir) / wd.group(1))
         elif (cp := _COPY.match(line)) is not None:
             words = [w for w in cp.group(1).split() if not w.startswith("--")]
-            if "--from=" not in cp.group(1):
-                copied += words[:-1]
+            if "--from=" not in cp.group(1) and len(words) >= 2:
+                *sources, dest = words
+                into = dest.endswith("/") or dest in (".", "./") or len(sources) > 1
+                copies.append(Copy(tuple(sources), str(PurePosixPath(workdir) / dest), into))
     if name:
-        found[name] = Stage(workdir, tuple(copied))
+        found[name] = Stage(workdir, tuple(copies))
     return found
 
 
@@ -110,16 +126,27 @@ def check_build_context(context: str, source_repository: str | None, r: Reader) 
         )
 
 
-def _in_context(root: Path, workdir: str, path: str) -> bool | None:
-    """Whether the image holds `path` from the context: True or False where the context decides
-    (a path in the working directory, where the Dockerfile copies the context), None elsewhere
-    (a file of the base image, a system path)."""
-    target = PurePosixPath(workdir) / path
-    try:
-        relative = target.relative_to(workdir)
-    except ValueError:
-        return None
-    return (root / relative).is_file()
+def _in_context(root: Path, stage: Stage, path: str) -> bool:
+    """Whether the training stage copies `path` (relative: to its WORKDIR) from the context: under
+    a COPY's destination, from the file or folder its source names there."""
+    target = PurePosixPath(stage.workdir) / path
+    for copy in stage.copies:
+        dest = PurePosixPath(copy.destination)
+        for source in copy.sources:
+            folder = (root / source).is_dir()
+            if folder or copy.into_directory:
+                inside = dest if folder else dest / PurePosixPath(source).name
+                if (
+                    folder
+                    and target.is_relative_to(inside)
+                    and (root / source / target.relative_to(inside)).is_file()
+                ):
+                    return True
+                if not folder and target == inside and (root / source).is_file():
+                    return True
+            elif target == dest and (root / source).is_file():
+                return True
+    return False
 
 
 def _module_in_context(root: Path, module: str) -> bool | None:
@@ -143,22 +170,25 @@ def check_job_command(j: JobConfig, context: str, k: str, r: Reader) -> None:
         return
     root = context_dir(context).resolve()
     stage = stages((root / "Dockerfile").read_text(errors="replace")).get(TRAINING_STAGE)
-    workdir = stage.workdir if stage else "/"
+    if stage is None:  # check_build_context says so
+        return
+    workdir = stage.workdir
     words = list(j.command)
     for i, word in enumerate(words):
         if word == "-m" and i + 1 < len(words) and _MODULE.fullmatch(words[i + 1]):
             found, what = _module_in_context(root, words[i + 1]), f"module {words[i + 1]}"
         elif _SCRIPT.search(word) and not word.startswith("-"):
-            found, what = _in_context(root, workdir, word), f"script {word}"
+            found, what = _in_context(root, stage, word), f"script {word}"
         else:
             continue
         if found is False:
             r.problem(
                 f"{k}.command",
                 list(j.command),
-                f"job '{j.name}' runs {what}, which the image does not hold: the build copies "
-                f"{context} into {workdir}",
-                f"a path of {context} as the image holds it under {workdir}",
+                f"job '{j.name}' runs {what}, which the image does not hold: the `{TRAINING_STAGE}` stage "
+                f"of {context}/Dockerfile copies no such file from {context} (its WORKDIR is {workdir})",
+                f"a path the image holds (a file of {context} as the Dockerfile copies it), or your own "
+                "Dockerfile that copies the script in: set image.context to its folder",
             )
 
 

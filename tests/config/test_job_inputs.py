@@ -100,9 +100,27 @@ def test_a_script_the_image_does_not_hold_is_refused_naming_the_job_and_the_path
     )
     assert msg == (
         'trainstack:jobs[0].command = ["torchrun", "/opt/byo/trian.py"]: job \'train\' runs script '
-        "/opt/byo/trian.py, which the image does not hold: the build copies examples/byo into /opt/byo; "
-        "allowed: a path of examples/byo as the image holds it under /opt/byo"
+        "/opt/byo/trian.py, which the image does not hold: the `training` stage of examples/byo/Dockerfile "
+        "copies no such file from examples/byo (its WORKDIR is /opt/byo); allowed: a path the image holds (a "
+        "file of examples/byo as the Dockerfile copies it), or your own Dockerfile that copies the script "
+        "in: set image.context to its folder"
     )
+
+
+@pytest.mark.parametrize(
+    "path", ["/opt/app/train.py", "train.py", "/opt/trainstack/train.py", "scripts/run.sh"]
+)
+def test_a_script_outside_what_the_default_image_copies_is_refused_whatever_its_path_form(path):
+    """The default image copies trainer/ and smoke_test.py into /opt/trainstack: a script anywhere
+    else, absolute or relative, is not in it, and the fix is an image of your own (image.context)."""
+    (msg,) = problems(gpuNodeGroups=[group()], jobs=[job(command=["python", path])])
+    assert f"runs script {path}, which the image does not hold" in msg
+    assert "set image.context to its folder" in msg
+
+
+def test_a_script_the_default_image_copies_is_in_it_by_either_path():
+    for path in ("/opt/trainstack/trainer/train.py", "trainer/train.py", "smoke_test.py"):
+        config(gpuNodeGroups=[group()], jobs=[job(command=["python", path])])
 
 
 def test_a_module_of_the_default_image_must_be_in_it():
