@@ -15,6 +15,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from trainer.exits import PREFLIGHT_EXIT_CODE, Refused
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -26,11 +28,33 @@ class DistContext:
     control: dist.ProcessGroup | None = None
 
 
+# What the NVIDIA device plugin gives a container it allocated GPUs to (its default envvar strategy):
+# their IDs. CUDA images set `all` themselves, and `void`/`none` mean no GPU.
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+NO_ALLOCATION = ("", "all", "none", "void")
+
+
+def allocated_gpus() -> str | None:
+    """The GPUs the device plugin allocated to this container, or None where it allocated none."""
+    found = os.environ.get(VISIBLE_DEVICES, "").strip()
+    return None if found.lower() in NO_ALLOCATION else found
+
+
 def training_device(local_rank: int) -> torch.device:
-    """The rank's GPU (made current), or the CPU on a machine without one."""
+    """The rank's GPU (made current), or the CPU on a machine without one. A pod that was given GPUs
+    but whose CUDA does not start (a driver the image cannot use, a GPU off the bus) stops with
+    a sentence and a permanent exit, instead of training on its CPUs over gloo."""
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
+    allocated = allocated_gpus()
+    if allocated is not None:
+        raise Refused(
+            PREFLIGHT_EXIT_CODE,
+            f"this pod was given GPUs ({VISIBLE_DEVICES}={allocated}) and CUDA does not start in it "
+            f"(torch {torch.__version__}, CUDA {torch.version.cuda}): the node's driver is older than the "
+            "image needs, or a GPU is lost; `trainstack doctor` checks the group's nodes",
+        )
     return torch.device("cpu")
 
 

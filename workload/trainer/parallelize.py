@@ -14,6 +14,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from trainer.distributed import DistContext
+from trainer.exits import CONFIG_EXIT_CODE, Refused
 from trainer.model import MODEL_SIZES, Transformer
 
 if TYPE_CHECKING:
@@ -58,12 +59,18 @@ def float8_config(emulate: bool = False) -> Float8LinearConfig:
 
 def enable_float8(model: torch.nn.Module, device: torch.device) -> None:
     """Swap the blocks' linear layers for torchao's float8 training layers (dynamic scaling)."""
+    # Permanent (exit 2): every restart of the gang would land on the same GPUs.
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
-        raise SystemExit("--float8 needs a GPU with float8 tensor cores (H100/H200, L4/L40S)")
+        found = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+        raise Refused(
+            CONFIG_EXIT_CODE,
+            f"--float8 needs a GPU with float8 tensor cores (H100/H200, L4/L40S), and this pod has {found}: "
+            "drop --float8 or run the job on such a group",
+        )
     try:
         from torchao.float8 import convert_to_float8_training
     except ImportError:
-        raise SystemExit("--float8 needs torchao (pip install torchao)") from None
+        raise Refused(CONFIG_EXIT_CODE, "--float8 needs torchao (pip install torchao)") from None
     convert_to_float8_training(
         model,
         config=float8_config(),

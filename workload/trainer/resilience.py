@@ -25,16 +25,14 @@ import torch
 import torch.distributed as dist
 
 from trainer.distributed import DistContext
+from trainer.exits import CONFIG_EXIT_CODE, PREFLIGHT_EXIT_CODE
 
 # Exit codes, read by the PyTorchJob's `ExitCode` restart policy: 1-127 are permanent failures,
 # 128 and above retryable (signals are 128+); by a TrainJob's pod failure policy: those of
 # PERMANENT_EXIT_CODES permanent, every other failure a restart of the gang.
 # A check that found a problem (trainer.preflight on its own), or a Ray Train run that failed.
 FAILED_EXIT_CODE = 1
-# Argparse's exit for a flag it refuses (the trainer's or torchrun's): a config error, permanent.
-CONFIG_EXIT_CODE = 2
-# The job's own nodes failed the check before step 0 (PreflightFailed): permanent.
-PREFLIGHT_EXIT_CODE = 3
+# CONFIG_EXIT_CODE (2) and PREFLIGHT_EXIT_CODE (3): trainer.exits.
 # A complete checkpoint exists that the ranks cannot load (CheckpointUnavailable): permanent, since a
 # retry would meet the same missing file, and starting from step 0 would silently lose every step.
 CHECKPOINT_UNAVAILABLE_EXIT_CODE = 4
