@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,3 +119,14 @@ UNINTERRUPTED_ARGS = ("--steps", "40", "--checkpoint-every", "10", "--log-every"
 class Run:
     directory: Path  # its checkpoints are in ckpt/
     records: list[dict]  # every `metrics` record rank 0 printed
+
+
+def image_environment() -> dict[str, str]:
+    """The PYTHONPATH the Dockerfile's training stage sets (an ENV line), its WORKDIR mapped to the
+    workload folder this checkout holds (what the image copies there); none where it sets none."""
+    stage = (WORKLOAD / "Dockerfile").read_text().split("AS training", 1)[1]
+    workdir = re.search(r"^WORKDIR (\S+)$", stage, re.M).group(1)
+    return {
+        name: value.replace(workdir, str(WORKLOAD))
+        for name, value in re.findall(r"^ENV (PYTHONPATH)=(\S+)$", stage, re.M)
+    }

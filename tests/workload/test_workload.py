@@ -5,6 +5,7 @@ The runs use torchrun with 2 gloo processes and a local 2-CPU Ray, as the image 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from support.training import (
     TEST_BATCH,
     UNINTERRUPTED_ARGS,
     end_session,
+    image_environment,
     losses,
     metrics_of,
     torchrun,
@@ -308,6 +310,13 @@ RAY_ON_A_LAPTOP = {
 
 @pytest.mark.slow(seconds=45)  # mostly Ray's own start-up: a local cluster, then actors per run
 def test_ray_train_trains_and_resumes(tmp_path):
+    """Two runs on a real local Ray, the driver started as the training image starts it: from the
+    image's working directory (workload/, laid out as /opt/trainstack) with the environment the
+    Dockerfile's training stage sets and none of the test's own. The first checks its own nodes, so
+    Ray runs the job's worker process setup hook (trainer.preflight.log_nccl_network) in each worker,
+    before the driver's directory is on the worker's sys.path (ray default_worker.py:
+    load_and_execute_setup_hook before the main loop): the trainer must import from the image's
+    environment (without the Dockerfile's PYTHONPATH: ModuleNotFoundError, the worker dies)."""
     from trainer.ray_train import UPLOADS
 
     script = f"""
@@ -316,21 +325,21 @@ from trainer.ray_train import main
 common = ["--num-workers", "2", "--checkpoint-every", "10", "--log-every", "5",
           "--checkpoint-dir", {str(tmp_path / "ckpt")!r}, "--data-cache", {str(tmp_path / "data")!r},
           "--storage-path", {str(tmp_path / "ray")!r}, *{TEST_BATCH!r}]
-assert main(common + ["--steps", "20"]) == 0
+assert main(common + ["--steps", "20", "--preflight-gpus-per-node", "1"]) == 0
 # Ray restores its latest reported checkpoint into a worker group (a restart, or a rerun with the
 # same name and storage): here onto a fresh, empty volume. (Resuming from the job's own volume is
 # the same loop as under torchrun, tested there.)
 fresh = [a if a != {str(tmp_path / "ckpt")!r} else {str(tmp_path / "fresh")!r} for a in common]
 assert main(fresh + ["--steps", "30"]) == 0
 """
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
     driver = subprocess.Popen(
         [sys.executable, "-c", script],
         cwd=WORKLOAD,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**env, "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0", **RAY_ON_A_LAPTOP},
+        env={**env, **image_environment(), "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0", **RAY_ON_A_LAPTOP},
         start_new_session=True,
     )
     try:
@@ -338,7 +347,13 @@ assert main(fresh + ["--steps", "30"]) == 0
     finally:
         end_session(driver.pid)  # the local Ray cluster, whatever of it is left
     out = stdout + stderr
+    assert "No module named 'trainer'" not in out, out[-4000:]
     assert driver.returncode == 0, out[-4000:]
+    # The first run's check ran after the hook, on the gloo group the CPU gives the two workers.
+    checks = [
+        json.loads(line.split("preflight ", 1)[1]) for line in out.splitlines() if "preflight {" in line
+    ]
+    assert checks and all(c["ok"] and c["world_size"] == 2 for c in checks), out[-4000:]
     starts = [r for r in metrics_of(out) if r.get("event") == "start"]
     assert [r["resumed_from"] for r in starts] == [0, 20]  # the second run: from Ray's checkpoint
     loss = losses(metrics_of(out))

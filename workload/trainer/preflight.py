@@ -102,6 +102,10 @@ def efa_devices_given() -> int:
     return len(list(RDMA_DEVICES.glob("uverbs*"))) if RDMA_DEVICES.is_dir() else 0
 
 
+# How many times the bandwidth is measured before it is found below the floor.
+BANDWIDTH_SAMPLES = 3
+
+
 def bus_bandwidth(device: torch.device, size_mb: int, iters: int) -> float:
     """All-reduce bus bandwidth in GB/s, timed on the slowest rank."""
     world = dist.get_world_size()
@@ -133,6 +137,7 @@ def check_nodes(
     min_bus_bandwidth: float,
     size_mb: int = 256,
     iters: int = 20,
+    samples: int = BANDWIDTH_SAMPLES,
 ) -> dict:
     """Every check over the ranks of `ctx`, on the nodes they run on; the report, on every rank.
 
@@ -141,8 +146,16 @@ def check_nodes(
     file set NCCL writes nothing to the output, so its network lines are echoed to stderr, where
     `trainstack doctor` reads them."""
     problems = local_problems(gpus_per_node, efa_per_node, ctx.device)
-    # Rounded once: the report and the message show the same figure, and the floor compares it.
-    busbw = round(bus_bandwidth(ctx.device, size_mb, iters), 2)
+    # The best of up to `samples` measurements, each rounded once (the report and the message show
+    # the figures the floor compared): one run of 20 all-reduces can land on a busy moment of the
+    # fabric, and a job failed for good on it would be a false alarm. Every rank measures the same
+    # times (each figure is the slowest rank's), so all stop after the same sample.
+    measured: list[float] = []
+    while len(measured) < max(1, samples):
+        measured.append(round(bus_bandwidth(ctx.device, size_mb, iters), 2))
+        if not min_bus_bandwidth or measured[-1] >= min_bus_bandwidth:
+            break
+    busbw = max(measured)
     log_file = nccl_log_file()
     nccl_log = log_file.read_text(errors="replace") if log_file.is_file() else ""
     chosen = [line for line in nccl_log.splitlines() if _NETWORK.search(line)]
@@ -161,13 +174,15 @@ def check_nodes(
     if min_bus_bandwidth and busbw < min_bus_bandwidth:
         problems.append(
             f"all-reduce bus bandwidth {busbw} GB/s is below the floor of {min_bus_bandwidth:g} GB/s "
-            f"({size_mb} MB messages over {ctx.world_size} ranks, network {network}): check that "
+            f"(the best of {len(measured)} samples, {size_mb} MB messages over {ctx.world_size} ranks, "
+            f"network {network}): check that "
             "every node is in one placement group and AZ, and the EFA security group allows all traffic"
         )
     report = {
         "ok": not problems,
         "world_size": ctx.world_size,
         "bus_bandwidth_gbps": busbw,
+        "bandwidth_samples_gbps": measured,
         "network": network,
         "problems": problems,
     }
