@@ -60,3 +60,36 @@ def test_the_trainers_rule_is_the_plans():
     steps = [10, 20, 25, 30, 40, 50, 60, 100]
     for keep, every in itertools.product((1, 2, 3, 8), (0, 1, 10, 20, 25, 1000)):
         assert checkpoint.retained(steps, keep, every) == retention.retained(steps, keep, every)
+
+
+def test_a_step_saved_again_loses_its_s3_marker_before_any_new_file_goes_up(tmp_path, control, fake_aws):
+    """A resumed run saves again a step S3 already has complete: S3's marker is removed before the
+    new files are uploaded, so a fault mid-upload leaves a torn step there (skipped on resume),
+    never a `COMPLETE` one whose shards come from two saves."""
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.AdamW(model.parameters())
+    marker = f"{PREFIX}/step_00000010/{checkpoint.MARKER}"
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        store = checkpoint.CheckpointStore(tmp_path / "ckpt", control, f"s3://{BUCKET}/{PREFIX}")
+        store.save(10, model, optimizer).finish()
+        assert checkpoint.s3_complete_steps(f"s3://{BUCKET}/{PREFIX}") == [10]
+        uploads = []
+        real_upload = checkpoint.storage.upload_file
+
+        def upload(path, bucket, key):  # what S3 holds at the first of the new save's uploads
+            uploads.append((key, checkpoint.storage.exists(bucket, marker)))
+            real_upload(path, bucket, key)
+
+        checkpoint.storage.upload_file = upload
+        try:
+            model(torch.randn(2, 8)).sum().backward()
+            optimizer.step()
+            store.save(10, model, optimizer).finish()
+        finally:
+            checkpoint.storage.upload_file = real_upload
+        store.close()
+        assert uploads and uploads[0][1] is False, uploads
+        assert uploads[-1][0] == marker  # the marker goes up last, again
+        assert checkpoint.s3_complete_steps(f"s3://{BUCKET}/{PREFIX}") == [10]

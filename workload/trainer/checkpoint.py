@@ -407,8 +407,13 @@ class CheckpointStore:
         # (the resume came from an older step every rank could load): the marker goes before any
         # file is rewritten, so a crash mid-write leaves a torn step, not one that looks complete.
         # Every rank of the volume unlinks it before the save's first collective, so before any
-        # rank writes.
+        # rank writes. So does rank 0 with S3's marker of the step, before any rank uploads the new
+        # files (each uploads after this save, past that collective): a fault mid-upload then
+        # leaves S3 a torn step, never a "complete" one of two saves' shards.
         (path / MARKER).unlink(missing_ok=True)
+        if self.s3_uri and self.rank == 0:
+            bucket, prefix = storage.split_s3_uri(self.s3_uri)
+            storage.delete_object(bucket, f"{prefix}/{path.name}/{MARKER}")
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         # One writer thread per rank (FileSystemWriter's thread_count=1): a node's ranks already

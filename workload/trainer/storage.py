@@ -77,6 +77,11 @@ def delete_prefix(bucket: str, prefix: str) -> None:
             s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
 
 
+def delete_object(bucket: str, key: str) -> None:
+    """Delete one object (a delete marker, on a versioned bucket); none there is no error."""
+    client().delete_object(Bucket=bucket, Key=key)
+
+
 def exists(bucket: str, key: str) -> bool:
     response = client().list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
     return any(o["Key"] == key for o in response.get("Contents", []))
