@@ -81,3 +81,32 @@ def test_a_complete_checkpoint_no_rank_set_can_load_ends_the_job_with_a_sentence
         )
     assert not [r for out in outs for r in metrics_of(out) if "loss" in r]  # no step trained
     assert all(f"checkpoint: step {step} passed over" in outs[0] for step in (40, 30, 20))
+
+
+@pytest.mark.slow(seconds=10)
+@SHARES_THE_UNINTERRUPTED_RUN
+def test_a_pod_lost_before_the_first_s3_checkpoint_starts_the_job_from_step_0_loudly(
+    tmp_path, uninterrupted_run, moto_server
+):
+    """With --s3-checkpoints, worker-1's pod was replaced (an empty volume) before any step was
+    complete in S3: worker-0's volume holds its part of steps 20-40, which rank 1 can never load.
+    Starting over loses only the steps since the start, where failing the job (exit 4, for good)
+    loses the run: both ranks start from step 0, with a line that says so."""
+    volumes = (tmp_path / "worker-0", tmp_path / "worker-1")
+    shutil.copytree(uninterrupted_run.directory / "ckpt", volumes[0], ignore=shutil.ignore_patterns("__1_*"))
+    args = ("--steps", "10", "--checkpoint-every", "10", "--s3-checkpoints", f"s3://ckpt/{tmp_path.name}")
+    port = unused_port()
+    nodes = [static_node(tmp_path, rank, port, volumes[rank], *args) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=300)[0] for proc in nodes]
+    assert [proc.returncode for proc in nodes] == [0, 0], outs[0][-3000:]
+    assert (
+        "checkpoint: step 40 is complete but rank 1 cannot load it: its volume lacks .metadata and S3 "
+        f"(s3://ckpt/{tmp_path.name}) does not hold it complete, and S3 holds no complete step yet"
+    ) in outs[0]
+    assert "STARTING FROM STEP 0" in outs[0]
+    starts = [r["resumed_from"] for r in metrics_of(outs[0]) if r.get("event") == "start"]
+    assert starts == [0]
+    # Nothing deleted: the steps no rank set can load are set aside on the volume, kept.
+    assert sorted(p.name for p in volumes[0].glob(f"step_*{checkpoint.ABANDONED}")) == [
+        f"step_{n:08d}{checkpoint.ABANDONED}" for n in (20, 30, 40)
+    ]

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from torch.distributed.checkpoint.staging import StagingOptions
 
 MARKER = "COMPLETE"
+# A step directory set aside when the job starts over without it (resume_step): kept, never read.
+ABANDONED = ".abandoned"
 METADATA = ".metadata"
 _STEP_DIR = re.compile(r"step_([0-9]{8})")
 
@@ -278,7 +280,8 @@ class CheckpointStore:
         """The newest complete step every rank can load, fetching from S3 what a volume lacks; None
         when no volume and no S3 prefix holds a complete step. Candidates, newest first: S3's
         complete steps and every volume's; a step only some volumes hold, which S3 does not, is
-        passed over for an older one, and when none is left the run ends (CheckpointUnavailable)."""
+        passed over for an older one, and when none is left the run ends (CheckpointUnavailable),
+        unless S3 is set and holds no complete step yet: then it starts from step 0 (None), loudly."""
         listed = [s3_complete_steps(self.s3_uri) if self.rank == 0 and self.s3_uri else []]
         dist.broadcast_object_list(listed, src=0, group=self.control)
         in_s3 = set(listed[0])
@@ -295,6 +298,26 @@ class CheckpointStore:
             refused.append((step, *absent[0]))
             if self.rank == 0:
                 sys.stderr.write(f"checkpoint: step {step} passed over: {self._missing(*refused[-1])}\n")
+        if refused and self.s3_uri and not in_s3:
+            # A pod was lost before the first checkpoint reached S3 (its replacement's volume is
+            # empty): what the other volumes hold can never be loaded whole, and starting over
+            # loses only the steps since the start, so that is what the job does, loudly.
+            if self.rank == 0:
+                sys.stderr.write(
+                    f"checkpoint: {self._missing(*refused[0])}, and S3 holds no complete step yet (a pod "
+                    "was lost before the first checkpoint reached it): STARTING FROM STEP 0, the steps "
+                    f"trained so far are trained again; the steps no rank set can load are kept as "
+                    f"step_*{ABANDONED}\n"
+                )
+                sys.stderr.flush()
+            # Kept, out of the way: the new run's steps are older, and retention, which keeps the
+            # newest, would prune them as they are saved.
+            for step, *_ in refused:
+                path = step_dir(self.root, step)
+                if self.volume_writer and path.is_dir():
+                    path.rename(path.with_name(f"{path.name}{ABANDONED}"))
+            self._barrier()
+            return None
         if refused:
             unavailable = CheckpointUnavailable(
                 f"{self._missing(*refused[0])}; not starting from step 0 while a complete checkpoint "
