@@ -19,6 +19,7 @@ import pytest
 from support.charts import run_helm
 from support.cluster.decisions import decide, existing_cluster, existing_config
 from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
+from support.cluster_objects import GPU_OPERATOR_DEPLOY_LABEL, GPU_OPERATOR_PLUGIN
 
 from conventions import EFA_RESOURCE, GPU_RESOURCE, SYSTEM_GROUP
 from offline.nodes import charts_dir
@@ -82,37 +83,13 @@ def test_the_efa_plugin_is_reused_and_the_nvidia_plugin_installed(efa_only, monk
     assert f"  reuse    efaDevicePlugin: found {EFA_PLUGIN}" in lines
 
 
-# The NVIDIA GPU Operator's device plugin as the operator lays it down
-# (gpu-operator assets/state-device-plugin/0500_daemonset.yaml): it selects the label the operator's
-# node feature discovery puts on each GPU node, which no group's config describes.
-GPU_OPERATOR_LABEL = "nvidia.com/gpu.deploy.device-plugin"
-GPU_OPERATOR_PLUGIN = {
-    "apiVersion": "apps/v1",
-    "kind": "DaemonSet",
-    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
-    "spec": {
-        "selector": {"matchLabels": {"app": "nvidia-device-plugin-daemonset"}},
-        "template": {
-            "metadata": {"labels": {"app": "nvidia-device-plugin-daemonset"}},
-            "spec": {
-                "nodeSelector": {GPU_OPERATOR_LABEL: "true"},
-                "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [
-                    {"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}
-                ],
-            },
-        },
-    },
-}
-
-
 def test_the_gpu_operators_plugin_serves_the_nodes_it_labelled_and_is_reused(efa_only):
     """The GPU Operator's plugin on the same cluster, its nodes labelled as the operator labels them:
     the program's read finds that it serves the p5 group's nodes (the nodes' own labels, not the
     config's) and reuses it, where it was refused for selecting a label the config does not carry."""
     cluster, nodes, _ = efa_only
     for node in nodes:
-        cluster.core.patch_node(node, {"metadata": {"labels": {GPU_OPERATOR_LABEL: "true"}}})
+        cluster.core.patch_node(node, {"metadata": {"labels": {GPU_OPERATOR_DEPLOY_LABEL: "true"}}})
     cluster.objects.apply(GPU_OPERATOR_PLUGIN)
     decisions = decide(existing_config(cluster))
     assert decisions["nvidiaDevicePlugin"].action == "reuse"

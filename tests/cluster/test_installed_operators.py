@@ -17,14 +17,11 @@ chart templates). Every `up` and `destroy` runs inside the takeover detector."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from support.cluster.chart_repository import ChartRepository
 from support.cluster.engine import Engine
 from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
+from support.cluster.installed import install_cluster
 from support.cluster.objects import admitted_jobs
-from support.cluster.pods import OperatorPods, local_pod_range
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
 from conventions import SYSTEM_GROUP
@@ -73,32 +70,16 @@ class InstalledStack:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    block = random.randrange(16)  # two harnesses on one machine take different ranges
-    pod_network = f"10.223.{16 * block}.0/20"
-    cluster = Cluster(tmp_path_factory.mktemp("installed-cluster"), probed=INSTALLED)
-    repository = pods = None
-    with local_pod_range(pod_network):
-        try:
-            cluster.start()
-            repository = ChartRepository(tmp_path_factory.mktemp("charts"), CHARTS)
-            repository.start()
-            pods = OperatorPods(
-                cluster.api, cluster.kubeconfig, cluster.processes, tmp_path_factory.mktemp("pods"), INSTALLED
-            )
-            pods.start()
-            stack = InstalledStack(cluster, tmp_path_factory.mktemp("installed-stack"), repository.url)
-            system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
-            count = system.max_nodes
-            cidrs = [f"10.223.{16 * block + i}.0/24" for i in range(count)]
-            stack.system_nodes = cluster.add_nodes(system, count, cidrs)
-            stack.pods = pods
-            yield stack
-        finally:
-            if pods is not None:
-                pods.stop()
-            if repository is not None:
-                repository.stop()
-            cluster.stop()
+    with install_cluster(tmp_path_factory, "installed", 223, INSTALLED, CHARTS) as installing:
+        cluster = installing.cluster
+        stack = InstalledStack(cluster, tmp_path_factory.mktemp("installed-stack"), installing.charts.url)
+        system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
+        count = system.max_nodes
+        stack.system_nodes = cluster.add_nodes(
+            system, count, [next(installing.pod_ranges) for _ in range(count)]
+        )
+        stack.pods = installing.pods
+        yield stack
 
 
 def test_up_installs_the_operators_whose_programs_admit_and_run_the_job(installed):

@@ -27,16 +27,13 @@ the chart's three gates 1.7 added, all off, are dropped from its arguments (pods
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from support.cluster.chart_repository import ChartRepository
 from support.cluster.decisions import existing_config
 from support.cluster.engine import Engine
 from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
+from support.cluster.installed import install_cluster
 from support.cluster.manifest_mirror import filled_mirror
 from support.cluster.objects import admitted_jobs
-from support.cluster.pods import OperatorPods, local_pod_range
 from support.cluster.stacks import planned
 
 from conventions import SYSTEM_GROUP
@@ -85,49 +82,27 @@ class InstalledStack:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    block = random.randrange(16)  # two harnesses on one machine take different ranges
-    pod_network = f"10.224.{16 * block}.0/20"
-    cluster = Cluster(tmp_path_factory.mktemp("installed-pytorch-cluster"), probed=PROBED)
-    repository = pods = None
-    with local_pod_range(pod_network):
-        try:
-            cluster.start()
-            repository = ChartRepository(tmp_path_factory.mktemp("charts"), CHARTS)
-            repository.start()
-            mirror = filled_mirror(tmp_path_factory.mktemp("manifest-mirror"))
-            pods = OperatorPods(
-                cluster.api, cluster.kubeconfig, cluster.processes, tmp_path_factory.mktemp("pods"), PROBED
-            )
-            pods.start()
-            for namespace in ("training", TEAM_B):  # the cluster owner's, given to each team
-                cluster.objects.apply(
-                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-                )
+    with install_cluster(tmp_path_factory, "installed-pytorch", 224, PROBED, CHARTS) as installing:
+        cluster = installing.cluster
+        mirror = filled_mirror(tmp_path_factory.mktemp("manifest-mirror"))
+        for namespace in ("training", TEAM_B):  # the cluster owner's, given to each team
+            cluster.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
-            def stack_of(name: str, namespace: str) -> InstalledStack:
-                folder = tmp_path_factory.mktemp(name)
-                return InstalledStack(cluster, folder, repository.url, mirror, name, namespace)
+        def stack_of(name: str, namespace: str) -> InstalledStack:
+            folder = tmp_path_factory.mktemp(name)
+            return InstalledStack(cluster, folder, installing.charts.url, mirror, name, namespace)
 
-            stack = stack_of("installed-pytorch", "training")
-            stack.team_b = stack_of(TEAM_B, TEAM_B)
-            stack.refused = stack_of("refused", "training")
-            cidrs = iter(f"10.224.{16 * block + i}.0/24" for i in range(16))
-            system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
-            stack.system_nodes = cluster.add_nodes(
-                system, None, [next(cidrs) for _ in range(system.max_nodes)]
-            )
-            (p5,) = [n for n in stack.plan.nodes if n.group != SYSTEM_GROUP]
-            stack.gpu_nodes = cluster.add_nodes(p5, None, [next(cidrs) for _ in range(p5.max_nodes)])
-            selector = config_selector(stack.config)
-            cluster.operators.kueue(selector)  # the cluster's own, which the stack reuses
-            stack.pods = pods
-            yield stack
-        finally:
-            if pods is not None:
-                pods.stop()
-            if repository is not None:
-                repository.stop()
-            cluster.stop()
+        stack = stack_of("installed-pytorch", "training")
+        stack.team_b = stack_of(TEAM_B, TEAM_B)
+        stack.refused = stack_of("refused", "training")
+        system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
+        (p5,) = [n for n in stack.plan.nodes if n.group != SYSTEM_GROUP]
+        ranges = [next(installing.pod_ranges) for _ in range(system.max_nodes + p5.max_nodes)]
+        stack.system_nodes = cluster.add_nodes(system, None, ranges[: system.max_nodes])
+        stack.gpu_nodes = cluster.add_nodes(p5, None, ranges[system.max_nodes :])
+        cluster.operators.kueue(config_selector(stack.config))  # the cluster's own, which the stack reuses
+        stack.pods = installing.pods
+        yield stack
 
 
 def test_a_users_object_of_a_name_the_stack_makes_stops_its_up_before_anything_is_created(installed):

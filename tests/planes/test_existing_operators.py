@@ -9,7 +9,15 @@ from __future__ import annotations
 import pytest
 import yaml
 from support.charts import render
-from support.cluster_objects import as_facts, charts, hyperpod_dependencies, installed, keys
+from support.cluster_objects import (
+    GPU_OPERATOR_DEPLOY_LABEL,
+    GPU_OPERATOR_PLUGIN,
+    as_facts,
+    charts,
+    hyperpod_dependencies,
+    installed,
+    keys,
+)
 from support.plans import EXISTING_CLUSTER, plan, stack_values
 
 from account_checks.operator_decisions import TRAINJOB_CRD, TRAINJOB_FRAMEWORK, ClusterOperatorsError, selects
@@ -140,26 +148,6 @@ def test_device_plugins_that_miss_the_configured_nodes_stop_the_plan(hyperpod):
     )
 
 
-# The NVIDIA GPU Operator's device plugin (gpu-operator assets/state-device-plugin/0500_daemonset.yaml):
-# it selects the label the operator's own node feature discovery puts on each GPU node.
-GPU_OPERATOR_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
-GPU_OPERATOR_PLUGIN = {
-    "apiVersion": "apps/v1",
-    "kind": "DaemonSet",
-    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
-    "spec": {
-        "template": {
-            "spec": {
-                "nodeSelector": {GPU_OPERATOR_DEPLOY_LABEL: "true"},
-                "containers": [
-                    {"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}
-                ],
-            }
-        }
-    },
-}
-
-
 def p5_node(name: str, **labels: str) -> dict:
     base = {"node.kubernetes.io/instance-type": "p5.48xlarge", "kubernetes.io/hostname": name}
     return {"kind": "Node", "metadata": {"name": name, "labels": {**base, **labels}}}
@@ -177,7 +165,7 @@ def test_the_gpu_operators_plugin_is_reused_where_it_serves_the_groups_nodes_as_
     plugin serves them and the stack installs no second one."""
     line, run = nvidia_decision([p5_node(f"p5-{i}", **{GPU_OPERATOR_DEPLOY_LABEL: "true"}) for i in range(2)])
     assert line.lstrip().startswith(
-        "reuse    nvidiaDevicePlugin: found DaemonSet gpu-operator/nvidia-device-plugin"
+        "reuse    nvidiaDevicePlugin: found DaemonSet kube-system/nvidia-device-plugin-daemonset"
     )
     assert "nvidia-device-plugin" not in {r.inputs["name"] for r in run.by_type(RELEASE)}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conventions import GPU_RESOURCE
 from offline.engine.cluster_answers import FACT_PREFIX
 from support.charts import helm_template, load
 from support.paths import shared_dir
@@ -82,3 +83,27 @@ def as_facts(name: str, objects: list[dict]) -> dict[str, list[dict]]:
 def keys(objects: list[dict]) -> set[tuple[str, str | None, str]]:
     """(kind, namespace, name) of each object: two objects with the same key collide."""
     return {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
+
+
+# The NVIDIA GPU Operator's device plugin as the operator lays it down
+# (gpu-operator assets/state-device-plugin/0500_daemonset.yaml): it selects the label the operator's
+# node feature discovery puts on each GPU node, which no group's config describes.
+GPU_OPERATOR_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+GPU_OPERATOR_PLUGIN = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "nvidia-device-plugin-daemonset"}},
+        "template": {
+            "metadata": {"labels": {"app": "nvidia-device-plugin-daemonset"}},
+            "spec": {
+                "nodeSelector": {GPU_OPERATOR_DEPLOY_LABEL: "true"},
+                "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [
+                    {"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}
+                ],
+            },
+        },
+    },
+}

@@ -192,15 +192,7 @@ def test_the_check_finds_the_network_nccl_logged_at_init(nccl, monkeypatch, tmp_
     for name in ("uverbs0", "uverbs1"):
         (pod / name).touch()
     monkeypatch.setattr(preflight_module, "RDMA_DEVICES", pod)
-    monkeypatch.setattr(preflight_module, "TERMINATION_LOG", tmp_path / "termination-log")
-    monkeypatch.setattr(preflight_module, "bus_bandwidth", lambda device, size_mb, iters: 250.0)
-    monkeypatch.setattr(distributed, "control_group", lambda timeout: "control")
-    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
-    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
-    monkeypatch.setattr(
-        dist, "all_gather_object", lambda out, obj, group=None: out.__setitem__(slice(None), [obj] * len(out))
-    )
-    monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
+    in_process_check(monkeypatch, tmp_path, [250.0])
 
     assert preflight_module.main(["--efa-per-node", "2", "--min-bus-bandwidth", "200"]) == 0
     out, err = capsys.readouterr()
@@ -210,8 +202,8 @@ def test_the_check_finds_the_network_nccl_logged_at_init(nccl, monkeypatch, tmp_
 
 
 def in_process_check(monkeypatch, tmp_path, measured: list[float]):
-    """The standalone preflight's main on two CPU ranks, its collectives faked, each bandwidth
-    measurement the next of `measured`."""
+    """The standalone preflight's main on two ranks, its collectives faked (with the `nccl`
+    fixture: no process group is made), each bandwidth measurement the next of `measured`."""
     figures = iter(measured)
     monkeypatch.setattr(preflight_module, "TERMINATION_LOG", tmp_path / "termination-log")
     monkeypatch.setattr(preflight_module, "bus_bandwidth", lambda device, size_mb, iters: next(figures))
@@ -224,7 +216,7 @@ def in_process_check(monkeypatch, tmp_path, measured: list[float]):
     monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
 
 
-def test_one_slow_sample_does_not_fail_the_job_for_good(monkeypatch, tmp_path, capsys):
+def test_one_slow_sample_does_not_fail_the_job_for_good(nccl, monkeypatch, tmp_path, capsys):
     """A first measurement on a busy moment of the fabric, then one over the floor: the job's nodes
     pass (a failure here is permanent, exit 3)."""
     in_process_check(monkeypatch, tmp_path, [150.0, 250.0])
@@ -234,7 +226,7 @@ def test_one_slow_sample_does_not_fail_the_job_for_good(monkeypatch, tmp_path, c
     assert (r["ok"], r["bus_bandwidth_gbps"], r["bandwidth_samples_gbps"]) == (True, 250.0, [150.0, 250.0])
 
 
-def test_the_floor_fails_on_the_best_of_its_samples(monkeypatch, tmp_path, capsys):
+def test_the_floor_fails_on_the_best_of_its_samples(nccl, monkeypatch, tmp_path, capsys):
     in_process_check(monkeypatch, tmp_path, [150.0, 180.0, 170.0, 999.0])
     assert preflight_module.main(["--min-bus-bandwidth", "200"]) != 0
     out, err = capsys.readouterr()
