@@ -176,7 +176,7 @@ def read_cluster(
     ):
         objects += [{**o, "kind": kind} for o in _items(reader.get(path))]
     # The nodes' metadata: a device plugin serves a group when its DaemonSet selects the group's nodes
-    # as they are labelled (by the GPU Operator too), not only as the config describes them.
+    # as they are labelled (by the GPU Operator's controller too), not only as the config describes them.
     nodes = reader.get("/api/v1/nodes", metadata_only=True)
     objects += [{"kind": "Node", "metadata": o["metadata"]} for o in _items(nodes)]
     for namespace in sorted({chart.namespace for chart in RELEASES.values()}):

@@ -270,6 +270,27 @@ def _own_name(key: str, inventory: ClusterInventory) -> tuple[str, dict[str, str
     return describe(deployment), deployment["metadata"].get("labels") or {}
 
 
+def stack_owns(key: str, stack: str, inventory: ClusterInventory) -> bool:
+    """Whether the cluster holds this operator under the stack's own name as the stack's (its label,
+    or the record of a release before the labels)."""
+    own = _own_name(key, inventory)
+    if own is None:
+        return False
+    owner = own[1].get(STACK_LABEL)
+    return owner == stack or (owner is None and inventory.earlier_record().get(key) == "installed")
+
+
+def _kept(key: str, owned: bool, cfg: StackConfig) -> OperatorDecision:
+    """An operator no job of the stack needs now: left off, unless the stack installed it and it is
+    still turned on, since uninstalling it would take it from every other stack that reuses it
+    (turn it off, operators.<name>.enabled: false, to remove it)."""
+    if owned and cfg.operators.on_any_cluster()[key].enabled:
+        return OperatorDecision(
+            key, "install", "the stack's own, kept though no job of the stack needs it now"
+        )
+    return OperatorDecision(key, "off", "not read")
+
+
 def _ownership(
     key: str, mode: str, stack: str, inventory: ClusterInventory, found: str
 ) -> OperatorDecision | None:
@@ -319,7 +340,7 @@ def decide(
     integrations the stack's jobs need."""
     signs = SIGNS[key]
     if not needed:
-        return OperatorDecision(key, "off", "not read")
+        return _kept(key, stack_owns(key, cfg.stack, inventory), cfg)
     workloads = [w for w in inventory.of_kind(signs.kind) if signs.runs(w)]
     crds = [inventory.crd(n) for n in signs.crds if inventory.crd(n) is not None]
     there = [describe(o) for o in workloads] + [f"CRD {c['metadata']['name']}" for c in crds]
@@ -396,7 +417,7 @@ def _incompatible(
         nodes = [n["metadata"] for n in inventory.of_kind("Node")]
         for group, labels in groups.items():
             # The group's nodes as they are labelled (the GPU Operator selects its own label, which its
-            # node feature discovery sets); where it has none now, as the config describes them.
+            # controller sets); where it has none now, as the config describes them.
             members = [
                 n for n in nodes if all((n.get("labels") or {}).get(k) == v for k, v in labels.items())
             ]
@@ -426,8 +447,8 @@ def needed(cfg: StackConfig) -> dict[str, bool]:
     wanted["nvidiaDevicePlugin"] &= bool(cfg.gpu_node_groups)
     wanted["efaDevicePlugin"] &= any(g.efa for g in cfg.gpu_node_groups)
     trainjobs = any(KINDS[j.kind].operator == "trainer" for j in cfg.jobs)
-    for key in ("trainer", "jobset"):
-        wanted[key] &= trainjobs or ops[key].mode == "install"
+    wanted["trainer"] &= trainjobs or ops["trainer"].mode == "install"
+    wanted["jobset"] &= wanted["trainer"]  # Trainer's TrainJobs run on it: never one without the other
     return wanted
 
 

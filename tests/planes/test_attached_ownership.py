@@ -247,3 +247,24 @@ def test_jobset_is_judged_by_trainers_release_not_by_the_training_operators_depl
     assert lines["trainingOperator"] == "reuse"
     assert lines["trainer"] == lines["jobset"] == "install"
     assert run.by_type(DIRECTORY) == []
+
+
+def test_a_trainer_the_stack_installed_stays_when_its_last_trainjob_goes(first):
+    """Others may reuse it: the stack keeps its Trainer (and JobSet) when no TrainJob of its own
+    needs it any longer, and removes it only when told (operators.trainer.enabled: false)."""
+    _, cluster = first
+    facts = {**EXISTING_CLUSTER, **as_facts("first-run", cluster)}
+    pytorch_only = [WITH_TRAINJOB[0]]
+    kept = plan("existing", jobs=pytorch_only, facts=facts)
+    (trainer,) = [r for r in kept.by_type(RELEASE) if r.inputs["name"] == "kubeflow-trainer"]
+    assert trainer.inputs["values"]["jobset"]["install"] is True
+    lines = {line.split(":")[0].split()[-1]: line for line in decision_lines(kept)[:-1]}
+    assert lines["trainer"].lstrip().startswith("install  trainer: found the stack's own, kept")
+    removed = plan("existing", jobs=pytorch_only, facts=facts, operators={"trainer": {"enabled": False}})
+    assert "kubeflow-trainer" not in {r.inputs["name"] for r in removed.by_type(RELEASE)}
+
+
+def test_trainer_installed_without_a_trainjob_brings_jobset_with_it():
+    run = plan("existing", facts=EXISTING_CLUSTER, operators={"trainer": {"mode": "install"}})
+    (trainer,) = [r for r in run.by_type(RELEASE) if r.inputs["name"] == "kubeflow-trainer"]
+    assert trainer.inputs["values"]["jobset"]["install"] is True

@@ -87,7 +87,7 @@ def keys(objects: list[dict]) -> set[tuple[str, str | None, str]]:
 
 # The NVIDIA GPU Operator's device plugin as the operator lays it down
 # (gpu-operator assets/state-device-plugin/0500_daemonset.yaml): it selects the label the operator's
-# node feature discovery puts on each GPU node, which no group's config describes.
+# own controller puts on each GPU node (controllers/state_manager.go), which no group's config describes.
 GPU_OPERATOR_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 GPU_OPERATOR_PLUGIN = {
     "apiVersion": "apps/v1",

@@ -314,8 +314,8 @@ class CheckpointStore:
             # newest, would prune them as they are saved.
             for step, *_ in refused:
                 path = step_dir(self.root, step)
-                if self.volume_writer and path.is_dir():
-                    path.rename(path.with_name(f"{path.name}{ABANDONED}"))
+                if self.volume_writer and path.is_dir():  # a name of its own: it may happen twice
+                    path.rename(path.with_name(f"{path.name}{ABANDONED}-{time.time_ns()}"))
             self._barrier()
             return None
         if refused:
@@ -436,7 +436,9 @@ class CheckpointStore:
         (path / MARKER).unlink(missing_ok=True)
         if self.s3_uri and self.rank == 0:
             bucket, prefix = storage.split_s3_uri(self.s3_uri)
-            storage.delete_object(bucket, f"{prefix}/{path.name}/{MARKER}")
+            marker = f"{prefix}/{path.name}/{MARKER}"
+            if storage.exists(bucket, marker):  # a step saved again: no delete marker for every save
+                storage.delete_object(bucket, marker)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         # One writer thread per rank (FileSystemWriter's thread_count=1): a node's ranks already
