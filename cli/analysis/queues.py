@@ -70,8 +70,9 @@ def queue_state(kind: str, name: str, workloads: list[dict], requests: list[dict
         "waiting",
         f"first in queue {queue}, not admitted: {message}",
         True,
-        f"kubectl describe clusterqueue trainstack-{queue} (an inactive queue names what it lacks); "
-        "kubectl -n kueue-system logs deploy/kueue-controller-manager",
+        f"kubectl -n {workload['metadata'].get('namespace', 'training')} describe localqueue {queue} (its "
+        "clusterQueue is the one to describe next: on a shared cluster it carries the stack's name, and an "
+        "inactive one names what it lacks); kubectl -n kueue-system logs deploy/kueue-controller-manager",
     )
 
 

@@ -183,7 +183,7 @@ def test_doctor_says_why_a_job_waits_in_its_queue(tmp_path):
         "waiting: first in queue p5, not admitted: ClusterQueue trainstack-p5 is inactive: references missing "
         "AdmissionCheck(s)"
     )
-    assert found["fix"].startswith("kubectl describe clusterqueue trainstack-p5")
+    assert found["fix"].startswith("kubectl -n training describe localqueue p5 (its clusterQueue is the one")
     # Evicted because its pods were not ready in time: Kueue requeues it, doctor says why.
     evicted = condition("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout training/fsdp")
     c.workloads = [workload("fsdp", "p5", condition("QuotaReserved", "False"), evicted)]
