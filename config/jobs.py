@@ -124,8 +124,8 @@ class JobConfig:
         "How often a failing job is started again before it fails (0-100). PyTorchJob or TrainJob "
         "running the default trainer: times a pod may be recreated after a retryable exit (a signal, "
         "an OOM kill, a lost node; a TrainJob's whole gang) without a newer checkpoint; RayJob (VERL "
-        "too): KubeRay's backoffLimit, attempts on a new Ray cluster. A `command:` and a RayCluster "
-        "are not bounded by it.",
+        "too): KubeRay's backoffLimit, attempts on a new Ray cluster, each failed one counted, progress "
+        "or not. A `command:` and a RayCluster are not bounded by it.",
         2,
     )
     hyperpod: HyperPodJobConfig = setting(

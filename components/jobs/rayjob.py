@@ -126,7 +126,10 @@ class RayJob(JobKind):
         within = (
             "" if job.verl or job.command else "; within one, Ray Train restarts its workers up to 3 times"
         )
-        return f"at most {n + 1} attempt(s), each on a new Ray cluster (backoffLimit {n}){within}"
+        return (
+            f"at most {n + 1} attempt(s), each on a new Ray cluster (backoffLimit {n}: every failed attempt "
+            f"counts, progress or not){within}"
+        )
 
     def logs_command(self, name: str, namespace: str) -> str:
         return f"kubectl -n {namespace} logs -f job/{name}"

@@ -110,7 +110,7 @@ def test_a_failed_job_says_what_stopped_its_retries(tmp_path):
 
 def test_a_rayjob_counts_its_failed_attempts(tmp_path):
     """KubeRay counts a RayJob's failed attempts in status.failed (rayjob_controller.go)."""
-    bound = "at most 3 attempt(s), each on a new Ray cluster (backoffLimit 2)"
+    bound = "at most 3 attempt(s), each on a new Ray cluster (backoffLimit 2: every failed attempt counts, progress or not)"
     obj = rayjob("j", "FAILED", "Retrying")
     obj["status"]["failed"] = 1
     c = healthy()

@@ -63,7 +63,8 @@ def test_the_outputs_say_what_stops_each_kind(kinds_plan):
         "its launcher exits 5); the operator itself bounds nothing under ExitCode"
     )
     assert retries["ray-l4"] == (
-        "at most 3 attempt(s), each on a new Ray cluster (backoffLimit 2); within one, Ray Train restarts "
+        "at most 3 attempt(s), each on a new Ray cluster (backoffLimit 2: every failed attempt counts, progress "
+        "or not); within one, Ray Train restarts "
         "its workers up to 3 times"
     )
     assert retries["ray-box"].startswith("none: KubeRay recreates a RayCluster's pods")
