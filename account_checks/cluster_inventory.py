@@ -64,11 +64,15 @@ class ClusterInventory:
         """What a release of trainstack before ownership labels recorded it installed, by operator
         key (`installed`), in the ConfigMap `EARLIER_RECORD` of the stack's namespace (read_cluster
         reads it there only)."""
-        found = self.named_anywhere("ConfigMap", EARLIER_RECORD)
-        return dict((found or {}).get("data") or {})
+        found = next((o for o in self.of_kind("ConfigMap") if o["metadata"]["name"] == EARLIER_RECORD), {})
+        return dict(found.get("data") or {})
 
-    def named_anywhere(self, kind: str, name: str) -> dict[str, Any] | None:
-        return next((o for o in self.of_kind(kind) if o["metadata"]["name"] == name), None)
+    def nodes(self) -> list[dict[str, Any]]:
+        """Each node's name and labels (read as metadata only)."""
+        return [
+            {"name": n["metadata"]["name"], "labels": dict(n["metadata"].get("labels") or {})}
+            for n in self.of_kind("Node")
+        ]
 
     def helm_releases(self) -> dict[tuple[str, str], HelmRelease]:
         """(namespace, release) -> its latest revision, from Helm's release Secrets."""
@@ -161,10 +165,10 @@ def read_cluster(
     record_namespace: str | None = None,
 ) -> ClusterInventory:
     """The objects the decisions read, as the API answers them: the CRDs named, Deployments,
-    DaemonSets, the nodes' metadata, the metadata of Helm's release Secrets in the stack's release
-    namespaces, and the
-    ConfigMap each Deployment running one of `config_images` reads its `--config` from; in
-    `record_namespace`, the ownership record an earlier release kept (EARLIER_RECORD)."""
+    DaemonSets, the nodes' metadata (the decisions' and the driver check's), the metadata of Helm's
+    release Secrets in the stack's release namespaces, the ConfigMap each Deployment running one of
+    `config_images` reads its `--config` from, and in `record_namespace` the ownership record an
+    earlier release kept (EARLIER_RECORD)."""
     objects: list[dict[str, Any]] = []
     for name in crd_names:
         crd = reader.get(f"{CRD_PATH}/{name}")

@@ -11,8 +11,7 @@ from typing import Any
 
 import pulumi
 
-from account_checks.cluster_access import ClusterAddress, ClusterReader, KubeClients
-from account_checks.operator_decisions import group_labels
+from account_checks.operator_decisions import group_labels, group_members
 from config import StackConfig
 from conventions import driver_major
 from domain.drivers import driver_problem, least_driver
@@ -26,19 +25,6 @@ class NodeDriverError(pulumi.RunError):
         )
 
 
-def read_nodes(connect: KubeClients, address: ClusterAddress, stack: str) -> list[dict[str, Any]]:
-    """Each node's name and labels (their metadata only), as the API answers them."""
-    reader = ClusterReader(connect, address, stack)
-    try:
-        listed = reader.get("/api/v1/nodes", metadata_only=True) or {}
-    finally:
-        reader.close()
-    return [
-        {"name": n["metadata"]["name"], "labels": dict(n["metadata"].get("labels") or {})}
-        for n in listed.get("items") or []
-    ]
-
-
 def check_drivers(cfg: StackConfig, nodes: list[dict[str, Any]]) -> list[str]:
     """The report's lines per GPU group; raises NodeDriverError where a node's driver is too old."""
     image = cfg.image.base_image.partition("@")[0]
@@ -47,7 +33,7 @@ def check_drivers(cfg: StackConfig, nodes: list[dict[str, Any]]) -> list[str]:
         return [f"Node drivers: not checked: no driver table for the base image {image}"]
     lines, problems = [f"Node drivers (the training image on {image} needs R{needed} or newer):"], []
     for group, labels in group_labels(cfg).items():
-        members = [n for n in nodes if all(n["labels"].get(k) == v for k, v in labels.items())]
+        members = group_members(nodes, labels)
         found = sorted({d for n in members if (d := driver_major(n["labels"])) is not None})
         unknown = [n["name"] for n in members if driver_major(n["labels"]) is None]
         problems += [p for n in members if (p := driver_problem(n["name"], n["labels"], needed, image))]

@@ -184,6 +184,11 @@ def group_labels(cfg: StackConfig) -> dict[str, dict[str, str]]:
     }
 
 
+def group_members(nodes: list[dict[str, Any]], labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The nodes ({name, labels}) that carry every label a group's config describes."""
+    return [n for n in nodes if all(n["labels"].get(k) == v for k, v in labels.items())]
+
+
 def _term_matches(term: dict[str, Any], labels: dict[str, str]) -> bool:
     """A nodeSelectorTerm against labels, as the scheduler does (k8s.io/component-helpers
     scheduling/corev1/nodeaffinity: each expression must hold)."""
@@ -270,14 +275,19 @@ def _own_name(key: str, inventory: ClusterInventory) -> tuple[str, dict[str, str
     return describe(deployment), deployment["metadata"].get("labels") or {}
 
 
+def _owner(key: str, labels: dict[str, str], stack: str, inventory: ClusterInventory) -> str | None:
+    """The stack that owns what the cluster holds under the stack's own name for `key`: its label, or,
+    unlabelled, this stack where a release before the labels recorded it installed it."""
+    owner = labels.get(STACK_LABEL)
+    if owner is None and inventory.earlier_record().get(key) == "installed":
+        return stack
+    return owner
+
+
 def stack_owns(key: str, stack: str, inventory: ClusterInventory) -> bool:
-    """Whether the cluster holds this operator under the stack's own name as the stack's (its label,
-    or the record of a release before the labels)."""
+    """Whether the cluster holds this operator under the stack's own name as the stack's."""
     own = _own_name(key, inventory)
-    if own is None:
-        return False
-    owner = own[1].get(STACK_LABEL)
-    return owner == stack or (owner is None and inventory.earlier_record().get(key) == "installed")
+    return own is not None and _owner(key, own[1], stack, inventory) == stack
 
 
 def _kept(key: str, owned: bool, cfg: StackConfig) -> OperatorDecision:
@@ -301,11 +311,10 @@ def _ownership(
         return None
     name, labels = own
     switch = mode_key(key)
-    owner = labels.get(STACK_LABEL)
-    if owner is None and inventory.earlier_record().get(key) == "installed":
+    owner = _owner(key, labels, stack, inventory)
+    if owner is not None and STACK_LABEL not in labels:
         # Installed by a release before the ownership labels, which recorded it: this run labels it
         # (helm_release's owner label) and the record goes with the ConfigMap the program no longer makes.
-        owner = stack
         found = f"{found}; recorded as the stack's own in ConfigMap {EARLIER_RECORD}"
     if owner == stack:
         if mode == "reuse":
@@ -414,16 +423,12 @@ def _incompatible(
         groups = group_labels(cfg)
         if key == "efaDevicePlugin":
             groups = {g.name: groups[g.name] for g in cfg.gpu_node_groups if g.efa}
-        nodes = [n["metadata"] for n in inventory.of_kind("Node")]
+        nodes = inventory.nodes()
         for group, labels in groups.items():
             # The group's nodes as they are labelled (the GPU Operator selects its own label, which its
             # controller sets); where it has none now, as the config describes them.
-            members = [
-                n for n in nodes if all((n.get("labels") or {}).get(k) == v for k, v in labels.items())
-            ]
-            unserved = [
-                n["name"] for n in members if not any(selects(w, n.get("labels") or {}) for w in workloads)
-            ]
+            members = group_members(nodes, labels)
+            unserved = [n["name"] for n in members if not any(selects(w, n["labels"]) for w in workloads)]
             if members and unserved:
                 return (
                     f"none of its DaemonSets selects gpuNodeGroups {group}'s nodes {', '.join(unserved)}; "

@@ -8,7 +8,7 @@ import pulumi_aws as aws
 
 from account_checks.checkpoint_claim import check_checkpoint_claim
 from account_checks.cluster_access import ClusterAddress
-from account_checks.node_drivers import check_drivers, read_nodes
+from account_checks.node_drivers import check_drivers
 from account_checks.operator_decisions import (
     OperatorDecision,
     decide_operators,
@@ -56,7 +56,7 @@ def existing_operators(
     check_checkpoint_claim(connect, address, cfg)
     frameworks = tuple(sorted({KINDS[j.kind].kueue_framework for j in cfg.jobs}))
     decisions = decide_operators(cfg, inventory, frameworks)
-    check_drivers(cfg, read_nodes(connect, address, cfg.stack))
+    check_drivers(cfg, inventory.nodes())  # the nodes read with the operators
     return decisions
 
 
