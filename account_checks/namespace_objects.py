@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pulumi
 
-from account_checks.cluster_access import ClusterAddress, ClusterReader, KubeClients
+from account_checks.cluster_access import ClusterReader
 from config import PROJECT, StackConfig
 from conventions import PART_OF, STACK_LABEL
 
@@ -40,6 +40,17 @@ def whose(labels: dict[str, str], stack: str) -> str | None:
     return None
 
 
+def _labels(
+    reader: ClusterReader, collection: str, namespace: str | None, name: str
+) -> dict[str, str] | None:
+    """The labels of the object `name` of `collection` (in `namespace`; None: cluster-wide), read as its
+    metadata only; None where there is none."""
+    group, _, plural = collection.rpartition("/")
+    where = f"/{group}/namespaces/{namespace}/{plural}" if namespace else f"/{group}/{plural}"
+    obj = reader.get(f"{where}/{name}", metadata_only=True, one=True)
+    return None if obj is None else (obj.get("metadata") or {}).get("labels") or {}
+
+
 def collisions(
     reader: ClusterReader, namespace: str | None, stack: str, wanted: list[tuple[str, str, str]]
 ) -> list[str]:
@@ -47,12 +58,8 @@ def collisions(
     kind is cluster-wide) and is not this stack's."""
     found = []
     for kind, name, collection in wanted:
-        group, _, plural = collection.rpartition("/")
-        where = f"/{group}/namespaces/{namespace}/{plural}" if namespace else f"/{group}/{plural}"
-        obj = reader.get(f"{where}/{name}", metadata_only=True, one=True)
-        if obj is None:
-            continue
-        owner = whose((obj.get("metadata") or {}).get("labels") or {}, stack)
+        labels = _labels(reader, collection, namespace, name)
+        owner = None if labels is None else whose(labels, stack)
         if owner is None:
             continue
         if namespace is None:
@@ -70,20 +77,15 @@ def collisions(
 
 
 def check_namespace_objects(
-    connect: KubeClients,
-    address: ClusterAddress,
+    reader: ClusterReader,
     cfg: StackConfig,
     wanted: list[tuple[str, str, str]],
-    cluster_wide: list[tuple[str, str, str]] = (),
+    cluster_wide: list[tuple[str, str, str]],
 ) -> None:
     """Stop with every object of `wanted` (kind, name, collection) in the training namespace, and of
     `cluster_wide`, that is not this stack's."""
-    reader = ClusterReader(connect, address, cfg.stack)
-    try:
-        problems = collisions(reader, cfg.training_namespace, cfg.stack, wanted)
-        problems += collisions(reader, None, cfg.stack, list(cluster_wide))
-    finally:
-        reader.close()
+    problems = collisions(reader, cfg.training_namespace, cfg.stack, wanted)
+    problems += collisions(reader, None, cfg.stack, cluster_wide)
     if problems:
         raise NamespaceObjectsError(cfg.stack, problems)
 
@@ -92,9 +94,7 @@ QUEUE_COLLECTION = "apis/kueue.x-k8s.io/v1beta2/clusterqueues"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-def keeps_earlier_names(
-    connect: KubeClients, address: ClusterAddress, cfg: StackConfig, queues: list[str]
-) -> bool:
+def keeps_earlier_names(reader: ClusterReader, cfg: StackConfig, queues: list[str]) -> bool:
     """Whether the stack already runs under the cluster-wide names releases before per-stack names
     gave it (`trainstack-<group>`): one of `queues` (those names) is there, part of trainstack, and
     the stack's, by its label or, unlabelled as that release left it, by the namespace its
@@ -102,46 +102,33 @@ def keeps_earlier_names(
     replace its queues, flavors and runtimes, and with them its running TrainJobs (a TrainJob's
     runtimeRef and a LocalQueue's clusterQueue are immutable), while Kueue keeps the old queue until
     its admitted jobs end."""
-    reader = ClusterReader(connect, address, cfg.stack)
-    try:
-        for name in queues:
-            queue = reader.get(f"/{QUEUE_COLLECTION}/{name}")
-            if queue is None:
-                continue
-            labels = (queue.get("metadata") or {}).get("labels") or {}
-            if whose(labels, cfg.stack) is not None:
-                continue
-            if labels.get(STACK_LABEL) == cfg.stack:
-                return True
-            admitted = ((queue.get("spec") or {}).get("namespaceSelector") or {}).get("matchLabels") or {}
-            if admitted.get(NAMESPACE_NAME_LABEL) == cfg.training_namespace:
-                return True
-    finally:
-        reader.close()
+    for name in queues:
+        queue = reader.get(f"/{QUEUE_COLLECTION}/{name}")
+        if queue is None:
+            continue
+        labels = (queue.get("metadata") or {}).get("labels") or {}
+        if whose(labels, cfg.stack) is not None:
+            continue
+        if labels.get(STACK_LABEL) == cfg.stack:
+            return True
+        admitted = ((queue.get("spec") or {}).get("namespaceSelector") or {}).get("matchLabels") or {}
+        if admitted.get(NAMESPACE_NAME_LABEL) == cfg.training_namespace:
+            return True
     return False
 
 
 def relaunches(
-    connect: KubeClients,
-    address: ClusterAddress,
-    cfg: StackConfig,
-    other_kinds: list[tuple[str, str, str, str]],
+    reader: ClusterReader, cfg: StackConfig, other_kinds: list[tuple[str, str, str, str]]
 ) -> list[str]:
     """A sentence per job the stack runs under a kind other than the one configured now (`other_kinds`:
     the job's name, its configured kind, another kind and that kind's collection): the `up` replaces
     it, which stops it. Read like the names above, before anything is registered."""
-    reader = ClusterReader(connect, address, cfg.stack)
     found = []
-    try:
-        for name, kind, other, collection in other_kinds:
-            group, _, plural = collection.rpartition("/")
-            path = f"/{group}/namespaces/{cfg.training_namespace}/{plural}/{name}"
-            obj = reader.get(path, metadata_only=True, one=True)
-            if obj is not None and whose((obj.get("metadata") or {}).get("labels") or {}, cfg.stack) is None:
-                found.append(
-                    f"{other} {name} is replaced by a {kind}: the running job stops and resumes from its "
-                    "last checkpoint (its jobs[].kind changed)"
-                )
-    finally:
-        reader.close()
+    for name, kind, other, collection in other_kinds:
+        labels = _labels(reader, collection, cfg.training_namespace, name)
+        if labels is not None and whose(labels, cfg.stack) is None:
+            found.append(
+                f"{other} {name} is replaced by a {kind}: the running job stops and resumes from its "
+                "last checkpoint (its jobs[].kind changed)"
+            )
     return found

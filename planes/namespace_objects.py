@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pulumi
 
+from account_checks.cluster_access import ClusterReader
 from account_checks.namespace_objects import check_namespace_objects, keeps_earlier_names, relaunches
 from account_checks.world import World
 from components.datasets import job_name as dataset_job_name
@@ -77,29 +78,23 @@ def group_queues(cfg: StackConfig) -> list[str]:
     return [cluster_queue_name(g) for g in (SYSTEM_GROUP, *(g.name for g in cfg.gpu_node_groups))]
 
 
+def cluster_wide_objects(cfg: StackConfig) -> list[tuple[str, str]]:
+    """(kind, name) of each cluster-wide object the stack may make, as the program names it."""
+    found = [
+        (kind, q)
+        for q in group_queues(cfg)
+        for kind in ("ResourceFlavor", "ClusterQueue", "ClusterTrainingRuntime")
+    ]
+    found += [(kind, PROVISIONING_CHECK) for kind in ("AdmissionCheck", "ProvisioningRequestConfig")]
+    return found + [("Topology", topology_name(n)) for n in sorted(set(NETWORK_LAYERS.values()))]
+
+
 def cluster_renames(cfg: StackConfig) -> dict[str, str]:
     """Each cluster-wide name the program gives, with the stack's name in it (a name it does not make
     is harmless here: the transform renames only what is sent)."""
-    names = [
-        *group_queues(cfg),
-        PROVISIONING_CHECK,
-        *(topology_name(n) for n in set(NETWORK_LAYERS.values())),
-    ]
-    return {n: in_shared_namespace(cfg.stack, n.removeprefix("trainstack-")) for n in names}
-
-
-def cluster_wide_objects(cfg: StackConfig, renames: dict[str, str]) -> list[tuple[str, str]]:
-    """(kind, name) of the cluster-wide objects the stack may make, under the names it sends."""
-    queues = [renames.get(q, q) for q in group_queues(cfg)]
-    found = [
-        (kind, q) for q in queues for kind in ("ResourceFlavor", "ClusterQueue", "ClusterTrainingRuntime")
-    ]
-    found += [
-        (kind, renames.get(PROVISIONING_CHECK, PROVISIONING_CHECK))
-        for kind in ("AdmissionCheck", "ProvisioningRequestConfig")
-    ]
-    layers = {n: renames.get(topology_name(n), topology_name(n)) for n in set(NETWORK_LAYERS.values())}
-    return found + [("Topology", name) for name in layers.values()]
+    return {
+        n: in_shared_namespace(cfg.stack, n.removeprefix("trainstack-")) for _, n in cluster_wide_objects(cfg)
+    }
 
 
 def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World) -> dict[str, str]:
@@ -108,14 +103,19 @@ def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World
     namespace and cluster-wide, is read and found free or its own. Stops (NamespaceObjectsError)
     before anything is registered otherwise. A job of the stack's that runs under another kind than
     configured is named as a relaunch (a warning) before the `up` replaces it."""
-    connect = world.kubernetes_clients(world.session(cfg))
-    address = cluster_address(cfg, account)
-    keep = keeps_earlier_names(connect, address, cfg, group_queues(cfg))
-    renames = {} if keep else cluster_renames(cfg)
-    wanted = [(kind, name, COLLECTIONS[kind]) for kind, name in training_namespace_objects(cfg)]
-    cluster_wide = [(kind, name, COLLECTIONS[kind]) for kind, name in cluster_wide_objects(cfg, renames)]
-    check_namespace_objects(connect, address, cfg, wanted, cluster_wide)
-    others = [(j.name, j.kind, k, COLLECTIONS[k]) for j in cfg.jobs for k in KINDS if k != j.kind]
-    for line in relaunches(connect, address, cfg, others):
-        pulumi.log.warn(line)
+    reader = ClusterReader(
+        world.kubernetes_clients(world.session(cfg)), cluster_address(cfg, account), cfg.stack
+    )
+    try:
+        renames = {} if keeps_earlier_names(reader, cfg, group_queues(cfg)) else cluster_renames(cfg)
+        wanted = [(kind, name, COLLECTIONS[kind]) for kind, name in training_namespace_objects(cfg)]
+        cluster_wide = [
+            (kind, renames.get(name, name), COLLECTIONS[kind]) for kind, name in cluster_wide_objects(cfg)
+        ]
+        check_namespace_objects(reader, cfg, wanted, cluster_wide)
+        others = [(j.name, j.kind, k, COLLECTIONS[k]) for j in cfg.jobs for k in KINDS if k != j.kind]
+        for line in relaunches(reader, cfg, others):
+            pulumi.log.warn(line)
+    finally:
+        reader.close()
     return renames

@@ -197,7 +197,9 @@ def test_two_stacks_on_one_cluster_share_no_cluster_wide_name_and_every_referenc
     assert not names["team-a"] & names["team-b"]
     run = runs["team-b"]
     cfg = parse_config("team-b", stack_values("existing", jobs=WITH_TRAINJOB))
-    assert set(cluster_wide(run)) <= set(cluster_wide_objects(cfg, cluster_renames(cfg)))  # all read first
+    renames = cluster_renames(cfg)
+    read_first = {(kind, renames[name]) for kind, name in cluster_wide_objects(cfg)}
+    assert set(cluster_wide(run)) <= read_first  # all read first
     for inputs in cluster_wide(run).values():
         assert inputs["metadata"]["labels"][STACK_LABEL] == "team-b"
     (queue,) = [r for r in run.by_type(LOCAL_QUEUE) if r.inputs["metadata"]["name"] == "p5"]
