@@ -37,6 +37,22 @@ def owned_name(cfg: StackConfig, name: str) -> str:
     return in_shared_namespace(cfg.stack, name) if cfg.existing_cluster.named else name
 
 
+def training_policies(cfg: StackConfig, compute: ComputePlane, deny_pods: dict | None) -> NamespacePolicies:
+    """The training namespace's deny, over `deny_pods` (None: every pod), and each job's own flows."""
+    pods = compute.pod_identity
+    return NamespacePolicies(
+        "training-network",
+        NamespacePoliciesArgs(
+            compute.provider,
+            pods.namespace_name,
+            pods.namespace,
+            tuple(a for j in cfg.jobs for a in KINDS[j.kind].allows(j.name)),
+            deny_name=owned_name(cfg, DEFAULT_DENY_POLICY),
+            deny_pods=deny_pods,
+        ),
+    )
+
+
 def network_policies(
     cfg: StackConfig, compute: ComputePlane, tracking: Tracking | None
 ) -> list[NamespacePolicies]:
@@ -45,31 +61,16 @@ def network_policies(
     the stack does not own, the deny carries the stack's name and selects the stack's jobs' pods only
     (none without jobs: no deny there)."""
     pods = compute.pod_identity
-    not_owned = cfg.existing_cluster.named
-    # The stack's own pods, in a namespace it does not own: its jobs' (each labelled with its job).
-    own_pods = {
-        "matchLabels": dict(PART_OF),
-        "matchExpressions": [
-            {"key": JOB_LABEL, "operator": "In", "values": sorted(j.name for j in cfg.jobs)}
-        ],
-    }
-    found = (
-        []
-        if not_owned and not cfg.jobs
-        else [
-            NamespacePolicies(
-                "training-network",
-                NamespacePoliciesArgs(
-                    compute.provider,
-                    pods.namespace_name,
-                    pods.namespace,
-                    tuple(a for j in cfg.jobs for a in KINDS[j.kind].allows(j.name)),
-                    deny_name=owned_name(cfg, DEFAULT_DENY_POLICY),
-                    deny_pods=own_pods if not_owned else None,
-                ),
+    found = []
+    if not cfg.existing_cluster.named:
+        found.append(training_policies(cfg, compute, deny_pods=None))
+    elif cfg.jobs:  # the stack's own pods, its jobs' (each labelled with its job); none: nothing to deny
+        jobs = {"key": JOB_LABEL, "operator": "In", "values": sorted(j.name for j in cfg.jobs)}
+        found.append(
+            training_policies(
+                cfg, compute, deny_pods={"matchLabels": dict(PART_OF), "matchExpressions": [jobs]}
             )
-        ]
-    )
+        )
     server = tracking.server if tracking else None
     if server is not None:
         found.append(
