@@ -133,18 +133,11 @@ def _in_context(root: Path, stage: Stage, path: str) -> bool:
     for copy in stage.copies:
         dest = PurePosixPath(copy.destination)
         for source in copy.sources:
-            folder = (root / source).is_dir()
-            if folder or copy.into_directory:
-                inside = dest if folder else dest / PurePosixPath(source).name
-                if (
-                    folder
-                    and target.is_relative_to(inside)
-                    and (root / source / target.relative_to(inside)).is_file()
-                ):
+            src = root / source
+            if src.is_dir():  # its contents land in the destination
+                if target.is_relative_to(dest) and (src / target.relative_to(dest)).is_file():
                     return True
-                if not folder and target == inside and (root / source).is_file():
-                    return True
-            elif target == dest and (root / source).is_file():
+            elif src.is_file() and target == (dest / src.name if copy.into_directory else dest):
                 return True
     return False
 
