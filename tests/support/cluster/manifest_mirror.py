@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from domain.operators import KUBERAY_CRD_COMMITS, KUBERAY_CRD_PATH, KUBERAY_CRDS, KUBERAY_REPOSITORY, RELEASES
+from domain.operators import RELEASES, kuberay_crd_files
 from domain.operators import TRAINING_OPERATOR as SOURCE
 from offline.nodes import charts_dir
 from support.cluster.binaries import TOOLS, module_dir
@@ -44,9 +44,8 @@ def filled_mirror(directory: Path) -> Path:
         path.chmod(0o755 if path.is_dir() else 0o644)
     chart = RELEASES["kuberay"]
     crds = charts_dir() / f"{chart.chart}-{chart.version}" / "crds"
-    for name in KUBERAY_CRDS:
-        target = directory / KUBERAY_REPOSITORY / KUBERAY_CRD_COMMITS[chart.version]
-        target = target / KUBERAY_CRD_PATH.format(name=name)
+    for file in kuberay_crd_files(chart.version, str(directory)):  # where the stack reads them
+        target = Path(file)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(crds / target.name, target)
     return directory
