@@ -32,11 +32,13 @@ from config.queueing import check_queueing
 from config.schema import Reader
 from config.stack_config import StackConfig
 from config.tracking import check_tracking
+from config.trainer_args import ArgsRefused
+from config.trainer_args import flags as trainer_flags
 from conventions import SYSTEM_GROUP
 from domain.catalog import image_compressed_gb, image_pull_minutes
 from domain.job_kinds import KINDS, RAY_KINDS
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
-from domain.model_facts import has_bf16_tensor_cores
+from domain.model_facts import has_bf16_tensor_cores, has_float8_tensor_cores
 from domain.quota import QueueSpec, combined, job_demand, shortfall
 from domain.verl_fit import verl_fits
 
@@ -191,7 +193,7 @@ def _check_jobs(c: StackConfig, by_name: dict[str, GpuNodeGroupConfig] | None, r
             check_job_command(j, c.image.context, k, r)
         own_role = c.existing_cluster.uses_aws and c.existing_cluster.pod_role_arn is None
         check_job_s3_read(j.s3_read, own_role, k, r)
-        _check_job_retention_args(j, k, r)
+        _check_job_trainer_args(j, by_name, k, r)
         if c.existing_cluster.pod_role_arn is None:  # a role the user brings may reach any bucket
             check_job_s3_args(j.name, j.args, _reachable_bucket(c), c.datasets, k, r, j.s3_read)
         if j.verl is not None:
@@ -239,7 +241,10 @@ def _check_job_memory(j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | Non
             "of your own in fp16 or fp32",
         )
         return
-    run = j.trainer_settings()
+    try:
+        run = j.trainer_run()
+    except ArgsRefused:  # _check_job_trainer_args says why; nothing to size
+        return
     job = JobShape(j.model, run.batch_size, run.seq_len, j.nodes)
     for found in (gpu_fit_problem(job, instance), staging_problem(job, instance)):
         if found:
@@ -267,17 +272,35 @@ def _check_auto_resume_namespace(j: JobConfig, group: GpuNodeGroupConfig, namesp
         )
 
 
-def _check_job_retention_args(j: JobConfig, k: str, r: Reader) -> None:
-    """What the default trainer keeps is the stack's (storage.checkpointsKept, checkpointKeepEvery):
-    the plan counts what S3 holds from it."""
-    given = [a for a in j.args if a.split("=", 1)[0] in ("--keep-checkpoints", "--keep-every")]
-    if given and j.runs_default_trainer:
-        r.problem(
-            f"{k}.args",
-            " ".join(given),
-            "the stack sets what the trainer keeps",
-            "storage.checkpointsKept and storage.checkpointKeepEvery",
-        )
+def _check_job_trainer_args(
+    j: JobConfig, by_name: dict[str, GpuNodeGroupConfig] | None, k: str, r: Reader
+) -> None:
+    """The default trainer's `args` as its own parser reads them (config/trainer_args.py): a flag it
+    does not know, a value it refuses, a flag the stack sets from another setting, or --float8 where
+    the group's GPUs have no float8 tensor cores (the trainer's own refusal, at step 0)."""
+    if not j.runs_default_trainer:
+        return
+    try:
+        run = j.trainer_run()
+    except ArgsRefused as err:
+        r.problem(f"{k}.args", err.value, err.reason, err.allowed)
+        return
+    group = (by_name or {}).get(j.node_group)
+    instance = group.facts if group is not None else None
+    if not run.float8 or (instance is not None and has_float8_tensor_cores(instance.gpu_model or "")):
+        return
+    if instance is not None:
+        found = f"{instance.gpu_model or 'no GPU'} ({instance.name})"
+    elif j.node_group == SYSTEM_GROUP:
+        found = "no GPU (the system nodes)"
+    else:
+        return  # no such group: _check_job_placement says so
+    r.problem(
+        f"{k}.args",
+        "--float8",
+        trainer_flags.float8_refusal(found),
+        "no --float8, or a group of H100, H200, B200, L4 or L40S GPUs (p5, p5e, p5en, p6, g6, g6e)",
+    )
 
 
 def _check_job_dataset(j: JobConfig, c: StackConfig, k: str, r: Reader) -> None:

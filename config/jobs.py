@@ -8,17 +8,13 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from config import trainer_args
 from config.names import LABEL, NAME_RULE
 from config.node_groups import GpuNodeGroupConfig
 from config.schema import Reader, setting
+from config.trainer_args import TrainerRun
 from domain.catalog import SAGEMAKER_PREFIX
 from domain.job_kinds import KINDS, RAY_KINDS
-from domain.model_facts import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_CHECKPOINT_EVERY,
-    DEFAULT_CHECKPOINT_MINUTES,
-    MODEL_SHAPES,
-)
 from domain.topology import JobPlacement
 from stack_outputs import JobKind
 
@@ -68,7 +64,11 @@ class JobConfig:
         "command", "Container command (default: the workload's trainer for the kind).", factory=tuple
     )
     args: tuple[str, ...] = setting(
-        "args", "Arguments appended to the trainer's (or to `command`).", factory=tuple
+        "args",
+        "Arguments appended to the trainer's (or to `command`). The default trainer's are read by its own "
+        "parser at plan time: an unknown flag, a value it refuses, or a flag the stack sets (--model, "
+        "--steps, checkpoints, torchrun's) is refused.",
+        factory=tuple,
     )
     dataset: str | None = setting(
         "dataset",
@@ -145,52 +145,10 @@ class JobConfig:
         """The stack's trainer runs (not a command, VERL or a bare RayCluster): the plan can size it."""
         return not self.command and self.verl is None and not KINDS[self.kind].bare
 
-    def trainer_settings(self) -> TrainerSettings:
-        """The default trainer's batch, length and checkpoint cadence, from `args` over its defaults.
-        A value that is not a number keeps the default: the trainer refuses it when it starts."""
-        max_len = MODEL_SHAPES[self.model].max_seq_len
-        seq_len = _int_flag(self.args, "--seq-len", 0)
-        return TrainerSettings(
-            batch_size=_int_flag(self.args, "--batch-size", DEFAULT_BATCH_SIZE),
-            seq_len=seq_len if 0 < seq_len <= max_len else max_len,
-            checkpoint_every=_int_flag(self.args, "--checkpoint-every", DEFAULT_CHECKPOINT_EVERY),
-            checkpoint_minutes=_float_flag(self.args, "--checkpoint-minutes", DEFAULT_CHECKPOINT_MINUTES),
-        )
-
-
-@dataclass(frozen=True)
-class TrainerSettings:
-    batch_size: int
-    seq_len: int  # tokens per sequence, the model's maximum when the args leave it 0
-    checkpoint_every: int  # steps; 0: not by steps
-    checkpoint_minutes: float  # 0: not by time
-
-
-def _flag_text(args: tuple[str, ...], flag: str) -> str | None:
-    """The flag's last value (argparse keeps the last), written `--flag value` or `--flag=value`."""
-    found = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith(f"{flag}="):
-            found = arg.partition("=")[2]
-    return found
-
-
-def _int_flag(args: tuple[str, ...], flag: str, default: int) -> int:
-    text = _flag_text(args, flag)
-    try:
-        return default if text is None else int(text)
-    except ValueError:
-        return default
-
-
-def _float_flag(args: tuple[str, ...], flag: str, default: float) -> float:
-    text = _flag_text(args, flag)
-    try:
-        return default if text is None else float(text)
-    except ValueError:
-        return default
+    def trainer_run(self) -> TrainerRun:
+        """The default trainer's run as its own parser reads `args` after the stack's flags (its
+        batch, length, checkpoint cadence, float8). Raises ArgsRefused where the trainer would refuse."""
+        return trainer_args.read(self.model, self.steps, self.args, ray=KINDS[self.kind].ray)
 
 
 def check_job_name(j: JobConfig, k: str, r: Reader) -> None:

@@ -1,10 +1,11 @@
-"""What the plan knows of the default trainer: its model shapes, FLOPs per token, flag defaults
-and the GPUs' dense bf16 peaks.
+"""What the plan knows of the default trainer: its model shapes, FLOPs per token and the GPUs'
+dense bf16 peaks.
 
 The domain cannot import the training image's code (workload/trainer), so these are copies of
-trainer.model (MODEL_SIZES, parameter_count, flops_per_token, LOSS_CHUNK_TOKENS), trainer.config's
-flag defaults and trainer.metrics.PEAK_BF16_FLOPS; tests/workload/test_model_facts.py holds them
-equal, so the two cannot drift.
+trainer.model (MODEL_SIZES, parameter_count, flops_per_token, LOSS_CHUNK_TOKENS) and
+trainer.metrics.PEAK_BF16_FLOPS; tests/workload/test_model_facts.py holds them equal, so the two
+cannot drift. The trainer's flags are not copied: the plan parses jobs' args with the trainer's own
+parser (config/trainer_args.py).
 """
 
 from __future__ import annotations
@@ -69,11 +70,6 @@ MODEL_SHAPES: dict[str, ModelShape] = {
 # The chunk of tokens whose vocabulary logits the loss materialises at once (trainer.model).
 LOSS_CHUNK_TOKENS = 8192
 
-# The trainer's flag defaults the plan models a job with (trainer.config.parser).
-DEFAULT_BATCH_SIZE = 8  # --batch-size: sequences per rank per step
-DEFAULT_CHECKPOINT_EVERY = 50  # --checkpoint-every: steps (0: off)
-DEFAULT_CHECKPOINT_MINUTES = 30.0  # --checkpoint-minutes (0: by steps only)
-
 # Dense bf16 peak FLOP/s per GPU (vendor datasheets), matched in order against the GPU's name:
 # the same table as trainer.metrics.PEAK_BF16_FLOPS, which matches CUDA device names.
 PEAK_BF16_FLOPS = (
@@ -103,3 +99,13 @@ PRE_AMPERE_GPUS = ("T4", "V100", "K80", "M60")
 
 def has_bf16_tensor_cores(gpu_name: str) -> bool:
     return not any(k in gpu_name for k in PRE_AMPERE_GPUS)
+
+
+# GPUs with float8 tensor cores (CUDA compute capability 8.9 and newer: Ada, Hopper, Blackwell), the
+# trainer's --float8 condition (trainer.flags.FLOAT8_CAPABILITY) by name: A100 (8.0), A10G (8.6) and
+# older have none.
+FLOAT8_GPUS = ("H100", "H200", "B200", "L40S", "L4")
+
+
+def has_float8_tensor_cores(gpu_name: str) -> bool:
+    return any(k in gpu_name for k in FLOAT8_GPUS)

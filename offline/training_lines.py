@@ -45,7 +45,7 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
     group = next((g for g in cfg.gpu_node_groups if j is not None and g.name == j.node_group), None)
     if j is None or group is None or not j.runs_default_trainer or not group.instance.has_nvidia_gpus:
         return []
-    instance, run, shape = group.instance, j.trainer_settings(), MODEL_SHAPES[j.model]
+    instance, run, shape = group.instance, j.trainer_run(), MODEL_SHAPES[j.model]
     nodes = max(1, j.nodes)
     world = nodes * instance.gpus
     need = gpu_memory_need(shape, run.batch_size, run.seq_len, world)

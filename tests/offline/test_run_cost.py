@@ -76,7 +76,7 @@ def test_prod_prints_the_time_and_cost_of_its_steps(prod_plan):
     _, below = job_block(text, "llama-1b-fsdp")
     run_line = below[-1]
     # The figures, from the model's FLOPs and the GPU's peak at the assumed MFU (stated in the line).
-    run = job.trainer_settings()
+    run = job.trainer_run()
     step = step_seconds(MODEL_SHAPES["1b"], run.batch_size, run.seq_len, peak_bf16_flops("H100"))
     goodput = float(re.search(r"goodput (\d+\.\d)%", run_line).group(1)) / 100
     start = job_start_minutes(prod_plan.resources, 0.0)
@@ -108,7 +108,7 @@ def test_more_steps_take_longer_and_cost_more():
 
     # The fixed part (nodes, pull, the wait before removal) is in both: the difference is the steps'.
     cfg = parse_config("prod", stack_values("prod"))
-    run = next(j for j in cfg.jobs if j.name == "llama-1b-fsdp").trainer_settings()
+    run = next(j for j in cfg.jobs if j.name == "llama-1b-fsdp").trainer_run()
     step = step_seconds(MODEL_SHAPES["1b"], run.batch_size, run.seq_len, peak_bf16_flops("H100"))
     goodput = float(re.search(r"goodput (\d+\.\d)%", long).group(1)) / 100
     extra_hours = 99_900 * step / goodput / 3600

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 from trainer import metrics
-from trainer.config import parser
 from trainer.model import (
     LOSS_CHUNK_TOKENS,
     MODEL_SIZES,
@@ -43,11 +42,7 @@ def test_fsdp_units_are_the_modules(name):
     assert sum(p.numel() for m in root for p in m.parameters()) == shape.root_parameters
 
 
-def test_flag_defaults_and_loss_chunk_are_the_trainers():
-    p = parser()
-    assert p.get_default("batch_size") == model_facts.DEFAULT_BATCH_SIZE
-    assert p.get_default("checkpoint_every") == model_facts.DEFAULT_CHECKPOINT_EVERY
-    assert p.get_default("checkpoint_minutes") == model_facts.DEFAULT_CHECKPOINT_MINUTES
+def test_loss_chunk_is_the_trainers():
     assert model_facts.LOSS_CHUNK_TOKENS == LOSS_CHUNK_TOKENS
 
 

@@ -13,6 +13,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from trainer import flags
 from trainer.distributed import DistContext
 from trainer.exits import CONFIG_EXIT_CODE, Refused
 from trainer.model import MODEL_SIZES, Transformer
@@ -60,13 +61,9 @@ def float8_config(emulate: bool = False) -> Float8LinearConfig:
 def enable_float8(model: torch.nn.Module, device: torch.device) -> None:
     """Swap the blocks' linear layers for torchao's float8 training layers (dynamic scaling)."""
     # Permanent (exit 2): every restart of the gang would land on the same GPUs.
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < flags.FLOAT8_CAPABILITY:
         found = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
-        raise Refused(
-            CONFIG_EXIT_CODE,
-            f"--float8 needs a GPU with float8 tensor cores (H100/H200, L4/L40S), and this pod has {found}: "
-            "drop --float8 or run the job on such a group",
-        )
+        raise Refused(CONFIG_EXIT_CODE, flags.float8_refusal(found))
     try:
         from torchao.float8 import convert_to_float8_training
     except ImportError:

@@ -20,7 +20,6 @@ the newest complete checkpoint. No checkpoint is uploaded twice:
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import shutil
@@ -42,7 +41,7 @@ from ray.train import (
 )
 from ray.train.torch import TorchConfig, TorchTrainer
 
-from trainer import checkpoint, process, storage
+from trainer import checkpoint, flags, process, storage
 from trainer.config import TrainConfig, parse_args
 from trainer.distributed import DistContext, control_group
 from trainer.resilience import FAILED_EXIT_CODE, Drained
@@ -245,15 +244,7 @@ def run_location(cfg: TrainConfig, storage_path: str) -> tuple[str, str]:
 def build_trainer(argv: list[str] | None = None) -> TorchTrainer:
     """The TorchTrainer for these arguments. A run with the same name and storage path (a RayJob
     relaunched with the same config) restores Ray's latest checkpoint, as a restart does."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--num-workers", type=int, default=1)
-    parser.add_argument("--use-gpu", action="store_true")
-    parser.add_argument("--max-failures", type=int, default=3, help="worker-group restarts Ray may make")
-    parser.add_argument(
-        "--storage-path",
-        default="",
-        help="Ray Train run state without --s3-checkpoints (default: local); with them, their prefix",
-    )
+    parser = flags.ray_parser()
     ray_args, rest = parser.parse_known_args(argv)
     cfg = parse_args(rest)
     try:
