@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 from domain.model_facts import MODEL_SHAPES
+from domain.retention import cadence_args
 
 FLAGS_FILE = Path(__file__).resolve().parents[1] / "workload" / "trainer" / "flags.py"
 
@@ -75,6 +76,7 @@ class TrainerRun:
     checkpoint_every: int  # steps; 0: not by steps
     checkpoint_minutes: float  # 0: not by time
     float8: bool
+    compiled: bool  # on GPUs: the trainer compiles unless --no-compile
 
 
 def _raise(message: str) -> None:
@@ -122,7 +124,8 @@ def read(model: str, steps: int, args: tuple[str, ...], ray: bool) -> TrainerRun
                 " ".join(args), str(err), "the trainer's flags (python -m trainer.ray_train)"
             ) from None
     try:
-        parsed, unknown = train.parse_known_args(["--model", model, "--steps", str(steps), *rest])
+        stack = ["--model", model, "--steps", str(steps), *cadence_args(model)]
+        parsed, unknown = train.parse_known_args([*stack, *rest])
     except ArgsRefused as err:
         raise ArgsRefused(
             " ".join(args), str(err), "the trainer's flags (python -m trainer.train --help)"
@@ -143,4 +146,5 @@ def read(model: str, steps: int, args: tuple[str, ...], ray: bool) -> TrainerRun
         checkpoint_every=parsed.checkpoint_every,
         checkpoint_minutes=parsed.checkpoint_minutes,
         float8=parsed.float8,
+        compiled=parsed.compile is not False,
     )

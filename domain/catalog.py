@@ -327,6 +327,8 @@ RDS_POSTGRES_HOURLY_USD = {
 }
 RDS_GP3_GB_MONTH_USD = 0.115
 EBS_GP3_GB_MONTH_USD = 0.08
+# S3 Standard, us-east-1, the first 50 TB a month: AWS's list price, not in shared/reference.
+S3_STANDARD_GB_MONTH_USD = 0.023
 
 # What a node pulls for the training image, estimated: CUDA and torch with its CUDA libraries
 # (compressed, by the base's flavor: the default nvidia/cuda `base` image brings no torch and the

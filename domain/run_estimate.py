@@ -2,7 +2,7 @@
 stack cost for that run.
 
 Time from admission: the nodes, the image pull and the pod start (offline/timeline.py's `JobStart`),
-then `steps` modeled steps (domain/goodput.py: FLOPs over the GPU's bf16 peak at ASSUMED_MFU),
+then `steps` modeled steps (domain/step_time.py: FLOPs over the GPU's bf16 peak at the measured or assumed MFU),
 stretched by the checkpoint stalls (the modeled goodput). The nodes a job adds beyond its group's
 idle floor are paid from their launch until the cluster autoscaler removes them, which it does once
 they have been unneeded for `scale-down-unneeded-time` (queueing.idleNodeMinutes; cluster-autoscaler

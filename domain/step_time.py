@@ -1,7 +1,8 @@
 """A default-trainer step's modeled time: its compute, the traffic its sharding sends between
 nodes, and the floor of its kernel launches; the largest bounds the step.
 
-- compute: one rank's FLOPs over the GPU's dense bf16 peak at ASSUMED_MFU.
+- compute: one rank's FLOPs over the GPU's dense bf16 peak at the MFU measured for that GPU, model
+  and mode (MEASURED_MFU), or ASSUMED_MFU where nothing was measured; the plan says which.
 - communication: what FSDP2 sends between nodes per step, sharded as the trainer shards
   (workload/trainer/parallelize.py): each unit's bf16 parameters all-gathered for the forward and
   again for the backward (not the last block nor the head and final norm, which keep theirs:
@@ -31,6 +32,14 @@ from dataclasses import dataclass
 from domain.model_facts import ModelShape
 
 ASSUMED_MFU = 0.38  # torchtitan's Llama 3 8B on p5 reached 39.7% (../shared/reference/aws-gpu-facts.md)
+# What the trainer measured (docs/workload.md, "Measured on one H200": one rank, batch 8 x 2048,
+# benchmarks/train_throughput.py), by (GPU, model, compiled, float8). One rank sends nothing between
+# GPUs, so a gang's MFU lands somewhat under these.
+MEASURED_MFU = {
+    ("H200", "1b", True, False): 0.514,
+    ("H200", "1b", True, True): 0.546,
+    ("H200", "1b", False, False): 0.369,
+}
 ASSUMED_OVERLAP = "communication fully overlapped with compute, at the link's nominal rate"
 LAUNCH_S_PER_BLOCK = 0.001
 LAUNCH_S_PER_STEP = 0.005
@@ -38,9 +47,31 @@ BF16_BYTES, FP32_BYTES = 2, 4
 GB = 1e9
 
 
-def compute_seconds(shape: ModelShape, batch_size: int, seq_len: int, peak_flops: float) -> float:
-    """FLOPs of one rank's step over the GPU's peak at the assumed MFU."""
-    return shape.flops_per_token(seq_len) * batch_size * seq_len / (peak_flops * ASSUMED_MFU)
+@dataclass(frozen=True)
+class Mfu:
+    """The model FLOPs utilisation a step is modeled at, and where the figure comes from."""
+
+    value: float
+    source: str  # "assumed", or what was measured
+
+    def __str__(self) -> str:
+        return f"{self.value:.0%} MFU ({self.source})"
+
+
+def mfu_for(gpu: str, model: str, compiled: bool, float8: bool) -> Mfu:
+    """The measured MFU for this GPU, model and mode where there is one, else the assumption."""
+    measured = MEASURED_MFU.get((gpu, model, compiled, float8))
+    if measured is None:
+        return Mfu(ASSUMED_MFU, "assumed")
+    mode = ("compiled" if compiled else "eager") + (", float8" if float8 else "")
+    return Mfu(measured, f"measured: one {gpu}, {model}, {mode}")
+
+
+def compute_seconds(
+    shape: ModelShape, batch_size: int, seq_len: int, peak_flops: float, mfu: float = ASSUMED_MFU
+) -> float:
+    """FLOPs of one rank's step over the GPU's peak at `mfu`."""
+    return shape.flops_per_token(seq_len) * batch_size * seq_len / (peak_flops * mfu)
 
 
 def launch_seconds(shape: ModelShape) -> float:
@@ -77,6 +108,7 @@ class StepTime:
     compute_s: float
     communication_s: float | None  # None: one node, nothing crosses the network
     launch_s: float
+    mfu: Mfu  # what compute_s is modeled at
 
     @property
     def step_s(self) -> float:
@@ -101,13 +133,16 @@ def step_time(
     nodes: int,
     ranks_per_node: int,
     link: Link,
+    mfu: Mfu | None = None,  # None: ASSUMED_MFU
 ) -> StepTime:
+    mfu = mfu or Mfu(ASSUMED_MFU, "assumed")
     world = nodes * ranks_per_node
     communication = None
     if nodes > 1:
         communication = fsdp_node_bytes(shape, world) / (link.gbps / 8 * GB) if link.gbps else float("inf")
     return StepTime(
-        compute_s=compute_seconds(shape, batch_size, seq_len, peak_flops),
+        compute_s=compute_seconds(shape, batch_size, seq_len, peak_flops, mfu.value),
         communication_s=communication,
         launch_s=launch_seconds(shape),
+        mfu=mfu,
     )

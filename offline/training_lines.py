@@ -9,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 
 from components.bucket import CHECKPOINT_NONCURRENT_DAYS
-from domain.catalog import INSTANCE_TYPES
+from domain.catalog import INSTANCE_TYPES, S3_STANDARD_GB_MONTH_USD
 from domain.datasets import ASSUMED_TOKENS_PER_SECOND, preparation_minutes, prepared_size_gb
 from domain.goodput import GB, CheckpointPath, modeled_goodput
-from domain.memory_fit import CHECKPOINT_BYTES_PER_PARAM, GIB, gpu_memory_bytes, gpu_memory_need
+from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
-from domain.retention import checkpoints_left
+from domain.retention import checkpoint_gb, checkpoints_left, saves_by_steps, saves_by_time
 from domain.run_estimate import RunEstimate
-from domain.step_time import ASSUMED_MFU, ASSUMED_OVERLAP, Link, StepTime, ddp_node_bytes, step_time
+from domain.step_time import ASSUMED_OVERLAP, Link, StepTime, ddp_node_bytes, mfu_for, step_time
 from offline.cost import JobCost, job_cost
 from planes.storage import checkpoint_home
 
@@ -61,7 +61,8 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
             "time and cost not modeled",
         ]
     link = Link(instance.baseline_gbps, group.efa)
-    step = step_time(shape, run.batch_size, run.seq_len, peak, nodes, instance.gpus, link)
+    mfu = mfu_for(instance.gpu_model or "", j.model, run.compiled, run.float8)
+    step = step_time(shape, run.batch_size, run.seq_len, peak, nodes, instance.gpus, link, mfu)
     cost = job_cost(cfg, j)
     estimate = RunEstimate(
         steps=j.steps,
@@ -75,7 +76,7 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
         release_minutes=0 if cost.owners_nodes else cfg.queueing.idle_node_minutes,
     )
     home = checkpoint_home(cfg, group.name)
-    kept = s3_line(cfg, j, run.checkpoint_every, CHECKPOINT_BYTES_PER_PARAM * shape.parameters / GB, home)
+    kept = s3_line(cfg, j, run, step.step_s, j.steps * step.step_s, home)
     warning = network_warning(j, group, step, run, world)
     if home in ("fsx", "claim"):
         where = "FSx for Lustre" if home == "fsx" else f"the claim {cfg.existing_cluster.checkpoint_claim}"
@@ -105,7 +106,8 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
     if cadence:
         saves = (
             f"checkpoints: {_size(g.checkpoint_gb_per_node)} per node every {' or '.join(cadence)} "
-            f"({_duration(g.interval_s)} of training) to {disk.description}: write {_duration(g.write_s)}"
+            + (f"({_span(g.interval_s)} of training) " if run.checkpoint_every > 0 else "")
+            + f"to {disk.description}: write {_duration(g.write_s)}"
             + (f", S3 upload {_duration(g.upload_s)}" if uploads else "")
             + f", staging stall {_duration(g.stage_s)}"
         )
@@ -128,7 +130,7 @@ def step_line(step: StepTime, link: Link, nodes: int, goodput: str) -> str:
     bound = {"compute": "compute", "network": "the network", "launch": "kernel launches"}[step.bound]
     return (
         f"modeled: step {_duration(step.step_s)}, bound by {bound}: compute {_duration(step.compute_s)} "
-        f"at {ASSUMED_MFU:.0%} MFU (assumed), network {network}, launch floor {_duration(step.launch_s)}"
+        f"at {step.mfu}, network {network}, launch floor {_duration(step.launch_s)}"
         + (f" ({ASSUMED_OVERLAP}: assumed)" if nodes > 1 else "")
         + goodput
     )
@@ -160,19 +162,34 @@ def network_warning(j, group, step: StepTime, run, world: int) -> list[str]:
     ]
 
 
-def s3_line(cfg, j, checkpoint_every: int, checkpoint_gb: float, home: str) -> list[str]:
-    """What the job's checkpoints leave in the bucket after its run: the trainer prunes its S3 copy
-    (or, on FSx, the volume, whose deletions are exported)."""
+def s3_line(cfg, j, run, step_s: float, training_s: float, home: str) -> list[str]:
+    """What the job's checkpoints hold in the bucket: the newest ones the trainer keeps (it prunes
+    its S3 copy, or on FSx the volume, whose deletions are exported), and the pruned ones the
+    versioned bucket keeps for CHECKPOINT_NONCURRENT_DAYS as noncurrent versions, with what each
+    costs a month at S3 Standard's price."""
     if home not in ("s3", "fsx"):
         return []
     st = cfg.storage
-    count = checkpoints_left(j.steps, checkpoint_every, st.checkpoints_kept, st.checkpoint_keep_every)
+    gb = checkpoint_gb(j.model)
+    by_steps = run.checkpoint_every * step_s if run.checkpoint_every > 0 else 0.0
+    by_time = run.checkpoint_minutes * 60
+    interval_s = min((i for i in (by_steps, by_time) if i > 0), default=0.0)
+    if by_steps and interval_s == by_steps:
+        saves = saves_by_steps(j.steps, run.checkpoint_every)
+        kept = checkpoints_left(j.steps, run.checkpoint_every, st.checkpoints_kept, st.checkpoint_keep_every)
+    else:  # saves by time land on no fixed step
+        saves = saves_by_time(training_s, interval_s)
+        kept = min(saves, st.checkpoints_kept)
+    window = int(CHECKPOINT_NONCURRENT_DAYS * 86400 // interval_s) if interval_s else 0
+    noncurrent = min(max(0, saves - kept), window)
     rule = f"the newest {st.checkpoints_kept} (storage.checkpointsKept)"
     if st.checkpoint_keep_every:
         rule += f" and every {st.checkpoint_keep_every}th step (storage.checkpointKeepEvery)"
     return [
-        f"S3: keeps {rule}: {count} checkpoint(s), {_size(count * checkpoint_gb)} after {j.steps:,} steps; "
-        f"each pruned one stays {CHECKPOINT_NONCURRENT_DAYS} day(s) as noncurrent versions (the bucket is versioned)"
+        f"S3: keeps {rule}: {kept} checkpoint(s), {_size(kept * gb)} current after {j.steps:,} steps "
+        f"(~${kept * gb * S3_STANDARD_GB_MONTH_USD:,.2f}/month); {noncurrent} pruned save(s), "
+        f"{_size(noncurrent * gb)}, stay {CHECKPOINT_NONCURRENT_DAYS} day(s) as noncurrent versions "
+        f"(~${noncurrent * gb * S3_STANDARD_GB_MONTH_USD:,.2f}/month while the job saves at this pace)"
     ]
 
 
@@ -183,8 +200,8 @@ def run_line(e: RunEstimate, step: StepTime, cost: JobCost, modeled_goodput: boo
     floor_only = step.bound != "compute"
     floor, ceiling = ("at least ", "at most ") if floor_only else ("~", "~")
     mfu = {
-        "compute": f"at {ASSUMED_MFU:.0%} MFU (assumed)",
-        "network": f"MFU at most {ASSUMED_MFU * step.compute_s / step.step_s:.0%} (the GPUs wait on the network)",
+        "compute": f"at {step.mfu}",
+        "network": f"MFU at most {step.mfu.value * step.compute_s / step.step_s:.0%} (the GPUs wait on the network)",
         "launch": "MFU n/a (launch-bound)",
     }[step.bound]
     pace = f"{ceiling}{e.tokens_per_s:,.0f} tokens/s, {mfu}"

@@ -19,6 +19,7 @@ from components.network_policy import Allow
 from config.jobs import JobConfig
 from conventions import DATASETS_MOUNT, JOB_LABEL, PART_OF
 from domain.placement import Placement
+from domain.retention import cadence_args
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
@@ -204,8 +205,9 @@ class TrainingJobArgs:
 
 
 def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
-    """The default trainer's flags: size, length, checkpoints on a volume mirrored to S3 and what
-    of them it keeps, and the check of its own nodes where the group asks for one."""
+    """The default trainer's flags: size, length, checkpoints on a volume mirrored to S3, what of
+    them it keeps and how often it saves (by time alone for a large state: domain/retention.py),
+    and the check of its own nodes where the group asks for one; the job's own args last."""
     job = args.job
     return [
         "--model",
@@ -221,6 +223,7 @@ def trainer_args(args: TrainingJobArgs) -> list[pulumi.Input[str]]:
         str(args.checkpoints.keep_every),
         *(args.node_check.args() if args.node_check else []),
         *args.data,
+        *cadence_args(job.model),
         *job.args,
     ]
 

@@ -5,6 +5,7 @@ goodput (issue #35)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -43,9 +44,10 @@ def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
     assert memory == "memory: the 1b model at batch 8 x 2048 tokens needs ~39.8 of 80.0 GiB per H100"
     cfg = parse_config("prod", stack_values("prod"))
     (p5,) = cfg.gpu_node_groups
+    # A 13 GB state saves by time alone (domain/retention.py BY_TIME_ABOVE_GB): before, every 50
+    # steps, a save every 15 s.
     assert saves.startswith(
-        "checkpoints: 6.63 GB per node every 50 steps or 30 min (15.34 s of training) to "
-        f"{p5.checkpoint_disk.description}: write "
+        f"checkpoints: 6.63 GB per node every 30 min to {p5.checkpoint_disk.description}: write "
     )
     # Two p5 over EFA: FSDP's 8 GB per node per step take 20 ms of 3200 Gbps, under the compute.
     assert modeled.startswith(
@@ -54,9 +56,11 @@ def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
     )
     assert "communication fully overlapped with compute, at the link's nominal rate: assumed" in modeled
     assert goodput_percent(modeled) >= 95.0
-    # 6.63 GB per node on 2 nodes, 3 kept of the run's 40 saves.
-    assert kept.startswith(
-        "S3: keeps the newest 3 (storage.checkpointsKept): 3 checkpoint(s), 39.75 GB after 2,000 steps"
+    # 6.63 GB per node on 2 nodes; the 10-minute run saves once, at its last step.
+    assert kept == (
+        "S3: keeps the newest 3 (storage.checkpointsKept): 1 checkpoint(s), 13.25 GB current after 2,000 "
+        "steps (~$0.30/month); 0 pruned save(s), 0 MB, stay 1 day(s) as noncurrent versions (~$0.00/month "
+        "while the job saves at this pace)"
     )
 
 
@@ -73,7 +77,7 @@ def test_dev_prints_plausible_figures(dev_plan):
     assert 30 < goodput_percent(modeled) < 70
     assert "(at most 146,286 tokens/s, MFU n/a (launch-bound)," in run
     assert kept.startswith(
-        "S3: keeps the newest 3 (storage.checkpointsKept): 2 checkpoint(s), 3.2 MB after 100 steps"
+        "S3: keeps the newest 3 (storage.checkpointsKept): 2 checkpoint(s), 3.2 MB current after 100 steps"
     )
 
 
@@ -99,19 +103,77 @@ def test_a_multi_node_job_without_efa_says_it_waits_on_the_network():
     assert run_line.startswith("run: 2,000 steps in at least 11.4 h (at most 1,591 tokens/s, MFU at most 1%")
 
 
+def prod_jobs(**changes) -> list[dict]:
+    """Prod's jobs, each with `changes` over its own settings."""
+    return [j | changes for j in json.loads(stack_values("prod")["trainstack:jobs"])]
+
+
+def plan_lines(stack: str, job_name: str, **overrides) -> list[str]:
+    run = plan(stack, **overrides)
+    cfg = parse_config(stack, stack_values(stack, **overrides))
+    return job_block(summary(run, cfg, 0, Path("build/plan") / stack), job_name)[1]
+
+
 def test_the_retention_keys_set_the_trainers_flags_and_the_footprint():
     storage = {"checkpointsKept": 2, "checkpointKeepEvery": 1000}
-    run, cfg = plan("prod", storage=storage), parse_config("prod", stack_values("prod", storage=storage))
+    jobs = prod_jobs(args=["--checkpoint-every", "50"])
+    run = plan("prod", storage=storage, jobs=jobs)
     args = body(job(run, "llama-1b-fsdp"))["spec"]["trainer"]["args"]  # prod's TrainJob
     assert (
         args[args.index("--keep-checkpoints") + 1] == "2" and args[args.index("--keep-every") + 1] == "1000"
     )
-    _, below = job_block(summary(run, cfg, 0, Path("build/plan/prod")), "llama-1b-fsdp")
+    below = plan_lines("prod", "llama-1b-fsdp", storage=storage, jobs=jobs)
+    # 40 saves by steps: the newest two and step 1000 stay; 37 are pruned, each kept a day.
     assert below[2] == (
         "S3: keeps the newest 2 (storage.checkpointsKept) and every 1000th step (storage.checkpointKeepEvery): "
-        "3 checkpoint(s), 39.75 GB after 2,000 steps; each pruned one stays 1 day(s) as noncurrent versions "
-        "(the bucket is versioned)"
+        "3 checkpoint(s), 39.75 GB current after 2,000 steps (~$0.91/month); 37 pruned save(s), 490.27 GB, "
+        "stay 1 day(s) as noncurrent versions (~$11.28/month while the job saves at this pace)"
     )
+
+
+def test_a_large_state_saves_by_time_and_the_job_may_say_otherwise():
+    """The stack passes `--checkpoint-every 0` for the 1b model (13 GB), before the job's args, so
+    a job's own cadence comes last and wins (argparse keeps the last value)."""
+    args = body(job(plan("prod"), "llama-1b-fsdp"))["spec"]["trainer"]["args"]
+    assert args[args.index("--checkpoint-every") + 1] == "0"
+    mine = prod_jobs(args=["--checkpoint-every", "50"])
+    args = body(job(plan("prod", jobs=mine), "llama-1b-fsdp"))["spec"]["trainer"]["args"]
+    assert args[-4:] == ["--checkpoint-every", "0", "--checkpoint-every", "50"]
+    dev_args = body(job(plan("dev"), "llama-tiny"))["spec"]["trainer"]["args"]
+    assert "--checkpoint-every" not in dev_args  # 1.6 MB: the trainer's 50 steps
+
+
+def test_a_long_run_by_steps_shows_its_noncurrent_bytes_and_their_cost():
+    """The issue's case: 1b every 50 steps (a save every ~15 s) for a million steps. Each pruned save
+    stays a day as noncurrent versions: a day's saves, ~75 TB, which the old line never counted."""
+    below = plan_lines(
+        "prod", "llama-1b-fsdp", jobs=prod_jobs(steps=1_000_000, args=["--checkpoint-every", "50"])
+    )
+    s3 = below[2]
+    assert s3.startswith(
+        "S3: keeps the newest 3 (storage.checkpointsKept): 3 checkpoint(s), 39.75 GB current"
+    )
+    saves = re.search(r"; ([\d,]+) pruned save\(s\), ([\d,.]+) GB, stay 1 day", s3)
+    per_day = int(86400 // (50 * 0.3068))  # the modeled step, 0.31 s
+    assert abs(int(saves.group(1).replace(",", "")) - per_day) <= per_day // 100
+    cost = float(re.search(r"\(~\$([\d,.]+)/month while", s3).group(1).replace(",", ""))
+    assert 1500 < cost < 2000
+
+
+@pytest.mark.parametrize(
+    ("args", "mfu"),
+    [
+        ([], "51% MFU (measured: one H200, 1b, compiled)"),
+        (["--float8"], "55% MFU (measured: one H200, 1b, compiled, float8)"),
+        (["--no-compile"], "37% MFU (measured: one H200, 1b, eager)"),
+    ],
+)
+def test_the_step_uses_the_mfu_measured_on_the_gpu_and_says_so(args, mfu):
+    groups = json.loads(stack_values("prod")["trainstack:gpuNodeGroups"])
+    p5en = [g | {"instanceType": "p5en.48xlarge"} for g in groups]
+    below = plan_lines("prod", "llama-1b-fsdp", gpuNodeGroups=p5en, jobs=prod_jobs(args=args))
+    assert f" at {mfu}, network " in below[3]
+    assert "38% MFU (assumed)" not in below[3]
 
 
 def test_existing_cluster_job_is_modeled_too():
