@@ -283,6 +283,8 @@ def fence_of(args: GitHubCiAccessArgs, account_id: str) -> Fence:
         ],
         secrets_key_arn=args.secrets_key_arn,
         schedule_group=args.schedule_group,
+        state_bucket=args.state_bucket,
+        state_roles=tuple(role_arn(args, account_id, use) for use in ("preview", "deploy")),
     )
 
 

@@ -86,6 +86,8 @@ class Fence:
     ci_arns: list[str]  # the CI roles and the OIDC provider: changed only with a person's credentials
     secrets_key_arn: str | None  # the secrets provider's key, made outside the stack
     schedule_group: str
+    state_bucket: str | None = None  # a self-managed backend's bucket, shared by stacks
+    state_roles: tuple[str, ...] = ()  # the only principals under the fence that reach it: the CI roles
 
 
 def in_path(fence: Fence, kind: str) -> str:
@@ -130,13 +132,15 @@ def stack_fence(fence: Fence) -> list[dict]:
         },
         {
             # The stack tag is set to this stack or not at all: no claiming another stack's resource,
-            # no creating one in another stack's name, no removing the tag.
+            # no creating one in another stack's name, no removing the tag. In any case: `aws:TagKeys`
+            # carries keys as sent, while `aws:RequestTag/<key>` (and a role's `aws:PrincipalTag/`)
+            # finds the key whatever its case, so `TrainStack:Stack = prod` is prod's tag too.
             "Sid": "StackTagIsOurs",
             "Effect": "Deny",
             "Action": "*",
             "Resource": "*",
             "Condition": {
-                "ForAnyValue:StringEquals": {"aws:TagKeys": [STACK_TAG]},
+                "ForAnyValue:StringEqualsIgnoreCase": {"aws:TagKeys": [STACK_TAG]},
                 "StringNotEquals": {f"aws:RequestTag/{STACK_TAG}": fence.stack},
             },
         },
@@ -199,6 +203,27 @@ def stack_fence(fence: Fence) -> list[dict]:
             "Action": SCHEDULE_ACTIONS,
             "NotResource": f"arn:aws:scheduler:*:*:schedule/{fence.schedule_group}/*",
         },
+        *state_fence(fence),
+    ]
+
+
+def state_fence(fence: Fence) -> list[dict]:
+    """A shared state bucket holds every stack's state, and a rewritten state (an EKS endpoint of
+    someone else's) hands the next `up`'s Kubernetes Secrets away. In the boundary, every role under
+    it but the stack's own CI roles is kept out of the bucket whole (a deny that spared this stack's
+    files could not name them apart from another's); the CI roles' own policies allow this stack's
+    files only (components/ci_access.py state_objects)."""
+    if not fence.state_bucket:
+        return []
+    bucket = f"arn:aws:s3:::{fence.state_bucket}"
+    return [
+        {
+            "Sid": "StateOnlyByOurCiRoles",
+            "Effect": "Deny",
+            "Action": "s3:*",
+            "Resource": [bucket, f"{bucket}/*"],
+            "Condition": {"ArnNotEquals": {"aws:PrincipalArn": list(fence.state_roles)}},
+        }
     ]
 
 
@@ -232,16 +257,19 @@ BUCKET_GUARD_ACTIONS = [
 class BucketFence:
     stack: str
     account_id: str
+    iam_path: str  # /trainstack/<stack>/: every role the stack creates, and only those
     deploy_role_arn: str
     break_glass_role_arn: str  # a person's way in: the bootstrap `up` and repairs
 
 
 def bucket_fence(fence: BucketFence, bucket_arn: str) -> list[dict]:
-    """The bucket policy's denies. Principals are told apart by `aws:PrincipalTag` (a role's tags
-    are its sessions' principal tags, and every role the stack creates carries the stack tag) and
-    `aws:PrincipalArn` (a role session's is the role's ARN, path included)."""
+    """The bucket policy's denies. Principals are told apart by `aws:PrincipalArn` (a role session's
+    is the role's ARN, path included): the stack's roles live under its IAM path, where no other
+    stack's deploy role may create one (ci_fence IamOnlyInOurPath). Not by tags: a role's tags are
+    set by whoever creates it, and a key in another case reads as the same tag."""
     resources = [bucket_arn, f"{bucket_arn}/*"]
     fsx = f"arn:aws:iam::{fence.account_id}:{FSX_LINKED_ROLE}"
+    ours = f"arn:aws:iam::{fence.account_id}:role{fence.iam_path}*"
     return [
         {
             "Sid": "OnlyThisStacksPrincipals",
@@ -249,10 +277,7 @@ def bucket_fence(fence: BucketFence, bucket_arn: str) -> list[dict]:
             "Principal": "*",
             "Action": "s3:*",
             "Resource": resources,
-            "Condition": {
-                "StringNotEquals": {f"aws:PrincipalTag/{STACK_TAG}": fence.stack},
-                "ArnNotLike": {"aws:PrincipalArn": [fence.break_glass_role_arn, fsx]},
-            },
+            "Condition": {"ArnNotLike": {"aws:PrincipalArn": [ours, fence.break_glass_role_arn, fsx]}},
         },
         {
             "Sid": "OnlyTheDeployRoleLosesOrReconfigures",

@@ -60,7 +60,9 @@ def ci_bucket_fence(cfg: StackConfig, account: Account, ci: GitHubCiAccess | Non
     """With CI, the bucket lets in the stack's own principals and the break-glass role only."""
     if ci is None or cfg.ci.break_glass_role_arn is None:
         return None
-    return BucketFence(cfg.stack, account.account_id, ci.deploy_role_arn, cfg.ci.break_glass_role_arn)
+    return BucketFence(
+        cfg.stack, account.account_id, iam_path(cfg.stack), ci.deploy_role_arn, cfg.ci.break_glass_role_arn
+    )
 
 
 def ci_deploy_entry(ci: GitHubCiAccess | None, creator: str) -> pulumi.Output[str] | None:

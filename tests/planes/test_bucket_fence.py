@@ -120,11 +120,35 @@ def test_prods_job_reads_and_writes_its_checkpoints_and_no_untagged_principal_do
     assert decide(admin, Request("s3:PutObject", own, fsx), None, bucket_policy(prod)) == "allow"
 
 
-def test_every_role_the_stack_creates_carries_the_stack_tag_the_bucket_asks_for(prod):
-    """The bucket lets in principals whose `aws:PrincipalTag/trainstack:stack` is prod's: a role's
-    tags are its sessions' principal tags, and the provider's default tags put it on every role."""
-    provider = prod.one("pulumi:providers:aws", "aws")
-    assert json.loads(provider.inputs["defaultTags"])["tags"]["trainstack:stack"] == "prod"
+def test_the_bucket_tells_principals_apart_by_their_path_not_their_tags(prod):
+    """A role under dev's path that calls itself prod, by a tag key in another case (IAM finds a
+    principal tag whatever its key's case) or the same one, is still dev's. Before: the bucket let in
+    every principal whose `aws:PrincipalTag/trainstack:stack` read prod."""
+    bucket = bucket_arn(prod)
+    anything = [{"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}]
+    impostor = f"arn:aws:iam::{ACCOUNT}:role/trainstack/dev/impostor"
+    for tags in (
+        {"aws:PrincipalTag/TrainStack:Stack": "prod"},
+        {"aws:PrincipalTag/trainstack:stack": "prod"},
+    ):
+        who = {"aws:PrincipalArn": impostor, **tags}
+        for action, resource in [
+            ("s3:PutObject", f"{bucket}/checkpoints/{JOB}/step_00000100/.metadata"),
+            ("s3:PutObject", f"{bucket}/build-contexts/context.zip"),
+            ("s3:GetObject", f"{bucket}/checkpoints/{JOB}/step_00000100/__0_0.distcp"),
+        ]:
+            assert decide(anything, Request(action, resource, who), None, bucket_policy(prod)) == "deny"
+    (fence,) = [s for s in bucket_policy(prod)["Statement"] if s["Sid"] == "OnlyThisStacksPrincipals"]
+    assert fence["Condition"] == {
+        "ArnNotLike": {
+            "aws:PrincipalArn": [
+                f"arn:aws:iam::{ACCOUNT}:role/trainstack/prod/*",
+                BREAK_GLASS,
+                f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+                "AWSServiceRoleForFSxS3Access_*",
+            ]
+        }
+    }
 
 
 def test_without_ci_the_bucket_only_enforces_tls():

@@ -76,6 +76,15 @@ def test_evaluator_missing_keys_follow_aws():
     )
     with pytest.raises(ValueError, match="not modelled"):
         condition_holds({"DateGreaterThan": {"k": "x"}}, {"k": "y"})
+    # Case: key names (tag keys in them too) are found whatever their case; values keep theirs.
+    assert condition_holds({"StringEquals": {"aws:RequestTag/a:b": "x"}}, {"aws:requesttag/A:B": "x"})
+    assert not condition_holds({"StringEquals": {"k": "x"}}, {"k": "X"})
+    assert not condition_holds(
+        {"ForAnyValue:StringEquals": {"aws:TagKeys": ["a:b"]}}, {"aws:TagKeys": ["A:b"]}
+    )
+    assert condition_holds(
+        {"ForAnyValue:StringEqualsIgnoreCase": {"aws:TagKeys": ["a:b"]}}, {"aws:TagKeys": ["A:b"]}
+    )
 
 
 def test_evaluator_deny_wins_the_boundary_intersects_and_a_resource_policy_names_principals():
@@ -131,6 +140,9 @@ def boundary(run) -> dict:
 
 
 def as_role(run, use: str, request: Request) -> str:
+    """The request as the stack's CI role `use` makes it: its session's principal ARN is the role's."""
+    session = {"aws:PrincipalArn": f"arn:aws:iam::{ACCOUNT}:role/trainstack/dev/trainstack-dev-github-{use}"}
+    request = Request(request.action, request.resource, {**session, **request.context})
     return decide([policies(run)[use]], request, boundary(run))
 
 
@@ -342,3 +354,38 @@ def test_the_preview_role_reads_its_stack_and_no_user_data_or_build_environment(
         Request("secretsmanager:GetSecretValue", f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:x"),
     ]:
         assert as_role(dev, "preview", request) != "allow", request
+
+
+def test_a_tag_key_in_another_case_is_the_stack_tag(dev):
+    """`aws:TagKeys` carries `TrainStack:Stack` as sent, and `aws:RequestTag/trainstack:stack` finds it
+    whatever its case: dev's deploy role cannot create a role, or tag anything, as prod's that way.
+    Before: `ForAnyValue:StringEquals` missed the key and the role was created."""
+    for key in ("TrainStack:Stack", "TRAINSTACK:STACK"):
+        prod = {f"aws:RequestTag/{key}": "prod", "aws:TagKeys": [key]}
+        create = Request(
+            "iam:CreateRole",
+            f"arn:aws:iam::{ACCOUNT}:role/trainstack/dev/looks-like-prod",
+            {**prod, "iam:PermissionsBoundary": BOUNDARY_DEV},
+        )
+        assert as_role(dev, "deploy", create) == "deny", key
+        tag = Request("iam:TagRole", OURS, {**prod, "aws:ResourceTag/trainstack:stack": "dev"})
+        assert as_role(dev, "deploy", tag) == "deny", key
+
+
+def test_roles_under_the_boundary_never_reach_the_shared_state_bucket(dev):
+    """A role dev's deploy role creates carries dev's boundary; whatever its own policy allows, the
+    boundary keeps it out of the state bucket, prod's files and dev's alike. Before: the fence was in
+    the deploy role's own policy only, and such a role rewrote prod's state."""
+    created = f"arn:aws:iam::{ACCOUNT}:role/trainstack/dev/anything"
+    anything = [{"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}]
+    for action, key in [
+        ("s3:GetObject", ".pulumi/stacks/trainstack/prod.json"),
+        ("s3:PutObject", ".pulumi/stacks/trainstack/prod.json"),
+        ("s3:DeleteObject", ".pulumi/locks/trainstack/prod/lock.json"),
+        ("s3:PutObject", ".pulumi/stacks/trainstack/dev.json"),
+    ]:
+        request = Request(action, f"arn:aws:s3:::{STATE}/{key}", {"aws:PrincipalArn": created})
+        assert decide(anything, request, boundary(dev)) == "deny", (action, key)
+    # The deploy role still writes its own stack's state, and only that.
+    own = Request("s3:PutObject", f"arn:aws:s3:::{STATE}/.pulumi/stacks/trainstack/dev.json")
+    assert as_role(dev, "deploy", own) == "allow"

@@ -12,6 +12,12 @@ a condition block every operator and
 every key must match, and any one of a key's values; a key absent from the request fails every
 operator but the negated ones (`StringNotEquals` then matches) and `Null`. An operator this module
 does not know raises rather than passing.
+
+Case, as AWS has it ("IAM JSON policy elements: Condition", "Tag keys" in IAM's tagging guide):
+condition key names are case-insensitive, the tag key in `aws:RequestTag/`, `aws:ResourceTag/` and
+`aws:PrincipalTag/` included, so a request context's key is found whatever its case; the values a
+multivalued key such as `aws:TagKeys` carries keep the case they were sent in, and `StringEquals`
+compares values case-sensitively where `StringEqualsIgnoreCase` does not.
 """
 
 from __future__ import annotations
@@ -67,6 +73,9 @@ def _operator(op: str, expected: list[str], actual: str | list[str] | None) -> b
         return (actual is None) == (want_absent == "true")
     if op == "ForAnyValue:StringEquals":
         return actual is not None and any(a in expected for a in _listed(actual))
+    if op == "ForAnyValue:StringEqualsIgnoreCase":
+        wanted = {e.lower() for e in expected}
+        return actual is not None and any(a.lower() in wanted for a in _listed(actual))
     if op in ("StringEquals", "StringLike", "StringNotEquals"):
         if actual is None:
             return op == "StringNotEquals"
@@ -78,9 +87,14 @@ def _operator(op: str, expected: list[str], actual: str | list[str] | None) -> b
     raise ValueError(f"condition operator {op!r} is not modelled")
 
 
+def _lookup(context: Context, key: str) -> str | list[str] | None:
+    """The context's value for a condition key, its name compared without case."""
+    return next((v for k, v in context.items() if k.lower() == key.lower()), None)
+
+
 def condition_holds(condition: dict, context: Context) -> bool:
     return all(
-        _operator(op, _listed(expected), context.get(key))
+        _operator(op, _listed(expected), _lookup(context, key))
         for op, keys in condition.items()
         for key, expected in keys.items()
     )
@@ -88,7 +102,7 @@ def condition_holds(condition: dict, context: Context) -> bool:
 
 def applies(statement: dict, request: Request) -> bool:
     return (
-        _principal_matches(statement, request.context.get("aws:PrincipalArn"))
+        _principal_matches(statement, _lookup(request.context, "aws:PrincipalArn"))
         and _matches(statement, "Action", "NotAction", request.action, ignore_case=True)
         and _matches(statement, "Resource", "NotResource", request.resource, ignore_case=False)
         and condition_holds(statement.get("Condition", {}), request.context)
