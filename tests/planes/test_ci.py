@@ -79,8 +79,24 @@ def test_python_and_requirements_are_installed_explicitly_with_pip_caching():
                 assert "make test" in runs  # the same command as .ci/run
             elif job_name == "plan":
                 assert 'make plan STACK="$STACK"' in runs
-            else:
-                assert "pip install -r requirements.txt" in runs
+            else:  # a job with the AWS role installs every package, transitive ones too, by hash
+                assert "pip install --require-hashes --only-binary :all: -r requirements.lock" in runs
+                assert setup["with"]["cache-dependency-path"] == "requirements.lock"
+
+
+def test_the_lock_pins_every_requirement_at_its_version_with_hashes():
+    """requirements.lock (uv pip compile --generate-hashes, its first lines say how) holds each
+    package of requirements.txt at the version pinned there, and a hash for every package: pip's
+    --require-hashes refuses an install where one lacks it."""
+    lock = (ROOT / "requirements.lock").read_text()
+    locked = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+) \\$", lock, re.MULTILINE))
+    normal = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in locked.items()}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = re.sub(r"\[.*\]", "", line).partition("==")
+            assert normal.get(re.sub(r"[-_.]+", "-", name).lower()) == version, line
+    entries = re.split(r"\n(?=\S)", lock.split("\n", 2)[2].strip())
+    assert entries and all("--hash=sha256:" in entry for entry in entries)
 
 
 def test_the_pulumi_cli_version_is_pinned_in_one_place():
