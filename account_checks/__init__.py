@@ -10,7 +10,7 @@ source; capacity reservations and CodeBuild source credentials have none, so bot
 the same region and profile.
 
 One module per family: report (the framework), zones (the AZ decision), running_cluster (what an
-earlier run created), quotas, reservations, codebuild, aws_cli, existing_cluster. This module
+earlier run created), quotas, reservations, codebuild, account_mode, aws_cli, existing_cluster. This module
 composes them, in the order the report lists them.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import pulumi
 
+from account_checks.account_mode import account_mode_check
 from account_checks.codebuild import source_credential_check
 from account_checks.existing_cluster import existing_cluster_checks
 from account_checks.quotas import quota_checks
@@ -81,6 +82,8 @@ def check_account(
     checks += reservation_checks(cfg, session)
     if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
+    if cfg.ci.github_repository:
+        checks.append(account_mode_check(cfg, account_id, session))
     checks.append(aws_cli)
     conclude(cfg, account_id, checks)
     return AccountFacts(zones, creator)
@@ -96,5 +99,7 @@ def check_existing_cluster(
     checks = existing_cluster_checks(cfg, account_id, opts)
     if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
+    if cfg.ci.github_repository:
+        checks.append(account_mode_check(cfg, account_id, session))
     checks.append(aws_cli)
     conclude(cfg, account_id, checks)

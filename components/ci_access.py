@@ -119,6 +119,7 @@ PREVIEW_ACTIONS = sorted(
         "iam:GetRolePolicy",
         "iam:ListAttachedRolePolicies",
         "iam:ListOpenIDConnectProviders",
+        "iam:ListRoles",  # the account checks: another stack's roles make the account shared
         "iam:ListRolePolicies",
         "kms:DescribeKey",
         "kms:GetKeyPolicy",

@@ -10,6 +10,8 @@ answers, so a test or a user can see each failure:
     reservation:cr-0123456789abcdef0: {instanceType: p5.48xlarge, availabilityZone: us-east-1d,
         type: capacity-block, state: active, total: 2, available: 2, endDate: 2026-12-31T00:00:00Z}
     source-credential:github: absent           # or present (the default)
+    account-stacks: [prod]                     # other stacks whose roles the account holds (IAM
+                                               # paths /trainstack/<stack>/; default: none)
     parameter:/trainstack/dev/eks-cluster-creator: arn:aws:iam::123456789012:user/alice  # SSM
     cluster-creator: arn:aws:iam::123456789012:user/alice  # EKS made it admin (default: the caller)
     eks-cluster:trainstack-dev: {version: "1.36", zones: [us-east-1a, us-east-1b],
@@ -19,7 +21,8 @@ answers, so a test or a user can see each failure:
     instance-topology:p5: [[nn-a, nn-b, nn-c], [nn-a, nn-b, nn-d]]  # DescribeInstanceTopology's
         # NetworkNodes of the group's instances at its largest size, top layer first
 
-Reservations and source credentials are read with boto3 (Pulumi has no data source for them):
+Reservations, source credentials and the IAM roles under /trainstack/ are read with boto3 (Pulumi
+has no data source for them):
 `botocore_answers` answers those calls inside the program, before any request is signed or sent.
 """
 
@@ -55,6 +58,7 @@ FACT_KINDS = (
     "offering:<instance type>",
     "reservation:cr-...",
     "source-credential:github",
+    "account-stacks",
     "parameter:/<name>",
     "cluster-creator",
     "eks-cluster:<name>",
@@ -123,6 +127,9 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         elif key == "source-credential:github":
             if value not in ("present", "absent"):
                 raise FactError(f"account fact {key} = {value!r}: present or absent")
+        elif key == "account-stacks":
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise FactError(f"account fact {key} = {value!r}: a list of stack names")
         elif kind == "eks-cluster":
             if not isinstance(value, dict) or not {"version", "zones"} <= set(value):
                 raise FactError(f"account fact {key} = {value!r}: a map with version, zones (and nodeGroups)")
@@ -375,6 +382,24 @@ class OfflineAccount:
         infos = [{"arn": arn, "serverType": "GITHUB", "authType": "PERSONAL_ACCESS_TOKEN"}] if present else []
         return _Response(200), {"sourceCredentialsInfos": infos}
 
+    def _list_roles(self, context: dict, **_) -> tuple[_Response, dict]:
+        """The roles under the PathPrefix asked: one deploy role per stack of `account-stacks`."""
+        prefix = context[_PARAMS].get("PathPrefix", "/")
+        roles = [
+            {
+                "Path": f"/trainstack/{stack}/",
+                "RoleName": f"trainstack-{stack}-github-deploy",
+                "RoleId": f"AROA{hashlib.sha256(stack.encode()).hexdigest()[:17].upper()}",
+                "Arn": f"arn:aws:iam::123456789012:role/trainstack/{stack}/trainstack-{stack}-github-deploy",
+                "CreateDate": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+            }
+            for stack in self.facts.get("account-stacks", [])
+        ]
+        return _Response(200), {
+            "Roles": [r for r in roles if r["Path"].startswith(prefix)],
+            "IsTruncated": False,
+        }
+
     @contextlib.contextmanager
     def botocore_answers(self) -> Iterator[None]:
         """Answer the boto3 reads of sessions made inside the block, as botocore's `before-call`
@@ -384,6 +409,7 @@ class OfflineAccount:
             ("before-parameter-build", _keep_params),
             ("before-call.ec2.DescribeCapacityReservations", self._describe_capacity_reservations),
             ("before-call.codebuild.ListSourceCredentials", self._list_source_credentials),
+            ("before-call.iam.ListRoles", self._list_roles),
         ]
         handlers.BUILTIN_HANDLERS.extend(added)
         try:

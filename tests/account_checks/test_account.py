@@ -307,3 +307,34 @@ def test_names_that_fit_never_change_and_long_ones_shorten_the_same_way():
 def test_bad_account_facts_are_one_line(fact, message):
     with pytest.raises(FactError, match=message):
         parse_facts([fact])
+
+
+def test_an_account_holding_another_stacks_roles_is_not_this_environments_own(tmp_path, capsys):
+    """ci.accountMode perEnvironment (the default) is read against the account: prod's roles under
+    /trainstack/prod/ there make it shared, and the plan stops until that is said. Before: the
+    setting changed a log line only."""
+    code, _, err = run_plan(tmp_path, capsys, "dev", facts=["account-stacks=[prod]"], ci=ci_config())
+    assert code == 2
+    assert (
+        "trainstack:ci.accountMode = perEnvironment: account 123456789012 also holds the roles of stack(s) "
+        "prod (/trainstack/<stack>/), so it is not dev's own; deploy dev to an account of its own, or set "
+        "ci.accountMode: shared, where the fence keeps the stacks apart but for RDS snapshots"
+    ) in err
+    code, out, _ = run_plan(tmp_path, capsys, "dev", ci=ci_config())
+    assert code == 0
+    assert (
+        "ok    CI account mode: needs an account of dev's own (ci.accountMode perEnvironment); found no "
+        "other stack's roles"
+    ) in out
+
+
+def test_a_shared_account_says_what_the_fence_cannot_keep_apart(tmp_path, capsys):
+    shared = ci_config(accountMode="shared")
+    code, out, _ = run_plan(tmp_path, capsys, "dev", facts=["account-stacks=[prod, staging]"], ci=shared)
+    assert code == 0
+    line = next(line for line in out.splitlines() if "CI account mode" in line)
+    assert line.strip().startswith(
+        "ok    CI account mode: needs stacks kept apart by the CI fence (ci.accountMode shared); found "
+        "stacks prod, staging; not fenced: RDS snapshots and the node groups' EBS volumes"
+    )
+    assert "KMS keys used through a service (kms:ViaService: EBS, S3)" in line
