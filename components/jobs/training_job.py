@@ -24,6 +24,19 @@ from components.jobs.pods import DELETE_TIMEOUT, TrainingJobArgs
 from conventions import NODE_GROUP_LABEL, PART_OF, QUEUE_LABEL
 from stack_outputs import JobSummary
 
+# A job's spec is the stack's: a change replaces the job (replace_on_changes). What updates a job in
+# place is its metadata (a label or a wait annotation, an upgrade's stack label), and the provider
+# applies the whole object then. Kueue wrote into the spec at admission (RunWithPodSetsInfo: the pod
+# templates' node selector, tolerations, labels; a RayJob's workerGroupSpecs, a list applied whole),
+# so that apply meets Kueue's field manager and fails on the conflict (seen on the tier: "conflict
+# with "kueue" using ray.io/v1: .spec.rayClusterSpec.workerGroupSpecs"). Forced, it re-asserts the
+# stack's own, unchanged spec. Kueue still holds the admitted job equivalent to its Workload: it
+# compares pod counts, containers and init containers, tolerations not once admitted (kueue v0.19.2
+# pkg/controller/jobframework/reconciler.go EquivalentToWorkload, pkg/util/equality/podset.go),
+# none of which its admission wrote; the running pods are the operator's and stay (the tier's
+# upgrade scenario holds their uids).
+ADMISSION_FIELDS_ARE_THE_STACKS = {"pulumi.com/patchForce": "true"}
+
 
 def wait_annotations(kind: str, wait: str) -> dict[str, str]:
     """What `pulumi up` waits for (pulumi-kubernetes `pulumi.com/waitFor`), per the kind's modes.
@@ -51,7 +64,11 @@ class TrainingJob(pulumi.ComponentResource):
                 "name": job.name,
                 "namespace": args.namespace,
                 "labels": {**PART_OF, NODE_GROUP_LABEL: args.placement.group, QUEUE_LABEL: args.queue},
-                "annotations": {**wait_annotations(job.kind, job.wait), **kind.annotations(args)},
+                "annotations": {
+                    **wait_annotations(job.kind, job.wait),
+                    **kind.annotations(args),
+                    **ADMISSION_FIELDS_ARE_THE_STACKS,
+                },
             },
             spec=kind.spec(args),
             opts=pulumi.ResourceOptions(

@@ -90,9 +90,14 @@ def test_wait_admitted_is_kueue_resuming_the_job(kind):
 
 
 def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):
-    assert body(job(kinds_plan, "ray-box"))["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    forced = {"pulumi.com/patchForce": "true"}  # an in-place update re-asserts the stack's spec over Kueue's
+    assert body(job(kinds_plan, "ray-box"))["metadata"]["annotations"] == {
+        "pulumi.com/skipAwait": "true",
+        **forced,
+    }
     assert body(job(kinds_plan, "a100"))["metadata"]["annotations"] == {
-        "pulumi.com/waitFor": KINDS["PyTorchJob"].wait_for["succeeded"]
+        "pulumi.com/waitFor": KINDS["PyTorchJob"].wait_for["succeeded"],
+        **forced,
     }
     # p5 is autoscaled: `pulumi up` waits the autoscaler's node provisioning limit (30) on top.
     assert job(kinds_plan, "fsdp").options["customTimeouts"] == {

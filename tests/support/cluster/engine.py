@@ -35,8 +35,22 @@ from support.paths import ROOT
 PROJECT = "trainstack"
 
 
+# The program's own top-level modules and packages (the import roots tests/test_architecture.py reads).
+PROGRAM_MODULES = ("account_checks", "cli", "components", "config", "conventions", "domain", "offline",
+                   "planes", "stack_outputs", "stacks")  # fmt: skip
+
+
 def program() -> None:
-    runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+    """The stack's program: this checkout's, or the one at TRAINSTACK_PROGRAM_ROOT (another release's
+    source), imported from there alone: the modules this process already took from this checkout
+    (the harness's own imports) are dropped first."""
+    root = Path(os.environ.get("TRAINSTACK_PROGRAM_ROOT") or ROOT)
+    if root != ROOT:
+        for name in list(sys.modules):
+            if name.split(".")[0] in PROGRAM_MODULES:
+                del sys.modules[name]
+        sys.path.insert(0, str(root))
+    runpy.run_path(str(root / "__main__.py"), run_name="__main__")
 
 
 def run(operation: str, work_dir: str, stack_name: str) -> dict:
@@ -84,9 +98,13 @@ class Outcome:
 class Engine:
     """A stack of the unchanged program in `directory`, on the file backend there. Every `up` and
     `destroy` runs inside the takeover detector (support/cluster/takeover.py): what was on the cluster
-    before the stack's first operation must come out of each one untouched and present."""
+    before the stack's first operation must come out of each one untouched and present. `source`: the
+    root of another release's program to run instead of this checkout's; two Engines on one
+    `directory` and `stack` share the stack's state, as an upgrade does."""
 
-    def __init__(self, directory: Path, bin_dir: Path, stack: str, objects: Objects):
+    def __init__(
+        self, directory: Path, bin_dir: Path, stack: str, objects: Objects, source: Path | None = None
+    ):
         self.dir = directory
         self.stack = stack
         self.bin_dir = bin_dir
@@ -111,9 +129,10 @@ class Engine:
             "TRAINSTACK_CLUSTER_BIN": str(bin_dir),
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+            "TRAINSTACK_PROGRAM_ROOT": str(source or ROOT),
         }
         subprocess.run(
-            [str(bin_dir / "pulumi"), "stack", "init", stack, "--non-interactive"],
+            [str(bin_dir / "pulumi"), "stack", "select", "--create", stack, "--non-interactive"],
             cwd=directory,
             env=self.env,
             check=True,
