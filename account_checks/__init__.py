@@ -22,7 +22,7 @@ from typing import Any
 
 import pulumi
 
-from account_checks.account_mode import account_mode_check
+from account_checks.account_mode import role_checks
 from account_checks.codebuild import source_credential_check
 from account_checks.existing_cluster import existing_cluster_checks
 from account_checks.quotas import quota_checks
@@ -83,7 +83,7 @@ def check_account(
     if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
     if cfg.ci.github_repository:
-        checks.append(account_mode_check(cfg, account_id, session))
+        checks += role_checks(cfg, account_id, session)
     checks.append(aws_cli)
     conclude(cfg, account_id, checks)
     return AccountFacts(zones, creator)
@@ -100,6 +100,6 @@ def check_existing_cluster(
     if cfg.image.source_repository or cfg.ci.runner == "codebuild":
         checks.append(source_credential_check(cfg, session))
     if cfg.ci.github_repository:
-        checks.append(account_mode_check(cfg, account_id, session))
+        checks += role_checks(cfg, account_id, session)
     checks.append(aws_cli)
     conclude(cfg, account_id, checks)

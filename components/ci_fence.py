@@ -171,7 +171,8 @@ def stack_fence(fence: Fence) -> list[dict]:
         {
             # A trust edit hands a role, ours too, to someone else: trust changes only with a
             # person's credentials. Identity providers, users and groups are outside every path
-            # of ours (above): no new way into the account.
+            # of ours (above). A new role's trust policy has no condition key, so CreateRole in our
+            # path takes any: account_checks/account_mode.py finds such a role at the next run.
             "Sid": "NoTrustEdits",
             "Effect": "Deny",
             "Action": "iam:UpdateAssumeRolePolicy",

@@ -12,6 +12,8 @@ answers, so a test or a user can see each failure:
     source-credential:github: absent           # or present (the default)
     account-stacks: [prod]                     # other stacks whose roles the account holds (IAM
                                                # paths /trainstack/<stack>/; default: none)
+    account-roles: [{name: r, path: /trainstack/dev/, principal: {AWS: "arn:aws:iam::999999999999:root"}}]
+                                               # roles besides, each trusting `principal`
     parameter:/trainstack/dev/eks-cluster-creator: arn:aws:iam::123456789012:user/alice  # SSM
     cluster-creator: arn:aws:iam::123456789012:user/alice  # EKS made it admin (default: the caller)
     eks-cluster:trainstack-dev: {version: "1.36", zones: [us-east-1a, us-east-1b],
@@ -31,7 +33,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import json
 import re
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +63,7 @@ FACT_KINDS = (
     "reservation:cr-...",
     "source-credential:github",
     "account-stacks",
+    "account-roles",
     "parameter:/<name>",
     "cluster-creator",
     "eks-cluster:<name>",
@@ -130,6 +135,11 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
         elif key == "account-stacks":
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise FactError(f"account fact {key} = {value!r}: a list of stack names")
+        elif key == "account-roles":
+            if not isinstance(value, list) or not all(
+                isinstance(v, dict) and {"name", "path", "principal"} <= set(v) for v in value
+            ):
+                raise FactError(f"account fact {key} = {value!r}: a list of maps with name, path, principal")
         elif kind == "eks-cluster":
             if not isinstance(value, dict) or not {"version", "zones"} <= set(value):
                 raise FactError(f"account fact {key} = {value!r}: a map with version, zones (and nodeGroups)")
@@ -383,22 +393,37 @@ class OfflineAccount:
         return _Response(200), {"sourceCredentialsInfos": infos}
 
     def _list_roles(self, context: dict, **_) -> tuple[_Response, dict]:
-        """The roles under the PathPrefix asked: one deploy role per stack of `account-stacks`."""
+        """The roles under the PathPrefix asked: a GitHub deploy role per stack of `account-stacks`,
+        and the `account-roles`, each trusting its principal."""
+        github = {"Federated": "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"}
+        wanted = [
+            (f"trainstack-{stack}-github-deploy", f"/trainstack/{stack}/", github)
+            for stack in self.facts.get("account-stacks", [])
+        ] + [(r["name"], r["path"], r["principal"]) for r in self.facts.get("account-roles", [])]
         prefix = context[_PARAMS].get("PathPrefix", "/")
         roles = [
             {
-                "Path": f"/trainstack/{stack}/",
-                "RoleName": f"trainstack-{stack}-github-deploy",
-                "RoleId": f"AROA{hashlib.sha256(stack.encode()).hexdigest()[:17].upper()}",
-                "Arn": f"arn:aws:iam::123456789012:role/trainstack/{stack}/trainstack-{stack}-github-deploy",
+                "Path": path,
+                "RoleName": name,
+                "RoleId": f"AROA{hashlib.sha256(name.encode()).hexdigest()[:17].upper()}",
+                "Arn": f"arn:aws:iam::123456789012:role{path}{name}",
                 "CreateDate": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+                # As IAM sends it: URL-encoded JSON, which botocore's after-call handler decodes.
+                "AssumeRolePolicyDocument": urllib.parse.quote(
+                    json.dumps(
+                        {
+                            "Version": "2012-10-17",
+                            "Statement": [
+                                {"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}
+                            ],
+                        }
+                    )
+                ),
             }
-            for stack in self.facts.get("account-stacks", [])
+            for name, path, principal in wanted
+            if path.startswith(prefix)
         ]
-        return _Response(200), {
-            "Roles": [r for r in roles if r["Path"].startswith(prefix)],
-            "IsTruncated": False,
-        }
+        return _Response(200), {"Roles": roles, "IsTruncated": False}
 
     @contextlib.contextmanager
     def botocore_answers(self) -> Iterator[None]:

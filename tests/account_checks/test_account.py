@@ -338,3 +338,49 @@ def test_a_shared_account_says_what_the_fence_cannot_keep_apart(tmp_path, capsys
         "stacks prod, staging; not fenced: RDS snapshots and the node groups' EBS volumes"
     )
     assert "KMS keys used through a service (kms:ViaService: EBS, S3)" in line
+
+
+def test_a_role_in_the_stacks_path_that_trusts_an_outsider_stops_the_run(tmp_path, capsys):
+    """IAM has no condition on a new role's trust policy, so the deploy role may create, in its own
+    path, a role another account can assume. The next run finds it and stops."""
+    planted = {
+        "name": "helper",
+        "path": "/trainstack/dev/",
+        "principal": {"AWS": "arn:aws:iam::999999999999:root"},
+    }
+    own = {"name": "job-role", "path": "/trainstack/dev/", "principal": {"Service": "pods.eks.amazonaws.com"}}
+    facts = [f"account-roles={json.dumps([planted, own])}"]
+    code, _, err = run_plan(tmp_path, capsys, "dev", facts=facts, ci=ci_config())
+    assert code == 2
+    assert (
+        "helper trusts AWS arn:aws:iam::999999999999:root: no role of dev trusts that, so someone with its "
+        "deploy role's access made it (CreateRole takes any trust policy)"
+    ) in err
+    code, out, _ = run_plan(
+        tmp_path, capsys, "dev", facts=[f"account-roles={json.dumps([own])}"], ci=ci_config()
+    )
+    assert code == 0
+    assert (
+        "Roles in the stack's path: needs roles under /trainstack/dev/ trusting AWS services and GitHub only; found 1 role(s)"
+        in out
+    )
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides"),
+    [
+        ("dev", {"ci": ci_config(runner="codebuild")}),
+        ("prod", {"ci": ci_config(accountMode="shared", environment="prod")}),
+    ],
+)
+def test_every_role_the_stack_creates_trusts_only_what_the_check_allows(stack, overrides):
+    """The check cannot stop the stack on its own roles: each trust policy the plan registers passes."""
+    from account_checks.account_mode import foreign_principals
+
+    run = plan(stack, **overrides)
+    roles = run.by_type("aws:iam/role:Role")
+    assert roles
+    for role in roles:
+        policy = role.inputs["assumeRolePolicy"]
+        document = json.loads(policy) if isinstance(policy, str) else policy
+        assert foreign_principals({"AssumeRolePolicyDocument": document}) == [], role.name
