@@ -52,3 +52,11 @@ class RunEstimate:
         if not self.added_nodes:
             return 0.0
         return None if self.node_hourly_usd is None else self.paid_node_hours * self.node_hourly_usd
+
+    def usd_per_billion_tokens(self, nodes: int) -> float | None:
+        """What the job's `nodes` cost for each billion tokens while they train (stalls and faults in
+        the goodput included; the start and the idle wait left out); None: the price is unknown."""
+        if self.node_hourly_usd is None or not self.steps:
+            return None
+        tokens = self.steps * self.tokens_per_step
+        return nodes * self.node_hourly_usd * self.training_s / 3600 / (tokens / 1e9)

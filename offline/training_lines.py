@@ -11,6 +11,7 @@ import dataclasses
 from components.bucket import CHECKPOINT_NONCURRENT_DAYS
 from domain.catalog import INSTANCE_TYPES, S3_STANDARD_GB_MONTH_USD
 from domain.datasets import ASSUMED_TOKENS_PER_SECOND, preparation_minutes, prepared_size_gb
+from domain.faults import Faults, gang_faults
 from domain.goodput import GB, CheckpointPath, modeled_goodput
 from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
@@ -112,14 +113,48 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
             + f", staging stall {_duration(g.stage_s)}"
         )
     bound = f" (bound by the checkpoint {g.bottleneck})" if cadence and g.bottleneck != "training" else ""
+    interval_s = g.interval_s or j.steps * step.step_s  # no saves: a fault loses the run so far
+    faults = gang_faults(
+        world,
+        group.faults_per_million_gpu_hours,
+        run.collective_timeout_s,
+        interval_s,
+        g.cycle_s - g.interval_s,
+    )
+    goodput = g.goodput * faults.goodput
     return [
         memory,
         saves,
         *kept,
         step_line(step, link, nodes, f"; goodput {g.goodput:.1%}{bound}"),
+        faults_line(faults, g.goodput, goodput, group),
         *warning,
-        run_line(dataclasses.replace(estimate, goodput=g.goodput), step, cost, modeled_goodput=True),
+        run_line(dataclasses.replace(estimate, goodput=goodput), step, cost, modeled_goodput=True)
+        + per_billion_tokens(dataclasses.replace(estimate, goodput=goodput), nodes),
     ]
+
+
+def per_billion_tokens(e: RunEstimate, nodes: int) -> str:
+    usd = e.usd_per_billion_tokens(nodes)
+    if usd is None:
+        return ""
+    return (
+        f"; ${usd:,.2f} per billion tokens (its {nodes} node(s) while they train, saves and faults counted)"
+    )
+
+
+def faults_line(faults: Faults, saves_only: float, goodput: float, group) -> str:
+    """How often the gang meets a fault, what each costs, the goodput with them, and Young's interval
+    for this save cost (domain/faults.py)."""
+    best = faults.best_interval_s
+    return (
+        f"faults: ~1 per {_span(faults.mtbf_s)} of this gang ({group.faults_per_million_gpu_hours:g} per "
+        f"million GPU-hours: faultsPerMillionGpuHours), each ~{_span(faults.lost_s)} lost (the collective "
+        f"timeout {_span(faults.detect_s)}, a restart {_span(faults.restart_s)} assumed, half an interval "
+        f"done again); goodput {goodput:.1%} with faults, {saves_only:.1%} without; the interval that "
+        f"loses least for saves of {_duration(faults.save_s)} is {_span(best)} of training (Young; "
+        f"--checkpoint-minutes {max(1, round(best / 60))} in args)"
+    )
 
 
 def step_line(step: StepTime, link: Link, nodes: int, goodput: str) -> str:

@@ -40,7 +40,7 @@ def goodput_percent(line: str) -> float:
 
 @pytest.mark.parametrize("job", ["llama-1b-fsdp", "llama-1b-ray"])
 def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
-    memory, saves, kept, modeled, _ = job_lines("prod", prod_plan, job)
+    memory, saves, kept, modeled, _faults, _ = job_lines("prod", prod_plan, job)
     assert memory == "memory: the 1b model at batch 8 x 2048 tokens needs ~39.8 of 80.0 GiB per H100"
     cfg = parse_config("prod", stack_values("prod"))
     (p5,) = cfg.gpu_node_groups
@@ -67,7 +67,7 @@ def test_prod_models_at_least_95_percent_goodput(prod_plan, job):
 def test_dev_prints_plausible_figures(dev_plan):
     """The tiny model's FLOPs make a 0.02 ms step: its launches (7 ms) bound it instead, and its
     saves cost their fixed stall and upload. Before: "step 0.02 ms", 51,857,767 tokens/s."""
-    memory, saves, kept, modeled, run = job_lines("dev", dev_plan, "llama-tiny")
+    memory, saves, kept, modeled, _faults, run = job_lines("dev", dev_plan, "llama-tiny")
     assert memory == "memory: the tiny model at batch 8 x 128 tokens needs ~2.0 of 22.4 GiB per L4"
     assert saves.startswith("checkpoints: 1.6 MB per node every 50 steps or 30 min (0.35 s of training)")
     assert modeled.startswith(
@@ -89,7 +89,7 @@ def test_a_multi_node_job_without_efa_says_it_waits_on_the_network():
     }
     run, cfg = plan("dev", **overrides), parse_config("dev", stack_values("dev", **overrides))
     _, below = job_block(summary(run, cfg, 0, Path("build/plan/dev")), "llama-1b-c4")
-    modeled, warning, run_line = below[3:]
+    modeled, _faults, warning, run_line = below[3:]
     assert modeled.startswith(
         "modeled: step 20.59 s, bound by the network: compute 0.42 s at 38% MFU (assumed), "
         "network 20.59 s over 2.5 Gbps baseline, no EFA"
@@ -178,6 +178,29 @@ def test_the_step_uses_the_mfu_measured_on_the_gpu_and_says_so(args, mfu):
 
 def test_existing_cluster_job_is_modeled_too():
     run = plan("existing", facts=EXISTING_CLUSTER)
-    memory, _, _, modeled, _ = job_lines("existing", run, "llama-1b-fsdp")
+    memory, _, _, modeled, _, _ = job_lines("existing", run, "llama-1b-fsdp")
     assert memory == "memory: the 1b model at batch 8 x 2048 tokens needs ~39.8 of 80.0 GiB per H100"
     assert goodput_percent(modeled) >= 95.0
+
+
+def test_the_plan_counts_faults_and_names_the_interval_that_loses_least():
+    """A group whose GPUs fail 10,000 times per million GPU-hours: two p5 (16 GPUs) meet a fault every
+    6.2 h, each costing the collective timeout, a restart and half of the 30-minute interval; the run
+    line's goodput and time count it, and Young's interval for a 0.28 s save is about 2 minutes."""
+    groups = [
+        g | {"faultsPerMillionGpuHours": 10_000}
+        for g in json.loads(stack_values("prod")["trainstack:gpuNodeGroups"])
+    ]
+    below = plan_lines("prod", "llama-1b-fsdp", gpuNodeGroups=groups, jobs=prod_jobs(steps=200_000))
+    (faults,) = [line for line in below if line.startswith("faults: ")]
+    assert faults.startswith(
+        "faults: ~1 per 6.2 h of this gang (10000 per million GPU-hours: faultsPerMillionGpuHours), each "
+        "~23.0 min lost (the collective timeout 5.0 min, a restart 3.0 min assumed, half an interval done "
+        "again); goodput 93.9% with faults, 100.0% without"
+    )
+    assert faults.endswith("is 1.9 min of training (Young; --checkpoint-minutes 2 in args)")
+    run = below[-1]
+    assert ", goodput 93.9%)" in run and " per billion tokens (its 2 node(s) while they train" in run
+    # The same run without faults' share: the default rate leaves it at the saves' goodput.
+    quiet = plan_lines("prod", "llama-1b-fsdp", jobs=prod_jobs(steps=200_000))
+    assert ", goodput 99.9%)" in quiet[-1] or ", goodput 100.0%)" in quiet[-1]

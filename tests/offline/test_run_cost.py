@@ -40,7 +40,7 @@ def test_a_job_within_the_groups_min_nodes_adds_nothing_to_the_idle_total():
     assert "    1 x g6.xlarge (node group gpu, ON_DEMAND)" in text  # in the idle total
     line, below = job_block(text, "llama-tiny")
     assert "adds no node (its nodes are in the idle total)" in line and "$0.80" not in line
-    assert below[-1].endswith("its nodes are in the idle total, so it adds nothing to it")
+    assert "its nodes are in the idle total, so it adds nothing to it; $" in below[-1]
     (job,) = cfg.jobs
     assert job_cost(cfg, job).hourly_usd == 0.0
 
@@ -122,7 +122,7 @@ def test_an_existing_clusters_job_costs_the_owners_nodes_it_holds_without_a_rele
     line, below = job_block(text, "llama-1b-fsdp")
     price = 2 * INSTANCE_TYPES["p5.48xlarge"].hourly_usd
     assert f"on the cluster owner's nodes (2 node(s), ${price:.2f}/h while it runs)" in line
-    held = float(re.search(r"\(2 node\(s\) x ([\d.]+) h\)$", below[-1]).group(1))
+    held = float(re.search(r"\(2 node\(s\) x ([\d.]+) h\);", below[-1]).group(1))
     from_admission = float(re.search(r", ~([\d.]+) min from admission;", below[-1]).group(1))
     assert held == pytest.approx(from_admission / 60, abs=0.01)  # no queueing.idleNodeMinutes
     assert "of the cluster owner's node time" in below[-1]

@@ -230,7 +230,12 @@ ACTS_ELSEWHERE: dict[str, str] = {
     "trainstack:gpuNodeGroups[].hourlyUsd": "the price the stack's outputs give each job while it runs "
     "(jobs.<job>.hourlyUsd, components/jobs/training_job.py) and the plan's cost lines (offline/cost.py)",
     "trainstack:ci.accountMode": "the line `pulumi up` and the plan print on whether the environment has an "
-    "account of its own (planes/ci.py account_mode_line); the fence is the same either way",
+    "account of its own (planes/ci.py account_mode_line), and the account check that stops a perEnvironment "
+    "stack whose account holds another stack's roles (account_checks/account_mode.py, "
+    "tests/account_checks/test_account.py); the fence is the same either way",
+    "trainstack:gpuNodeGroups[].faultsPerMillionGpuHours": "the plan's faults line and its run's goodput, "
+    "time and cost per billion tokens (offline/training_lines.py, domain/faults.py; "
+    "tests/offline/test_plan_jobs.py test_the_plan_counts_faults_and_names_the_interval_that_loses_least)",
     "trainstack:jobs[].verl.modelBillions": "the config's fit check of a VERL job on its group "
     "(config/checks.py _check_verl, domain/verl_fit.py verl_fits)",
     "trainstack:jobs[].verl.dataset": "one allowed value (gsm8k): components/jobs/verl.py data_prep_command",
