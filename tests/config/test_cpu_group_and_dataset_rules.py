@@ -113,9 +113,7 @@ def test_the_digest_follows_what_decides_the_bytes_only():
 
 
 def test_a_job_reading_another_bucket_is_refused_naming_the_job():
-    (msg,) = problems(
-        datasets=[DATASET], jobs=[job(args=["--data", "s3://someone-else/c4/train.bin"])]
-    )
+    (msg,) = problems(datasets=[DATASET], jobs=[job(args=["--data", "s3://someone-else/c4/train.bin"])])
     assert msg == (
         "trainstack:jobs[0].args = \"s3://someone-else/c4/train.bin\": job 'train' reads s3://someone-else, "
         "outside what its pods can reach (the stack's bucket: its datasets and the job's own checkpoints); "
