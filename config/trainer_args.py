@@ -77,7 +77,9 @@ class TrainerRun:
     checkpoint_minutes: float  # 0: not by time
     float8: bool
     compiled: bool  # on GPUs: the trainer compiles unless --no-compile
-    collective_timeout_s: float  # how long survivors wait in a collective with a dead peer
+    collective_timeout_s: (
+        float  # how long survivors wait in a collective with a dead peer, once trained a step
+    )
 
 
 def _raise(message: str) -> None:
@@ -148,5 +150,5 @@ def read(model: str, steps: int, args: tuple[str, ...], ray: bool) -> TrainerRun
         checkpoint_minutes=parsed.checkpoint_minutes,
         float8=parsed.float8,
         compiled=parsed.compile is not False,
-        collective_timeout_s=parsed.collective_timeout,
+        collective_timeout_s=parsed.train_collective_timeout or parsed.collective_timeout,
     )

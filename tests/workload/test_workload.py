@@ -292,6 +292,25 @@ def test_a_rank_that_hangs_is_ended_by_the_step_watchdog(tmp_path):
     assert "exitcode  : 86" in out or "exitcode: 86" in out, out[-3000:]
 
 
+@pytest.mark.slow(seconds=15)
+def test_survivors_of_a_dead_peer_leave_at_the_tightened_timeout(tmp_path):
+    """Rank 1 freezes at step 5 (its watchdog off); rank 0 waits in the next collective. After the
+    first step the training group's timeout is --train-collective-timeout (5 s here), not the 120 s
+    the group started with: gloo gives up on the frozen peer at 5 s, rank 0 fails, and torchrun stops
+    the gang (it would restart it, within maxRestarts). Before, rank 0 waited the whole start-up
+    timeout, and in production the 300 s default."""
+    proc = torchrun(
+        tmp_path,
+        *("--steps", "40", "--inject-hang-step", "5", "--step-timeout", "0"),
+        *("--collective-timeout", "120", "--train-collective-timeout", "5"),
+        env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"},
+    )
+    out, _ = proc.communicate(timeout=240)  # a bound for the test, far above either timeout
+    assert proc.returncode != 0, out[-3000:]
+    assert '"event": "collective_timeout", "seconds": 5.0' in out, out[-3000:]
+    assert "5000ms" in out and "120000ms" not in out, out[-3000:]  # gloo's own words for the wait
+
+
 # Ray's settings for a one-machine run that a test waits on; none changes what Ray Train does.
 RAY_ON_A_LAPTOP = {
     # The Train controller polls its workers every 2 s; a worker holds one report until a poll

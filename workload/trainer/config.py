@@ -54,6 +54,7 @@ class TrainConfig:
     tracking_uri: str
     experiment: str
     collective_timeout: float
+    train_collective_timeout: float
     transfer_timeout: float
 
     @property

@@ -80,3 +80,12 @@ def init_distributed(collective_timeout: float = 300.0, transfer_timeout: float 
         )
     control = control_group(transfer_timeout)
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device, control)
+
+
+def tighten_collective_timeout(seconds: float) -> None:
+    """The training group's timeout from now on: once compilation and warm-up are done, a collective
+    that waits longer waits on a dead peer (torch.distributed.distributed_c10d._set_pg_timeout: gloo and
+    NCCL apply it to the collectives that follow; torchtitan tightens its timeout the same way after
+    the first step)."""
+    if seconds > 0 and dist.is_initialized():
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))

@@ -87,7 +87,21 @@ def train_parser(max_seq_len: Mapping[str, int]) -> argparse.ArgumentParser:
         help="MLflow server; rank 0 logs the run there (default $MLFLOW_TRACKING_URI; empty: off)",
     )
     p.add_argument("--experiment", default=os.environ.get("MLFLOW_EXPERIMENT_NAME") or "trainstack")
-    p.add_argument("--collective-timeout", type=float, default=300.0, help="seconds, training collectives")
+    p.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=300.0,
+        help="seconds, training collectives until the first step is done (compilation, warm-up)",
+    )
+    # A fault stops the whole gang, and its survivors wait in a collective with the dead peer until this
+    # runs out: once the first step is done (compiled, warmed up; torchtitan does the same), no healthy
+    # collective comes near it.
+    p.add_argument(
+        "--train-collective-timeout",
+        type=float,
+        default=100.0,
+        help="seconds, training collectives after the first step (0: keep --collective-timeout)",
+    )
     p.add_argument("--transfer-timeout", type=float, default=3600.0, help="seconds, downloads and uploads")
     return p
 

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from trainer import checkpoint, debug_dumps, mlflow_run, preflight, process
 from trainer.config import TrainConfig, parse_args
 from trainer.data import Prefetcher, TokenWindows, resolve_dataset, write_synthetic_dataset
-from trainer.distributed import DistContext, init_distributed
+from trainer.distributed import DistContext, init_distributed, tighten_collective_timeout
 from trainer.metrics import Window, log, peak_flops, validation_loss
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, flops_per_token
 from trainer.parallelize import build_model, precompute_float8_scales
@@ -221,6 +221,9 @@ class Loop:
         self.hang_if_drilled()
         self.train_one_batch()
         self.watchdog.beat()
+        if self.step == self.start + 1:  # compiled and warmed up: a long wait is now a dead peer
+            tighten_collective_timeout(cfg.train_collective_timeout)
+            log(self.ctx, {"event": "collective_timeout", "seconds": cfg.train_collective_timeout})
         if cfg.gc_every and self.step % cfg.gc_every == 0:
             gc.collect(1)
         every = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
