@@ -162,6 +162,16 @@ def test_every_job_with_a_token_first_checks_the_subject_carries_the_workflow():
             assert job["steps"][check]["run"] == "python .github/oidc_subject_check.py"
 
 
+def test_every_deploy_checks_it_deploys_mains_head_before_it_takes_a_role():
+    for job_name, job in workflow("deploy.yml")["jobs"].items():
+        if "id-token" not in job["permissions"]:
+            continue
+        names = [s.get("name", s.get("uses", "")) for s in job["steps"]]
+        check = names.index("The commit is main's head (a re-run of an older deploy deploys nothing)")
+        assert check < next(i for i, n in enumerate(names) if n.startswith("aws-actions/")), job_name
+        assert job["steps"][check]["run"] == "python .github/main_head_check.py"
+
+
 def test_zizmor_finds_nothing():
     zizmor = shutil.which("zizmor", path=str(ROOT / ".venv" / "bin")) or shutil.which("zizmor")
     if zizmor is None:

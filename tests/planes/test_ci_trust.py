@@ -112,8 +112,13 @@ def test_the_outputs_name_the_two_roles_in_the_path():
 # --- the workflows' subject check -------------------------------------------------------------
 
 
-def run_check(answer: dict) -> subprocess.CompletedProcess:
-    """.github/oidc_subject_check.py against a stand-in for GitHub's API answering `answer`."""
+def run_check(
+    answer: dict,
+    script: str = "oidc_subject_check.py",
+    asked: str = "/repos/acme/train/actions/oidc/customization/sub",
+    **env,
+) -> subprocess.CompletedProcess:
+    """A workflow check in .github against a stand-in for GitHub's API answering `answer`."""
     seen: list[str] = []
 
     class Api(BaseHTTPRequestHandler):
@@ -134,16 +139,17 @@ def run_check(answer: dict) -> subprocess.CompletedProcess:
         "GITHUB_API_URL": f"http://127.0.0.1:{server.server_port}",
         "GITHUB_REPOSITORY": "acme/train",
         "GH_TOKEN": "t0ken",
+        **env,
     }
     proc = subprocess.run(
-        [sys.executable, str(ROOT / ".github" / "oidc_subject_check.py")],
+        [sys.executable, str(ROOT / ".github" / script)],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
     server.server_close()
-    assert seen == ["/repos/acme/train/actions/oidc/customization/sub Bearer t0ken"]
+    assert seen == [f"{asked} Bearer t0ken"]
     return proc
 
 
@@ -157,3 +163,22 @@ def test_the_subject_check_passes_only_the_customization_the_roles_trust():
         assert proc.returncode == 1
         assert "::error::the repository's OIDC subject claims are" in proc.stdout
         assert "docs/ci.md" in proc.stdout
+
+
+def test_a_deploy_of_anything_but_mains_head_stops_before_it_takes_a_role():
+    """Re-running an older deploy run presents the same OIDC claims (the trust names the ref, not the
+    commit): the job compares the commit it deploys with main's head and stops."""
+    head = "a" * 40
+
+    def check(deployed: str) -> subprocess.CompletedProcess:
+        return run_check(
+            {"sha": head}, "main_head_check.py", "/repos/acme/train/commits/main", GITHUB_SHA=deployed
+        )
+
+    assert check(head).returncode == 0
+    old = check("b" * 40)
+    assert old.returncode == 1
+    assert old.stdout.startswith(
+        "::error::this run deploys bbbbbbbbbbbb, and main is at aaaaaaaaaaaa: a re-run of an older deploy "
+        "would roll the stack back without review"
+    )
