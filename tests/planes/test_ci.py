@@ -172,6 +172,16 @@ def test_every_deploy_checks_it_deploys_mains_head_before_it_takes_a_role():
         assert job["steps"][check]["run"] == "python .github/main_head_check.py"
 
 
+def test_every_preview_and_prods_deploy_check_their_environment_has_reviewers_before_a_role():
+    jobs = [workflow("preview.yml")["jobs"]["preview"], workflow("deploy.yml")["jobs"]["up-prod"]]
+    for job in jobs:
+        names = [s.get("name", s.get("uses", "")) for s in job["steps"]]
+        check = names.index("The environment requires a reviewer (docs/ci.md)")
+        assert check < next(i for i, n in enumerate(names) if n.startswith("aws-actions/"))
+        assert job["steps"][check]["run"] == "python .github/environment_check.py"
+        assert job["steps"][check]["env"]["ENVIRONMENT"] == job["environment"]  # the job's own
+
+
 def test_zizmor_finds_nothing():
     zizmor = shutil.which("zizmor", path=str(ROOT / ".venv" / "bin")) or shutil.which("zizmor")
     if zizmor is None:

@@ -182,3 +182,29 @@ def test_a_deploy_of_anything_but_mains_head_stops_before_it_takes_a_role():
         "::error::this run deploys bbbbbbbbbbbb, and main is at aaaaaaaaaaaa: a re-run of an older deploy "
         "would roll the stack back without review"
     )
+
+
+def test_a_job_in_an_environment_without_reviewers_stops_before_it_takes_a_role():
+    """GitHub creates an environment a job names and nobody set up, unprotected: the preview would take
+    the role that decrypts the stack's secrets with nobody's approval. The check reads the environment's
+    protection rules first."""
+
+    def check(rules: list) -> subprocess.CompletedProcess:
+        asked = "/repos/acme/train/environments/prod-preview"
+        answer = {"name": "prod-preview", "protection_rules": rules}
+        return run_check(answer, "environment_check.py", asked, ENVIRONMENT="prod-preview")
+
+    reviewed = [
+        {"type": "required_reviewers", "reviewers": [{"type": "Team", "reviewer": {"slug": "ml-platform"}}]}
+    ]
+    assert check(reviewed).returncode == 0
+    for rules in (
+        [],
+        [{"type": "wait_timer", "wait_timer": 5}],
+        [{"type": "required_reviewers", "reviewers": []}],
+    ):
+        proc = check(rules)
+        assert proc.returncode == 1, rules
+        assert proc.stdout.startswith(
+            "::error::the environment prod-preview requires no reviewer, so this job ran with nobody's approval"
+        )
