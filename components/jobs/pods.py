@@ -62,8 +62,8 @@ RENDEZVOUS_JOIN_TIMEOUT_SECONDS = 1800
 # timeout it ends the process without ncclCommAbort (3, SkipCleanUp; 1, TearDown, aborts the
 # communicators first, and the abort itself can hang on a wedged link: ErrorHandlingMode in
 # torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp), and torchrun restarts the workers. Each rank's
-# flight recorder goes to the checkpoint volume, not /tmp, so the restarted trainer finds it and
-# uploads it to S3 (trainer.debug_dumps; the file is the prefix plus the rank).
+# flight recorder goes to the checkpoint volume, not /tmp, so the launcher on its way out, or the
+# restarted trainer, finds it and uploads it to S3 (trainer.debug_dumps; the prefix plus the rank).
 GPU_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     "TORCH_NCCL_ENABLE_MONITORING": "1",

@@ -76,3 +76,37 @@ def test_the_trainer_uploads_them_before_anything_else(dumps, monkeypatch):
     with pytest.raises(Started):
         train(parse_args(["--s3-checkpoints", S3]), DistContext(0, 1, 0, torch.device("cpu")))
     assert s3_objects() == {"checkpoints/job/flight-recorder/1700000000-nccl_trace_rank_0": b"trace"}
+
+
+def test_the_launcher_uploads_them_on_its_way_out(dumps, monkeypatch):
+    """A TrainJob's restart replaces the whole pod, and with it the volume the dumps were written to,
+    before any restarted trainer could find them: the launcher (the pod's PID 1, trainer.launch)
+    uploads what its failed workers left as it exits, and still exits as torchrun's failure says."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    from trainer import launch
+
+    def workers_fail(argv):
+        dumps.mkdir(parents=True, exist_ok=True)
+        dump = dumps / "nccl_trace_rank_1"
+        dump.write_bytes(b"the last collectives")  # what the NCCL watchdog writes on its timeout
+        os.utime(dump, (1_700_000_000, 1_700_000_000))
+        failure = ProcessFailure(local_rank=1, pid=42, exitcode=1, error_file="")
+        raise ChildFailedError("trainer.train", {1: failure})
+
+    monkeypatch.setattr(launch.run, "main", workers_fail)
+    with pytest.raises(ChildFailedError):  # exits 1, as torchrun would: the pod is recreated
+        launch.main(["--nproc-per-node", "2", "-m", "trainer.train", "--s3-checkpoints", S3])
+    assert s3_objects() == {
+        "checkpoints/job/flight-recorder/1700000000-nccl_trace_rank_1": b"the last collectives"
+    }
+
+
+def test_the_launcher_exits_as_before_when_the_upload_cannot_be_made(dumps, monkeypatch, capsys):
+    from trainer import launch
+
+    monkeypatch.setattr(launch.run, "main", lambda argv: None)
+    monkeypatch.setattr(debug_dumps, "upload_dumps", lambda *a, **k: (_ for _ in ()).throw(OSError("no S3")))
+    assert launch.main(["-m", "trainer.train", "--s3-checkpoints", S3]) == 0
+    assert (
+        "launch: could not upload the flight recorder's dumps (OSError('no S3'))" in capsys.readouterr().err
+    )

@@ -3,9 +3,11 @@
 On a collective timeout PyTorch's NCCL watchdog writes each rank's flight recorder to
 `$TORCH_FR_DUMP_TEMP_FILE<rank>` (torch/csrc/distributed/c10d/FlightRecorder.cpp,
 DebugInfoWriter::getWriter, which still reads the older TORCH_NCCL_DEBUG_INFO_TEMP_FILE after it)
-and the rank ends. The stack points that prefix at the checkpoint volume (components/job_pods.py
-GPU_ENV), which outlives the worker that torchrun restarts; the restarted trainer uploads what it
-finds there next to the job's checkpoints in S3, which outlives the pod, for `torchfrtrace` to read.
+and the rank ends. The stack points that prefix at the checkpoint volume (components/jobs/pods.py
+GPU_ENV), which outlives the worker that torchrun restarts. Two uploads put them beside the job's
+checkpoints in S3, which outlives the pod, for `torchfrtrace` to read: the launcher's on its way out
+(trainer.launch: a TrainJob's restart replaces the whole pod and its volume), and the restarted
+trainer's at its start (a PyTorchJob's pod restarted in place).
 """
 
 from __future__ import annotations

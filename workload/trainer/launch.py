@@ -41,7 +41,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-from trainer import process, recreations
+from trainer import debug_dumps, process, recreations
+from trainer.config import parse_args
 from trainer.resilience import (
     PERMANENT_EXIT_CODES,
     RECREATIONS_EXIT_CODE,
@@ -63,9 +64,29 @@ def over_recreation_limit(argv: list[str]) -> bool:
     return sentence is not None
 
 
+def keep_flight_recorder(argv: list[str]) -> None:
+    """Upload the node's flight-recorder dumps on the launcher's way out: a TrainJob's restart
+    replaces the whole pod, and with it the volume the dumps were written to, before any restarted
+    trainer could upload them (trainer.debug_dumps). Never changes how the launcher exits."""
+    try:
+        flags = recreations.trainer_args(argv)
+        if flags is not None:
+            debug_dumps.upload_dumps(parse_args(flags).s3_checkpoints, local_rank=0)
+    except (Exception, SystemExit) as err:  # S3 unreachable, flags argparse refuses: the trainer says
+        print(f"launch: could not upload the flight recorder's dumps ({err!r})", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return run_workers(argv)
+    finally:
+        keep_flight_recorder(argv)
+
+
+def run_workers(argv: list[str]) -> int:
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    if over_recreation_limit(sys.argv[1:] if argv is None else argv):
+    if over_recreation_limit(argv):
         return RECREATIONS_EXIT_CODE
     try:
         run.main(argv)
