@@ -78,7 +78,7 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
     )
     home = checkpoint_home(cfg, group.name)
     kept = s3_line(cfg, j, run, step.step_s, j.steps * step.step_s, home)
-    warning = network_warning(j, group, step, run, world)
+    warning = network_warning(j, group, step, run, world, peak)
     if home in ("fsx", "claim"):
         where = "FSx for Lustre" if home == "fsx" else f"the claim {cfg.existing_cluster.checkpoint_claim}"
         return [
@@ -171,17 +171,33 @@ def step_line(step: StepTime, link: Link, nodes: int, goodput: str) -> str:
     )
 
 
-def network_warning(j, group, step: StepTime, run, world: int) -> list[str]:
-    """A multi-node job whose step waits on a link without EFA: say so, and what would not."""
-    if step.bound != "network" or group.efa:
+def network_warning(j, group, step: StepTime, run, world: int, peak: float) -> list[str]:
+    """A multi-node job whose step waits on its nodes' link: say so, and what would not. A fix is
+    named only where the model's step changes with it: an EFA type with a faster link than the
+    group's (EFA on a type whose link is no faster leaves the step as it is), the same GPUs on fewer,
+    larger nodes, fewer nodes, or DDP where the model fits one GPU."""
+    if step.bound != "network":
         return []
     instance, shape = group.instance, MODEL_SHAPES[j.model]
-    efa_types = sorted(
-        (t for t in INSTANCE_TYPES.values() if t.gpu_model == instance.gpu_model and t.efa_supported),
+    fixes = []
+    faster = sorted(
+        (
+            t
+            for t in INSTANCE_TYPES.values()
+            if t.gpu_model == instance.gpu_model
+            and t.efa_supported
+            and t.baseline_gbps > instance.baseline_gbps
+        ),
         key=lambda t: (t.gpus, t.vcpus),
     )
-    efa = f"an EFA type ({efa_types[0].name} or larger, efa: true)" if efa_types else "an EFA type"
-    fixes = [efa, "fewer nodes (one node sends nothing between nodes)"]
+    if faster:
+        fixes.append(
+            f"an EFA type with a faster link ({faster[0].name}, {faster[0].baseline_gbps:g} Gbps, or larger; efa: true)"
+        )
+    larger = larger_nodes(j, group, step, run, world, peak)
+    if larger:
+        fixes.append(larger)
+    fixes.append("fewer nodes (one node sends nothing between nodes)")
     # DDP keeps a whole replica per GPU: a fix only for a model whose unsharded state fits one.
     if gpu_memory_need(shape, run.batch_size, run.seq_len, 1).total <= gpu_memory_bytes(instance):
         ddp_s = ddp_node_bytes(shape, world) / (instance.baseline_gbps / 8 * GB)
@@ -189,12 +205,44 @@ def network_warning(j, group, step: StepTime, run, world: int) -> list[str]:
             f"for a model this small, DDP with bf16 gradients in a trainer of your own (`command:`): "
             f"{_duration(ddp_s)} per step"
         )
+    link = "over EFA" if group.efa else "without EFA"
     return [
-        f"WARNING: job {j.name}: {j.nodes} nodes of {instance.name} without EFA spend "
+        f"WARNING: job {j.name}: {j.nodes} nodes of {instance.name} {link} spend "
         f"{_duration(step.communication_s or 0.0)} per step on FSDP's traffic over the "
-        f"{instance.baseline_gbps:g} Gbps baseline, against {_duration(step.compute_s)} of compute; "
-        f"fix: {', or '.join(fixes)}"
+        f"{instance.baseline_gbps:g} Gbps {'EFA link' if group.efa else 'baseline'}, against "
+        f"{_duration(step.compute_s)} of compute; fix: {', or '.join(fixes)}"
     ]
+
+
+def larger_nodes(j, group, step: StepTime, run, world: int, peak: float) -> str | None:
+    """The same number of the same GPUs on fewer, larger nodes of the catalog: the one whose node time
+    for the run costs least, where its step is faster. Each GPU holds the same shard (same world),
+    so the memory fit is the group's."""
+    instance, shape = group.instance, MODEL_SHAPES[j.model]
+    hourly = group.hourly_usd
+    options = []
+    for t in INSTANCE_TYPES.values():
+        if (
+            t.gpu_model != instance.gpu_model
+            or t.gpus <= instance.gpus
+            or world % t.gpus
+            or t.hourly_usd is None
+        ):
+            continue
+        nodes = world // t.gpus
+        link = Link(t.baseline_gbps, t.efa_supported)
+        other = step_time(shape, run.batch_size, run.seq_len, peak, nodes, t.gpus, link, step.mfu)
+        if other.step_s < step.step_s:
+            options.append(
+                (nodes * t.hourly_usd * j.steps * other.step_s / 3600, nodes, t.name, other.step_s)
+            )
+    if not options:
+        return None
+    cost, nodes, name, step_s = min(options)
+    now = (
+        f" against ~${j.nodes * hourly * j.steps * step.step_s / 3600:,.2f} now" if hourly is not None else ""
+    )
+    return f"the same {world} GPUs as {nodes} x {name} (step {_duration(step_s)}, ~${cost:,.2f} of node time for the run{now})"
 
 
 def s3_line(cfg, j, run, step_s: float, training_s: float, home: str) -> list[str]:

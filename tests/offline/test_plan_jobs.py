@@ -96,11 +96,37 @@ def test_a_multi_node_job_without_efa_says_it_waits_on_the_network():
     )
     assert warning == (
         "WARNING: job llama-1b-c4: 4 nodes of g6e.xlarge without EFA spend 20.59 s per step on FSDP's "
-        "traffic over the 2.5 Gbps baseline, against 0.42 s of compute; fix: an EFA type (g6e.8xlarge "
-        "or larger, efa: true), or fewer nodes (one node sends nothing between nodes), or for a model "
-        "this small, DDP with bf16 gradients in a trainer of your own (`command:`): 10.60 s per step"
+        "traffic over the 2.5 Gbps baseline, against 0.42 s of compute; fix: an EFA type with a faster "
+        "link (g6e.8xlarge, 25 Gbps, or larger; efa: true), or the same 4 GPUs as 1 x g6e.12xlarge (step "
+        "0.42 s, ~$2.44 of node time for the run against ~$85.17 now), or fewer nodes (one node sends "
+        "nothing between nodes), or for a model this small, DDP with bf16 gradients in a trainer of your "
+        "own (`command:`): 10.60 s per step"
     )
     assert run_line.startswith("run: 2,000 steps in at least 11.4 h (at most 1,591 tokens/s, MFU at most 1%")
+
+
+@pytest.mark.parametrize("efa", [False, True])
+def test_efa_that_leaves_the_link_as_it_is_is_no_fix_and_no_silence(efa):
+    """4 x g5.8xlarge: EFA there runs at the same 25 Gbps, so `efa: true` changed nothing in the step
+    but silenced the warning. Now the warning stays either way and names what changes the step: the
+    same four A10Gs on one g5.12xlarge, which sends nothing between nodes."""
+    groups = [{"name": "a10g", "instanceType": "g5.8xlarge", "nodeCount": 4, "efa": efa}]
+    job = C4_JOB | {"nodeGroup": "a10g", "steps": 100, "args": ["--batch-size", "2"]}
+    below = plan_lines("dev", "llama-1b-c4", gpuNodeGroups=groups, jobs=[job])
+    (warning,) = [line for line in below if line.startswith("WARNING: ")]
+    link = (
+        "over EFA spend 2.06 s per step on FSDP's traffic over the 25 Gbps EFA link"
+        if efa
+        else ("without EFA spend 2.06 s per step on FSDP's traffic over the 25 Gbps baseline")
+    )
+    assert warning.startswith(
+        f"WARNING: job llama-1b-c4: 4 nodes of g5.8xlarge {link}, against 1.08 s of compute"
+    )
+    assert (
+        "the same 4 GPUs as 1 x g5.12xlarge (step 1.08 s, ~$0.17 of node time for the run against ~$0.56 now)"
+        in warning
+    )
+    assert "g5.8xlarge," not in warning  # no EFA type as fast as the group's own is offered
 
 
 def prod_jobs(**changes) -> list[dict]:
