@@ -22,7 +22,7 @@ $(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt workload/requi
 	touch $@
 
 plan: $(VENV)/.installed $(TOOLS)/helm
-	$(PY) -m offline.plan --stack $(STACK)
+	$(PY) -m offline.plan --stack $(STACK) $(PLAN_ARGS)
 
 # The kind cluster the `local` stack deploys onto (needs kind and Docker on this machine).
 KIND_CLUSTER ?= trainstack

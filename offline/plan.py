@@ -138,57 +138,15 @@ def summary(
     out_dir: Path,
     scheduling: Report | None = None,
     stand_ins: list | None = None,
+    details: bool = True,
 ) -> str:
-    """The plan as printed; `stand_ins`: the stack file's placeholder secrets (offline/placeholders.py)."""
-    lines = [f"Offline plan of stack '{run.stack}': {len(run.resources)} resources", "", "Resource tree:"]
-    children: dict[str | None, list[Registration]] = {}
-    for reg in run.resources:
-        children.setdefault(reg.parent, []).append(reg)
-
-    def walk(parent: str | None, depth: int) -> None:
-        for reg in children.get(parent, []):
-            lines.append(f"{'  ' * (depth + 1)}{reg.type}  {reg.name}")
-            walk(reg.urn, depth + 1)
-
-    walk(None, 0)
-    lines += ["", "Resources by type:"]
-    for type_, n in sorted(Counter(r.type for r in run.resources).items()):
-        lines.append(f"  {n:4d}  {type_}")
-    checks = [m for m in run.messages if m.startswith("Account checks")]
-    if not checks and not cfg.existing_cluster.uses_aws:
-        checks = ["Account checks: none; a kubeconfig stack uses no AWS account."]
-    checks += [m for m in run.messages if m.startswith(("Cluster operators", "CI access", "Node drivers"))]
-    if checks:
-        lines += ["", *checks]
-    # A kind image is loaded onto the nodes, never pulled.
+    """The plan as printed, the answer first: each job's fit, time and cost, what a live run stops
+    on or warns of, the idle cost, the first `up`, the account's answers and the scheduling; then the
+    resource tree and the count by type (`details`; else a line saying where they are).
+    `stand_ins`: the stack file's placeholder secrets (offline/placeholders.py)."""
+    lines = [f"Offline plan of stack '{run.stack}': {len(run.resources)} resources"]
     image_gb, data = image_sizes(run, cfg), waits_for_data(cfg)
-    chain = critical_path(run.resources, until_training(run.resources), image_gb, preparations(cfg))
-    lines += ["", *describe(chain)]
-    lines += ["", *cost_lines(cfg)]
-    outputs = cast(StackOutputs, run.outputs)  # what the program exported, as `trainstack` reads it
-    jobs = outputs.get("jobs") or {}
-    if jobs:
-        gpus = outputs.get("gpusTotal", 0)
-        lines += [
-            "",
-            f"Jobs ({gpus} GPUs at the GPU node groups' maximum size):"
-            if gpus
-            else "Jobs (on CPU nodes, no GPUs):",
-        ]
-        starts = job_start_minutes(run.resources, image_gb, cfg.training_namespace, data)
-        configured = {j.name: j for j in cfg.jobs}
-        for name, job in jobs.items():
-            start = starts.get(name)
-            # From the config, not the summary's hourlyUsd (every node of the job): a node the idle
-            # total already counts is not counted again.
-            adds = job_cost(cfg, configured[name]).describe()
-            lines.append(
-                f"  {name:30s} {job['kind']:10s} {job['nodes']} node(s) of {job['nodeGroup']} "
-                f"(queue {job['queue']}), {job['gpus']} GPUs, {adds}"
-                + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
-            )
-            model = training_model_lines(cfg, name, start.after_admission if start else 0.0)
-            lines += [f"      {line}" for line in model]
+    lines += job_lines(run, cfg, image_gb, data)
     if cfg.datasets:
         lines += ["", *dataset_lines(cfg)]
     # What a live run finds missing, or stops on, that the plan cannot check or only warns of.
@@ -203,6 +161,23 @@ def summary(
     lost = [j.name for j in cfg.jobs if checkpoints_die_with_pods(cfg, j)]
     if lost:
         lines += ["", *checkpoint_warnings(cfg, lost)]
+    placeholders = [*template_values(cfg), *(stand_ins or [])]
+    if placeholders:
+        lines += [
+            "",
+            f"Template values: a live `pulumi up` of '{run.stack}' refuses them until they are replaced:",
+        ]
+        lines += [f"  - {p}" for p in placeholders]
+    lines += ["", *cost_lines(cfg)]
+    # A kind image is loaded onto the nodes, never pulled.
+    chain = critical_path(run.resources, until_training(run.resources), image_gb, preparations(cfg))
+    lines += ["", *describe(chain)]
+    checks = [m for m in run.messages if m.startswith("Account checks")]
+    if not checks and not cfg.existing_cluster.uses_aws:
+        checks = ["Account checks: none; a kubeconfig stack uses no AWS account."]
+    checks += [m for m in run.messages if m.startswith(("Cluster operators", "CI access", "Node drivers"))]
+    if checks:
+        lines += ["", *checks]
     if scheduling is not None:
         lines += ["", *scheduling.lines()]
     if cfg.docker_hub_access_token is None and cfg.image.builder in ("codebuild", "docker"):
@@ -212,15 +187,62 @@ def summary(
             "(rate-limited per IP); set image.dockerHubUsername and the secret dockerHubAccessToken "
             "to pull it through an ECR cache.",
         ]
-    placeholders = [*template_values(cfg), *(stand_ins or [])]
-    if placeholders:
-        lines += [
-            "",
-            f"Template values: a live `pulumi up` of '{run.stack}' refuses them until they are replaced:",
-        ]
-        lines += [f"  - {p}" for p in placeholders]
+    if details:
+        lines += ["", *resource_lines(run)]
+    else:
+        lines += ["", "The resource tree and the count by type: --details (make plan PLAN_ARGS=--details)."]
     lines += ["", f"Wrote {out_dir}/resources.json and {manifest_count} manifest(s) in {out_dir}/manifests/"]
     return "\n".join(lines)
+
+
+def job_lines(run: PlanRun, cfg, image_gb, data) -> list[str]:
+    """Each job: its kind, nodes, queue, what it adds to the bill and when it trains, then its
+    modeled fit, checkpoints, step, faults and run (offline/training_lines.py)."""
+    outputs = cast(StackOutputs, run.outputs)  # what the program exported, as `trainstack` reads it
+    jobs = outputs.get("jobs") or {}
+    if not jobs:
+        return []
+    gpus = outputs.get("gpusTotal", 0)
+    lines = [
+        "",
+        f"Jobs ({gpus} GPUs at the GPU node groups' maximum size):"
+        if gpus
+        else "Jobs (on CPU nodes, no GPUs):",
+    ]
+    starts = job_start_minutes(run.resources, image_gb, cfg.training_namespace, data)
+    configured = {j.name: j for j in cfg.jobs}
+    for name, job in jobs.items():
+        start = starts.get(name)
+        # From the config, not the summary's hourlyUsd (every node of the job): a node the idle
+        # total already counts is not counted again.
+        adds = job_cost(cfg, configured[name]).describe()
+        lines.append(
+            f"  {name:30s} {job['kind']:10s} {job['nodes']} node(s) of {job['nodeGroup']} "
+            f"(queue {job['queue']}), {job['gpus']} GPUs, {adds}"
+            + (f", trains ~{start.total:.1f} min after admission ({start.describe()})" if start else "")
+        )
+        model = training_model_lines(cfg, name, start.after_admission if start else 0.0)
+        lines += [f"      {line}" for line in model]
+    return lines
+
+
+def resource_lines(run: PlanRun) -> list[str]:
+    """The resource tree, each resource under its parent, and the count of each type."""
+    lines = ["Resource tree:"]
+    children: dict[str | None, list[Registration]] = {}
+    for reg in run.resources:
+        children.setdefault(reg.parent, []).append(reg)
+
+    def walk(parent: str | None, depth: int) -> None:
+        for reg in children.get(parent, []):
+            lines.append(f"{'  ' * (depth + 1)}{reg.type}  {reg.name}")
+            walk(reg.urn, depth + 1)
+
+    walk(None, 0)
+    lines += ["", "Resources by type:"]
+    for type_, n in sorted(Counter(r.type for r in run.resources).items()):
+        lines.append(f"  {n:4d}  {type_}")
+    return lines
 
 
 def checkpoint_warnings(cfg, jobs: list[str]) -> list[str]:
@@ -295,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         help="what the offline account answers instead, e.g. quota:L-DB2E81BA=0 (repeatable)",
     )
     parser.add_argument("--account-facts", type=Path, metavar="FILE", help="a YAML map of account facts")
+    parser.add_argument(
+        "--details", action="store_true", help="also print the resource tree and the count of each type"
+    )
     args = parser.parse_args(argv)
     try:
         facts = read_facts_file(args.account_facts) if args.account_facts else {}
@@ -340,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_dir = args.out / args.stack
     count = write_plan(run, out_dir)
-    print(summary(run, cfg, count, out_dir, scheduling, placeholder_secrets(stack_file)))
+    print(
+        summary(run, cfg, count, out_dir, scheduling, placeholder_secrets(stack_file), details=args.details)
+    )
     return 0
 
 

@@ -114,7 +114,9 @@ def test_plan_exits_zero_and_writes_files(planned):
     }
     assert "Estimated first `pulumi up`: ~" in proc.stdout
     assert f"Offline plan of stack '{stack}'" in proc.stdout
-    assert "Resources by type:" in proc.stdout
+    # The answer first, on one screen: the tree and the count by type only with --details.
+    assert "Resources by type:" not in proc.stdout and "--details" in proc.stdout
+    assert proc.stdout.index("Jobs (") < proc.stdout.index("Estimated cost while idle")
     assert "Estimated cost while idle, no job admitted" in proc.stdout
     # The idle figure per 30 days, for each stack (docs/queueing.md's table quotes these).
     idle = "$0.43/hour ($307 per 30 days)" if prod else "$0.34/hour ($243 per 30 days)"
@@ -338,3 +340,12 @@ def test_the_same_config_plans_to_the_same_bytes(tmp_path):
         written.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
     first, second = written
     assert len(first) > 10 and first == second
+
+
+def test_details_add_the_resource_tree_and_the_count_by_type_after_the_answer(tmp_path, capsys):
+    from offline.plan import main
+
+    assert main(["--stack", "dev", "--out", str(tmp_path), "--details"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("Jobs (") < out.index("Resource tree:") < out.index("Resources by type:")
+    assert "  pulumi:providers:aws  aws\n" in out and "--details (make plan" not in out
