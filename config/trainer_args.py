@@ -77,9 +77,8 @@ class TrainerRun:
     checkpoint_minutes: float  # 0: not by time
     float8: bool
     compiled: bool  # on GPUs: the trainer compiles unless --no-compile
-    collective_timeout_s: (
-        float  # how long survivors wait in a collective with a dead peer, once trained a step
-    )
+    # How long survivors wait in a collective with a dead peer, once the first step is done.
+    collective_timeout_s: float
 
 
 def _raise(message: str) -> None:
