@@ -314,4 +314,4 @@ def test_yaml_merge_keys_are_read_as_pulumi_reads_them(tmp_path):
     ]
     code, out, err = run_plan(tmp_path, text)
     assert code == 0, err
-    assert "job-smoke-long" in out
+    assert "\n  smoke-long " in out  # the job, in the Jobs section the plan prints first
