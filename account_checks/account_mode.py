@@ -16,6 +16,7 @@ from typing import Any
 
 from account_checks.report import Check, aws_error
 from config import PROJECT, StackConfig
+from domain.names import iam_path
 
 # What the CI fence (components/ci_fence.py) cannot keep apart in one account: it reads tags and
 # IAM paths, and these carry neither the stack's tag nor a path, or are used by a service on the
@@ -75,7 +76,7 @@ def _listed(value: Any) -> list:
 
 def trusted_roles_check(cfg: StackConfig, roles: list[dict]) -> Check:
     """Every role in the stack's path trusts only services and GitHub's OIDC provider."""
-    path = f"/{PROJECT}/{cfg.stack}/"
+    path = iam_path(cfg.stack)
     ours = [r for r in roles if r["Path"] == path]
     strays = {r["RoleName"]: found for r in ours if (found := foreign_principals(r))}
     name, needs = "Roles in the stack's path", f"roles under {path} trusting AWS services and GitHub only"

@@ -76,6 +76,14 @@ class CheckpointPath:
     uploads: bool = True  # mirrored to S3 (--s3-checkpoints)
 
 
+def checkpoint_interval_s(step: float, checkpoint_every: int, checkpoint_minutes: float) -> float:
+    """Training between two saves: `checkpoint_every` steps of `step` seconds or `checkpoint_minutes`,
+    whichever comes first (either 0: off); 0 where neither is on."""
+    intervals = [checkpoint_every * step] if checkpoint_every > 0 else []
+    intervals += [checkpoint_minutes * 60] if checkpoint_minutes > 0 else []
+    return min(intervals, default=0.0)
+
+
 def modeled_goodput(
     shape: ModelShape,
     step: float,
@@ -86,15 +94,13 @@ def modeled_goodput(
     path: CheckpointPath,
 ) -> Goodput:
     """The save cycle of a job whose modeled step takes `step` seconds."""
-    intervals = [checkpoint_every * step] if checkpoint_every > 0 else []
-    intervals += [checkpoint_minutes * 60] if checkpoint_minutes > 0 else []
     rank_bytes = CHECKPOINT_BYTES_PER_PARAM * shape.parameters / world_size
     node_bytes = rank_bytes * ranks_per_node
     upload_gb_per_s = min(path.network_gbps / 8, S3_UPLOAD_GB_PER_S)
     return Goodput(
         checkpoint_gb_per_node=node_bytes / GB,
         step_s=step,
-        interval_s=min(intervals, default=0.0),
+        interval_s=checkpoint_interval_s(step, checkpoint_every, checkpoint_minutes),
         stage_s=SAVE_FIXED_S + rank_bytes / GB / STAGING_GB_PER_S,
         write_s=node_bytes / GB / path.write_gb_per_s,
         upload_s=UPLOAD_FIXED_S + node_bytes / GB / upload_gb_per_s if path.uploads else 0.0,

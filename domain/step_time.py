@@ -58,11 +58,14 @@ class Mfu:
         return f"{self.value:.0%} MFU ({self.source})"
 
 
+ASSUMED = Mfu(ASSUMED_MFU, "assumed")
+
+
 def mfu_for(gpu: str, model: str, compiled: bool, float8: bool) -> Mfu:
     """The measured MFU for this GPU, model and mode where there is one, else the assumption."""
     measured = MEASURED_MFU.get((gpu, model, compiled, float8))
     if measured is None:
-        return Mfu(ASSUMED_MFU, "assumed")
+        return ASSUMED
     mode = ("compiled" if compiled else "eager") + (", float8" if float8 else "")
     return Mfu(measured, f"measured: one {gpu}, {model}, {mode}")
 
@@ -133,9 +136,8 @@ def step_time(
     nodes: int,
     ranks_per_node: int,
     link: Link,
-    mfu: Mfu | None = None,  # None: ASSUMED_MFU
+    mfu: Mfu = ASSUMED,
 ) -> StepTime:
-    mfu = mfu or Mfu(ASSUMED_MFU, "assumed")
     world = nodes * ranks_per_node
     communication = None
     if nodes > 1:

@@ -12,7 +12,7 @@ from components.bucket import CHECKPOINT_NONCURRENT_DAYS
 from domain.catalog import INSTANCE_TYPES, S3_STANDARD_GB_MONTH_USD
 from domain.datasets import ASSUMED_TOKENS_PER_SECOND, preparation_minutes, prepared_size_gb
 from domain.faults import Faults, gang_faults
-from domain.goodput import GB, CheckpointPath, modeled_goodput
+from domain.goodput import GB, CheckpointPath, checkpoint_interval_s, modeled_goodput
 from domain.memory_fit import GIB, gpu_memory_bytes, gpu_memory_need
 from domain.model_facts import MODEL_SHAPES, peak_bf16_flops
 from domain.retention import checkpoint_gb, checkpoints_left, saves_by_steps, saves_by_time
@@ -121,16 +121,15 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
         interval_s,
         g.cycle_s - g.interval_s,
     )
-    goodput = g.goodput * faults.goodput
+    estimate = dataclasses.replace(estimate, goodput=g.goodput * faults.goodput)
     return [
         memory,
         saves,
         *kept,
         step_line(step, link, nodes, f"; goodput {g.goodput:.1%}{bound}"),
-        faults_line(faults, g.goodput, goodput, group),
+        faults_line(faults, g.goodput, estimate.goodput, group),
         *warning,
-        run_line(dataclasses.replace(estimate, goodput=goodput), step, cost, modeled_goodput=True)
-        + per_billion_tokens(dataclasses.replace(estimate, goodput=goodput), nodes),
+        run_line(estimate, step, cost, modeled_goodput=True) + per_billion_tokens(estimate, nodes),
     ]
 
 
@@ -254,10 +253,8 @@ def s3_line(cfg, j, run, step_s: float, training_s: float, home: str) -> list[st
         return []
     st = cfg.storage
     gb = checkpoint_gb(j.model)
-    by_steps = run.checkpoint_every * step_s if run.checkpoint_every > 0 else 0.0
-    by_time = run.checkpoint_minutes * 60
-    interval_s = min((i for i in (by_steps, by_time) if i > 0), default=0.0)
-    if by_steps and interval_s == by_steps:
+    interval_s = checkpoint_interval_s(step_s, run.checkpoint_every, run.checkpoint_minutes)
+    if run.checkpoint_every > 0 and interval_s == run.checkpoint_every * step_s:
         saves = saves_by_steps(j.steps, run.checkpoint_every)
         kept = checkpoints_left(j.steps, run.checkpoint_every, st.checkpoints_kept, st.checkpoint_keep_every)
     else:  # saves by time land on no fixed step
