@@ -33,6 +33,12 @@ READ_TIMEOUT_SECONDS = 30.0
 # form, as client-go's metadata client asks each), so a Secret's payload never leaves the cluster.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 ONE_METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+# A collection as the server prints it (meta.k8s.io/v1 Table, as `kubectl get -o wide` asks): the
+# server always renders the wide columns (k8s pkg/printers/storage TableConvertor: Wide: true), so a
+# Deployment's or DaemonSet's row names its images without the pod spec, whose env values may hold
+# credentials; each row carries the object's metadata (includeObject=Metadata).
+TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"
+ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 JSON = "application/json"
 
 
@@ -116,7 +122,7 @@ class ClusterReadError(pulumi.RunError):
         )
 
 
-def refusal(status: int, path: str, address: ClusterAddress) -> str:
+def refusal(status: int, path: str, address: ClusterAddress, method: str = "GET") -> str:
     """A 401 or 403 as one clause: who was refused, and what to check."""
     who = (
         f"the user of its context {address.context or '(current)'}"
@@ -125,7 +131,7 @@ def refusal(status: int, path: str, address: ClusterAddress) -> str:
     )
     if status == 401:
         return f"it answered 401 Unauthorized: it does not accept the credentials of {who}"
-    return f"it answered 403 Forbidden to GET {path}: {who} may not read that"
+    return f"it answered 403 Forbidden to {method} {path}: {who} may not {'read' if method == 'GET' else 'ask'} that"
 
 
 class ClusterReader:
@@ -133,6 +139,7 @@ class ClusterReader:
 
     def __init__(self, connect: KubeClients, address: ClusterAddress, stack: str):
         self.address, self.stack = address, stack
+        self.refused: list[str] = []  # the paths a refusable read was refused (403)
         try:
             self.api = connect(address)
         except (kube_config.ConfigException, OSError) as err:
@@ -141,38 +148,76 @@ class ClusterReader:
             raise ClusterReadError(stack, address, f"no EKS token could be signed ({err})") from None
 
     def get(
-        self, path: str, query: dict[str, str] | None = None, metadata_only: bool = False, one: bool = False
+        self,
+        path: str,
+        query: dict[str, str] | None = None,
+        metadata_only: bool = False,
+        one: bool = False,
+        table: bool = False,
+        refusable: bool = False,
     ) -> Any:
-        """The API's JSON answer to GET `path` (a collection, or `one` object), or None where it
-        answers 404 (no such object or API)."""
+        """The API's JSON answer to GET `path` (a collection, or `one` object; as its metadata only,
+        or as a `table`), or None where it answers 404 (no such object or API), or, for a
+        `refusable` read, 403 (the path is kept in `refused`)."""
+        accept = JSON
+        if table:
+            accept, query = TABLE, {**(query or {}), "includeObject": "Metadata"}
+        elif metadata_only:
+            accept = ONE_METADATA_ONLY if one else METADATA_ONLY
+        try:
+            return self._call("GET", path, query, accept)
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            if err.status == 403 and refusable:
+                self.refused.append(path)
+                return None
+            raise self._error(err, "GET", path) from None
+
+    def allowed(self, verb: str, group: str, resource: str, namespace: str | None = None) -> bool:
+        """Whether the cluster lets the stack's identity `verb` a `resource` of API `group` (in
+        `namespace`, or cluster-wide), as it answers a SelfSubjectAccessReview (authorization.k8s.io/v1:
+        any authenticated user may ask it, through system:basic-user)."""
+        attributes = {"verb": verb, "group": group, "resource": resource}
+        if namespace is not None:
+            attributes["namespace"] = namespace
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        try:
+            answer = self._call("POST", ACCESS_REVIEW_PATH, None, JSON, body)
+        except client.ApiException as err:
+            raise self._error(err, "POST", ACCESS_REVIEW_PATH) from None
+        return bool((answer.get("status") or {}).get("allowed"))
+
+    def _call(self, method: str, path: str, query: dict[str, str] | None, accept: str, body: Any = None):
         try:
             return self.api.call_api(
                 path,
-                "GET",
+                method,
                 query_params=list((query or {}).items()),
-                header_params={
-                    "Accept": (ONE_METADATA_ONLY if one else METADATA_ONLY) if metadata_only else JSON
-                },
-                response_types_map={200: "object"},
+                header_params={"Accept": accept, "Content-Type": JSON},
+                body=body,
+                response_types_map={200: "object", 201: "object"},
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
                 _request_timeout=(CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS),
             )
-        except client.ApiException as err:
-            if err.status == 404:
-                return None
-            if err.status in (401, 403):
-                raise ClusterReadError(
-                    self.stack, self.address, refusal(err.status, path, self.address)
-                ) from None
-            why = f"it answered {err.status} {err.reason} to GET {path}"
-            raise ClusterReadError(self.stack, self.address, why) from None
         except (HTTPError, OSError) as err:
             why = (
                 f"it could not be reached or did not answer within {CONNECT_TIMEOUT_SECONDS:g} s (connect) "
                 f"and {READ_TIMEOUT_SECONDS:g} s (read): {type(err).__name__}"
             )
             raise ClusterReadError(self.stack, self.address, why) from None
+
+    def _error(self, err: client.ApiException, method: str, path: str) -> ClusterReadError:
+        if err.status in (401, 403):
+            return ClusterReadError(self.stack, self.address, refusal(err.status, path, self.address, method))
+        return ClusterReadError(
+            self.stack, self.address, f"it answered {err.status} {err.reason} to {method} {path}"
+        )
 
     def close(self) -> None:
         self.api.close()

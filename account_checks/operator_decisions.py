@@ -26,11 +26,12 @@ from account_checks.cluster_inventory import (
     EARLIER_RECORD,
     ClusterInventory,
     config_file,
-    containers,
     describe,
+    images,
     read_cluster,
     runs_image,
 )
+from account_checks.cluster_rights import Right, check_rights
 from config import PROJECT, StackConfig
 from conventions import STACK_LABEL
 from domain.job_kinds import KINDS
@@ -133,6 +134,7 @@ SIGNS = {
 # Read and reported, never installed by the stack: a node health agent (EKS's, or HyperPod's).
 MONITORING_IMAGES = ("eks-node-monitoring-agent", "health-monitoring-agent")
 CRD_NAMES = tuple(name for s in SIGNS.values() for name in s.crds)
+OPERATOR_IMAGES = tuple(i for s in SIGNS.values() for i in (s.image, *s.other_images))
 # Kueue sets a kind's integration up at start only if its API is served, else when a poll backing off
 # to every 2 minutes finds it (kueue v0.19.2 pkg/controller/jobframework/setup.go, WaitForAPI); its
 # TrainJob webhook validates each TrainJob's PodSets through Trainer's runtimes, which only that
@@ -149,7 +151,7 @@ def read_operators(
     stack's `namespace`, an earlier release's ownership record."""
     reader = ClusterReader(connect, address, stack)
     try:
-        return read_cluster(reader, CRD_NAMES, (SIGNS["kueue"].image,), namespace)
+        return read_cluster(reader, CRD_NAMES, OPERATOR_IMAGES, (SIGNS["kueue"].image,), namespace)
     finally:
         reader.close()
 
@@ -165,6 +167,7 @@ class OperatorDecision:
     action: str  # "install", "reuse" or "off" (not needed, or turned off)
     found: str  # what the cluster runs of it, as a sentence names it ("nothing")
     problem: str | None = None  # the sentence that stops the program
+    unchecked: bool = False  # reused without seeing its workloads (the identity may not list them)
 
 
 class ClusterOperatorsError(pulumi.RunError):
@@ -353,11 +356,26 @@ def decide(
     workloads = [w for w in inventory.of_kind(signs.kind) if signs.runs(w)]
     crds = [inventory.crd(n) for n in signs.crds if inventory.crd(n) is not None]
     there = [describe(o) for o in workloads] + [f"CRD {c['metadata']['name']}" for c in crds]
+    unseen = inventory.unseen(signs.kind, tuple(signs.crds))
     found = "; ".join(there) or "nothing"
+    if unseen:
+        found += f" (the stack's identity may not read {', '.join(unseen)})"
     owned = _ownership(key, mode, cfg.stack, inventory, found)
     if owned is not None:
         return owned
     switch = mode_key(key)
+    if not there and unseen:
+        if mode == "reuse":
+            return OperatorDecision(key, "reuse", found, unchecked=True)
+        return OperatorDecision(
+            key,
+            "install",
+            found,
+            f"{switch} = {mode}: whether the cluster runs {signs.what} cannot be told, since the stack's identity "
+            f"may not read {', '.join(unseen)} (403), and a second one would collide with the cluster's; allowed: "
+            f"reuse (the cluster's own, taken unchecked), or an identity that may list Deployments and DaemonSets "
+            "in every namespace and read CRDs",
+        )
     if not there:
         if mode == "reuse":
             return OperatorDecision(
@@ -377,7 +395,7 @@ def decide(
         )
     why = _incompatible(key, signs, workloads, inventory, cfg, frameworks)
     if why is None:
-        return OperatorDecision(key, "reuse", found)
+        return OperatorDecision(key, "reuse", found, unchecked=not workloads)
     return OperatorDecision(
         key, "reuse", found, f"{switch} = {mode}: the cluster runs {signs.what} ({found}), but {why}"
     )
@@ -394,12 +412,14 @@ def _incompatible(
     cfg: StackConfig,
     wanted: tuple[str, ...],
 ) -> str | None:
-    if not workloads:
+    if not workloads and not inventory.hidden(signs.kind):
         return f"no {signs.kind} of it runs (only its CRDs are there); {UPGRADE}"
     for name, (version, fields) in signs.crds.items():
         problem = _crd_problem(inventory, name, version, fields)
         if problem:
             return f"{problem}; {UPGRADE}"
+    if not workloads:
+        return None  # its CRDs serve the jobs; its workloads are out of the identity's sight (unchecked)
     if key == "kueue":
         for deployment in workloads:
             frameworks, where = kueue_frameworks(deployment, inventory)
@@ -467,7 +487,7 @@ def decide_operators(
     agents = [
         describe(d)
         for d in inventory.of_kind("DaemonSet")
-        if any(i in c.get("image", "") for c in containers(d) for i in MONITORING_IMAGES)
+        if any(i in image for image in images(d) for i in MONITORING_IMAGES)
     ]
     lines = [
         f"Cluster operators ({len(inventory.helm_releases())} Helm release(s) in the stack's release namespaces):"
@@ -476,7 +496,48 @@ def decide_operators(
         lines.append(f"  {'FAIL' if d.problem else d.action:7s}  {d.key}: found {d.found}")
     lines.append(f"  node monitoring: {'; '.join(agents) or 'none found'}")
     pulumi.log.info("\n".join(lines))
+    unchecked = [d.key for d in decisions.values() if d.unchecked and not d.problem]
+    if unchecked:
+        pulumi.log.warn(
+            f"reused unchecked: {', '.join(unchecked)}: the stack's identity may not list the cluster's Deployments "
+            "and DaemonSets, so their images, selectors and Kueue's frameworks were not read (only the CRDs it "
+            "may read were checked)"
+        )
     problems = [d.problem for d in decisions.values() if d.problem]
     if problems:
         raise ClusterOperatorsError(cfg.stack, problems)
     return decisions
+
+
+def install_rights(decisions: dict[str, OperatorDecision]) -> list[Right]:
+    """The creates that installing the operators decided on takes: each one's workload in its
+    namespace, and, for those with CRDs, the CRDs and the cluster roles their controllers run with."""
+    rights: list[Right] = []
+    for d in decisions.values():
+        if d.action != "install":
+            continue
+        signs = SIGNS[d.key]
+        chart = RELEASES.get("trainer" if d.key == "jobset" else d.key)
+        namespace = chart.namespace if chart else TRAINING_OPERATOR_DEPLOYMENT[0]
+        rights.append(Right("create", "apps", f"{signs.kind.lower()}s", namespace))
+        if signs.crds:
+            rights += [
+                Right("create", "apiextensions.k8s.io", "customresourcedefinitions"),
+                Right("create", "rbac.authorization.k8s.io", "clusterroles"),
+                Right("create", "rbac.authorization.k8s.io", "clusterrolebindings"),
+            ]
+    return rights
+
+
+def check_install_rights(
+    connect: KubeClients, address: ClusterAddress, stack: str, decisions: dict[str, OperatorDecision]
+) -> None:
+    """Stops (ClusterRightsError) where the identity may not install what the decisions install."""
+    rights = install_rights(decisions)
+    if not rights:
+        return
+    reader = ClusterReader(connect, address, stack)
+    try:
+        check_rights(reader, rights, "install the operators it decided to install")
+    finally:
+        reader.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pulumi
 
 from account_checks.cluster_access import ClusterReader
+from account_checks.cluster_rights import Right, check_rights
 from account_checks.namespace_objects import check_namespace_objects, keeps_earlier_names, relaunches
 from account_checks.world import World
 from components.datasets import job_name as dataset_job_name
@@ -95,6 +96,38 @@ def cluster_renames(cfg: StackConfig) -> dict[str, str]:
     return {
         n: in_shared_namespace(cfg.stack, n.removeprefix("trainstack-")) for _, n in cluster_wide_objects(cfg)
     }
+
+
+def api_resource(kind: str) -> tuple[str, str]:
+    """A kind's API group ("" for core) and resource, from its REST collection."""
+    parts = COLLECTIONS[kind].split("/")
+    return ("", parts[-1]) if parts[0] == "api" else (parts[1], parts[-1])
+
+
+def stack_rights(cfg: StackConfig) -> list[Right]:
+    """The creates the stack's own objects take: each kind it makes in its namespace (a dataset's Job
+    only where a bucket holds the data: an EKS stack), and its queues and flavors (and a TrainJob
+    group's runtime) cluster-wide."""
+    made = training_namespace_objects(cfg)
+    if not cfg.existing_cluster.uses_aws:
+        made = [(kind, name) for kind, name in made if kind != "Job"]
+    rights = [Right("create", *api_resource(kind), cfg.training_namespace) for kind, _ in made]
+    cluster_wide = ["ResourceFlavor", "ClusterQueue"]
+    if any(j.kind == "TrainJob" for j in cfg.jobs):
+        cluster_wide.append("ClusterTrainingRuntime")
+    return rights + [Right("create", *api_resource(kind)) for kind in cluster_wide]
+
+
+def check_stack_rights(cfg: StackConfig, account: Account | None, world: World) -> None:
+    """Stops (ClusterRightsError) before anything is read or registered where the stack's identity may
+    not make what the stack makes on a cluster it did not create."""
+    reader = ClusterReader(
+        world.kubernetes_clients(world.session(cfg)), cluster_address(cfg, account), cfg.stack
+    )
+    try:
+        check_rights(reader, stack_rights(cfg), "make the stack's queues and jobs")
+    finally:
+        reader.close()
 
 
 def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World) -> dict[str, str]:

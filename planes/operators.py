@@ -11,6 +11,7 @@ from account_checks.cluster_access import ClusterAddress
 from account_checks.node_drivers import check_drivers
 from account_checks.operator_decisions import (
     OperatorDecision,
+    check_install_rights,
     decide_operators,
     group_labels,
     read_operators,
@@ -56,6 +57,7 @@ def existing_operators(
     check_checkpoint_claim(connect, address, cfg)
     frameworks = tuple(sorted({KINDS[j.kind].kueue_framework for j in cfg.jobs}))
     decisions = decide_operators(cfg, inventory, frameworks)
+    check_install_rights(connect, address, cfg.stack, decisions)
     check_drivers(cfg, inventory.nodes())  # the nodes read with the operators
     return decisions
 

@@ -15,7 +15,7 @@ from planes.attached import attached_compute_plane
 from planes.build import build_plane, local_build_plane
 from planes.datasets import datasets_plane
 from planes.jobs import jobs_plane
-from planes.namespace_objects import shared_cluster_names
+from planes.namespace_objects import check_stack_rights, shared_cluster_names
 from planes.operators import existing_operators, operators_plane
 from planes.outputs import outputs
 from planes.queueing import queueing_plane
@@ -27,7 +27,9 @@ def attached_stack(cfg: StackConfig, world: World) -> StackOutputs:
     account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None
     if account is not None:
         existing_cluster_checks(cfg, account, world)
-    # What the cluster already runs decides each operator; a stop leaves nothing registered.
+    # What the identity may do there, then what the cluster already runs, decides each operator; a
+    # stop leaves nothing registered.
+    check_stack_rights(cfg, account, world)
     decisions = existing_operators(cfg, account, world)
     renames = shared_cluster_names(cfg, account, world)
     # Everything the stack makes in a namespace others may use, and cluster-wide, carries its name.

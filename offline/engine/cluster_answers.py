@@ -7,7 +7,8 @@ factory the program is given: account_checks/cluster_access.py). Offline, its ob
 `OfflineCluster.connect` makes clients whose requests it answers, in place of urllib3, as the API
 server does: a collection by group, version and resource, namespace, label selector (key=value) and
 field selector (metadata.name, metadata.namespace), or one object by name (404 when absent); asked
-for `PartialObjectMetadataList`, the items' metadata only. Each request is kept (`requests`). No
+for `PartialObjectMetadataList`, the items' metadata only; asked for a `Table` of Deployments or
+DaemonSets, the server's columns with each row's metadata. A SelfSubjectAccessReview is allowed. Each request is kept (`requests`). No
 fact: an empty cluster, which runs none of the operators. Claims are the exception: unless a fact
 lists PersistentVolumeClaims, the cluster holds the one a stack asks for by name, Bound and
 ReadWriteMany (as `make plan` needs no fact for a named EKS cluster), so a template with
@@ -25,6 +26,7 @@ from kubernetes import client
 from kubernetes.client import rest
 
 FACT_PREFIX = "cluster-objects:"
+ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 # The resources the stack lists, by the path segment the API names them with.
 RESOURCES = {
     "customresourcedefinitions": "CustomResourceDefinition",
@@ -51,6 +53,55 @@ RESOURCES = {
 }
 METADATA_ONLY = "as=PartialObjectMetadataList"
 ONE_METADATA_ONLY = "as=PartialObjectMetadata;"
+TABLE = "as=Table;"
+# The columns the API server prints for a kind, wide ones included (it always renders them: k8s
+# pkg/printers/storage TableConvertor; pkg/printers/internalversion/printers.go, v1.36), with how
+# this cluster fills each from an object.
+_COUNT = {"Desired": "desiredNumberScheduled", "Current": "currentNumberScheduled", "Ready": "numberReady"}
+
+
+def _pod(o: dict[str, Any]) -> dict[str, Any]:
+    return ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def _cell(column: str, o: dict[str, Any]) -> Any:
+    status, containers = o.get("status") or {}, _pod(o).get("containers") or []
+    if column == "Name":
+        return o["metadata"]["name"]
+    if column == "Containers":
+        return ",".join(c.get("name", "") for c in containers)
+    if column == "Images":
+        return ",".join(c.get("image", "") for c in containers)
+    if column == "Node Selector":
+        return (
+            ",".join(f"{k}={v}" for k, v in sorted((_pod(o).get("nodeSelector") or {}).items())) or "<none>"
+        )
+    if column == "Selector":
+        labels = ((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    if column == "Age":
+        return "<unknown>"
+    if o["kind"] == "Deployment" and column == "Ready":
+        return f"{status.get('readyReplicas', 0)}/{(o.get('spec') or {}).get('replicas', 1)}"
+    return status.get(_COUNT.get(column, ""), 0)
+
+
+TABLE_COLUMNS = {
+    "Deployment": ("Name", "Ready", "Up-to-date", "Available", "Age", "Containers", "Images", "Selector"),
+    "DaemonSet": (
+        "Name",
+        "Desired",
+        "Current",
+        "Ready",
+        "Up-to-date",
+        "Available",
+        "Node Selector",
+        "Age",
+        "Containers",
+        "Images",
+        "Selector",
+    ),
+}
 
 
 def split_facts(facts: dict[str, Any] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -160,6 +211,30 @@ class OfflineCluster:
                     "metadata": named[0]["metadata"],
                 }
             return 200, {"apiVersion": version, **named[0]}
+        if TABLE in accept:
+            if kind not in TABLE_COLUMNS:
+                return 406, {"kind": "Status", "status": "Failure", "reason": "NotAcceptable", "code": 406}
+            columns = TABLE_COLUMNS[kind]
+            return 200, {
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "Table",
+                "metadata": {"resourceVersion": "1"},
+                "columnDefinitions": [
+                    {"name": c, "type": "string", "priority": int(c in ("Containers", "Images", "Selector"))}
+                    for c in columns
+                ],
+                "rows": [
+                    {
+                        "cells": [_cell(c, o) for c in columns],
+                        "object": {
+                            "apiVersion": "meta.k8s.io/v1",
+                            "kind": "PartialObjectMetadata",
+                            "metadata": o["metadata"],
+                        },
+                    }
+                    for o in items
+                ],
+            }
         if METADATA_ONLY in accept:
             return 200, {
                 "apiVersion": "meta.k8s.io/v1",
@@ -181,6 +256,12 @@ class OfflineCluster:
             "items": items,
         }
 
+    def review(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A SelfSubjectAccessReview, as the API server answers it (201, the review with its status):
+        allowed, since the offline plan runs as the cluster's administrator."""
+        self.requests.append(Request(ACCESS_REVIEW_PATH, {}, "application/json"))
+        return 201, {**body, "status": {"allowed": True, "reason": "the offline cluster's administrator"}}
+
     def connect(self, _address: Any) -> client.ApiClient:
         """A client of the official library whose requests this cluster answers, instead of urllib3
         sending them (a client factory, account_checks/cluster_access.KubeClients)."""
@@ -196,14 +277,23 @@ class _Answers:
         self.cluster = cluster
 
     def request(self, method, url, query_params=None, headers=None, body=None, **_):
-        if method != "GET":
-            raise NotImplementedError(f"the offline cluster answers reads only, not {method} {url}")
+        path = urlparse(url).path
         accept = (headers or {}).get("Accept", "application/json")
-        status, payload = self.cluster.get(urlparse(url).path, dict(query_params or []), accept)
+        if method == "POST" and path == ACCESS_REVIEW_PATH:
+            status, payload = self.cluster.review(body)
+        elif method != "GET":
+            raise NotImplementedError(
+                f"the offline cluster answers reads and access reviews only, not {method} {url}"
+            )
+        else:
+            status, payload = self.cluster.get(path, dict(query_params or []), accept)
         response = rest.RESTResponse(_Response(status, json.dumps(payload).encode()))
-        if status != 200:
+        if status not in (200, 201):
             raise rest.ApiException(http_resp=response)
         return response
 
     def GET(self, url, headers=None, query_params=None, **kwargs):  # the client calls it by this name
         return self.request("GET", url, query_params=query_params, headers=headers, **kwargs)
+
+    def POST(self, url, headers=None, query_params=None, body=None, **kwargs):
+        return self.request("POST", url, query_params=query_params, headers=headers, body=body, **kwargs)

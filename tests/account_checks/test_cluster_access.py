@@ -14,7 +14,7 @@ from support.kube_server import FakeCluster, KubeServer
 from support.plans import EXISTING_CLUSTER, plan
 
 from account_checks import cluster_access
-from account_checks.cluster_access import METADATA_ONLY, ClusterAddress, ClusterReadError, live_clients
+from account_checks.cluster_access import METADATA_ONLY, TABLE, ClusterAddress, ClusterReadError, live_clients
 from account_checks.operator_decisions import read_operators
 from offline.engine.cluster_answers import OfflineCluster
 
@@ -50,25 +50,34 @@ def named(address: ClusterAddress) -> str:
     return f"stack 'existing': the cluster trainstack:existingCluster.kubeconfig = {address.kubeconfig_file} (context team)"
 
 
-@pytest.mark.parametrize(
-    ("status", "why"),
-    [
-        (
-            401,
-            "it answered 401 Unauthorized: it does not accept the credentials of the user of its context team",
-        ),
-        (
-            403,
-            "it answered 403 Forbidden to GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-            "pytorchjobs.kubeflow.org: the user of its context team may not read that",
-        ),
-    ],
-)
-def test_a_refusal_is_one_sentence(status, why, tmp_path):
-    with KubeServer(FakeCluster(refuse=status)) as server:
+def test_a_refusal_is_one_sentence(tmp_path):
+    with KubeServer(FakeCluster(refuse=401)) as server:
         message = read(kubeconfig_to(tmp_path, server.url))
     address = kubeconfig_to(tmp_path, server.url)
+    why = "it answered 401 Unauthorized: it does not accept the credentials of the user of its context team"
     assert message == f"{named(address)} could not be read before deploying to it: {why}; nothing was created"
+
+
+def test_reads_the_identity_may_not_make_are_kept_as_refused_not_fatal(tmp_path):
+    """A 403 is an answer: what the identity may not read is kept for the decisions to name, and
+    the workloads refused cluster-wide are asked for in the namespaces the stack concerns."""
+    with KubeServer(FakeCluster(refuse=403)) as server:
+        inventory = read_operators(
+            live_clients(no_session), kubeconfig_to(tmp_path, server.url), "existing", "team-a"
+        )
+    assert inventory.objects == ()
+    assert "/apis/apps/v1/deployments" in inventory.refused
+    assert "/apis/apps/v1/namespaces/team-a/daemonsets" in inventory.refused
+    assert inventory.hidden("Deployment") == tuple(
+        f"/apis/apps/v1{where}/deployments"
+        for where in (
+            "",
+            *(
+                f"/namespaces/{ns}"
+                for ns in ("kube-system", "kubeflow-system", "kuberay-system", "kueue-system", "team-a")
+            ),
+        )
+    )
 
 
 def test_an_endpoint_nobody_listens_on_is_one_sentence(tmp_path):
@@ -168,3 +177,35 @@ def test_helm_releases_are_read_as_metadata_in_the_release_namespaces_only():
 def test_the_plan_reads_the_cluster_through_the_factory_it_is_given():
     run = plan("existing", facts=EXISTING_CLUSTER)
     assert {r.path for r in run.cluster_requests} >= {"/apis/apps/v1/deployments", "/apis/apps/v1/daemonsets"}
+
+
+def deployment(namespace: str, name: str, image: str, env: list[dict] | None = None) -> dict:
+    container = {"name": name, "image": image, "env": env or []}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"spec": {"containers": [container]}},
+        },
+    }
+
+
+def test_workloads_are_listed_as_tables_and_only_operators_read_whole():
+    """Every Deployment and DaemonSet is asked for as the server's table (names, labels, images); only
+    one that runs an operator's image is read whole, so a team's env values stay in the cluster."""
+    app = deployment("team-a", "app", "registry.example/app:1", [{"name": "DB_PASSWORD", "value": "s3cret"}])
+    ray = deployment("ray-system", "kuberay-operator", "quay.io/kuberay/operator:v1.7.0")
+    cluster = OfflineCluster([app, ray])
+    inventory = read_operators(cluster.connect, ClusterAddress(kubeconfig_file="k"), "existing")
+    assert inventory.named("Deployment", "team-a", "app") == {
+        "kind": "Deployment",
+        "metadata": app["metadata"],
+        "images": ["registry.example/app:1"],
+    }
+    assert inventory.named("Deployment", "ray-system", "kuberay-operator")["spec"] == ray["spec"]
+    lists = [(r.path, r.accept) for r in cluster.requests if r.path.endswith(("/deployments", "/daemonsets"))]
+    assert lists == [(f"/apis/apps/v1/{kind}", TABLE) for kind in ("deployments", "daemonsets")]
+    whole = [r.path for r in cluster.requests if "/deployments/" in r.path]
+    assert whole == ["/apis/apps/v1/namespaces/ray-system/deployments/kuberay-operator"]

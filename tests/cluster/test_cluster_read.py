@@ -6,6 +6,7 @@ payload, and only from the namespaces of the stack's own releases."""
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import threading
@@ -13,14 +14,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 from support.cluster.harness import CLUSTER_GROUP
 from support.cluster.pki import Pki
+from support.plans import stack_values
 from support.ports import unused_port
 
 from account_checks import cluster_access
-from account_checks.cluster_access import ClusterAddress, ClusterReadError, live_clients
+from account_checks.cluster_access import ClusterAddress, ClusterReader, ClusterReadError, live_clients
 from account_checks.cluster_inventory import HELM_OWNER_LABEL
-from account_checks.operator_decisions import CRD_NAMES, read_operators
+from account_checks.cluster_rights import ClusterRightsError, check_rights
+from account_checks.operator_decisions import read_operators
+from config import parse_config
+from planes.namespace_objects import stack_rights
 
 pytestmark = CLUSTER_GROUP
 
@@ -68,16 +74,126 @@ def test_credentials_the_cluster_does_not_accept_end_with_one_sentence(cluster, 
     )
 
 
-def test_a_user_the_cluster_does_not_authorize_ends_with_one_sentence(cluster, tmp_path):
+TEAM = "team-reader"
+# What the local template's stack makes cluster-wide (its TrainJob group's runtime among them), as a
+# right the API server is asked for; a namespace-scoped identity holds none of them.
+CLUSTER_WIDE = (
+    "create resourceflavors.kueue.x-k8s.io (cluster-wide); create clusterqueues.kueue.x-k8s.io (cluster-wide); "
+    "create clustertrainingruntimes.trainer.kubeflow.org (cluster-wide)"
+)
+
+
+def local_config():
+    values = stack_values("local")
+    existing = {**yaml.safe_load(values["trainstack:existingCluster"]), "namespace": TEAM}
+    return parse_config("local", stack_values("local", existingCluster=existing))
+
+
+def rights_refused(address: ClusterAddress) -> str:
+    reader = ClusterReader(live_clients(lambda: None), address, "reader")
+    try:
+        with pytest.raises(ClusterRightsError) as err:
+            check_rights(reader, stack_rights(local_config()), "make the stack's queues and jobs")
+    finally:
+        reader.close()
+    return str(err.value)
+
+
+def rights_prefix(address: ClusterAddress) -> str:
+    return (
+        f"stack 'reader': the cluster trainstack:existingCluster.kubeconfig = {address.kubeconfig_file} "
+        f"(context {CONTEXT}) does not let the identity the stack runs as make the stack's queues and jobs: "
+        "it may not "
+    )
+
+
+ALLOWED = (
+    "; nothing was created; allowed: an identity with those rights (on EKS, an access entry with "
+    "AmazonEKSClusterAdminPolicy, or a ClusterRole granting them bound to it)"
+)
+
+
+def test_a_user_the_cluster_does_not_authorize_is_told_every_right_it_lacks(cluster, tmp_path):
+    """The API server's own RBAC answers each SelfSubjectAccessReview: a user bound to nothing may make
+    nothing, and the one sentence names each create, in the namespace and cluster-wide."""
     nobody = cluster.control_plane.pki.issue("nobody", "nobody")
     user = {"client-certificate": str(nobody.cert), "client-key": str(nobody.key)}
     address = kubeconfig(cluster, tmp_path / "kubeconfig", user)
-    assert refused(address) == (
-        prefix(address)
-        + "it answered 403 Forbidden to GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-        + f"{CRD_NAMES[0]}: the user of its context {CONTEXT} may not read that"
-        + NOTHING
+    message = rights_refused(address)
+    assert message.startswith(rights_prefix(address) + f"create localqueues.kueue.x-k8s.io in {TEAM}; ")
+    assert message.endswith(f"; {CLUSTER_WIDE}{ALLOWED}")
+    for namespaced in (
+        "trainjobs.trainer.kubeflow.org",
+        "rayjobs.ray.io",
+        "serviceaccounts",
+        "networkpolicies.networking.k8s.io",
+    ):
+        assert f"create {namespaced} in {TEAM}" in message
+
+
+@pytest.fixture
+def team_user(cluster, tmp_path):
+    """A user who may do anything in one namespace and nothing beyond it, as a HyperPod team's or a
+    namespace-scoped EKS access policy's identity; and in that namespace a Deployment that runs
+    KubeRay's image and one with an env value that must not leave the cluster."""
+    rbac, apps = client.RbacAuthorizationV1Api(cluster.api), client.AppsV1Api(cluster.api)
+    cluster.core.create_namespace({"metadata": {"name": TEAM}})
+    rbac.create_namespaced_role(
+        TEAM,
+        {"metadata": {"name": "all"}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
     )
+    rbac.create_namespaced_role_binding(
+        TEAM,
+        {
+            "metadata": {"name": "all"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "all"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TEAM}],
+        },
+    )
+    for name, image, env in (
+        ("ray-operator", "quay.io/kuberay/operator:v1.7.0", []),
+        (
+            "team-app",
+            "registry.example/team/app:1",
+            [{"name": "DB_PASSWORD", "value": "kept-in-the-cluster"}],
+        ),
+    ):
+        labels = {"app": name}
+        container = {"name": name, "image": image, "env": env}
+        apps.create_namespaced_deployment(
+            TEAM,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+                },
+            },
+        )
+    pair = cluster.control_plane.pki.issue(TEAM, TEAM)
+    user = {"client-certificate": str(pair.cert), "client-key": str(pair.key)}
+    yield kubeconfig(cluster, tmp_path / "kubeconfig", user)
+    cluster.delete_namespace(TEAM)
+
+
+def test_a_namespace_scoped_identity_is_read_in_its_namespace_and_told_what_it_lacks(team_user):
+    """No 403 sentence: the cluster-wide lists it may not make are kept as refused and its own
+    namespace is read instead, where the workload that runs an operator's image is read whole and
+    any other as the server's table row (no pod spec, so no env value); the rights it lacks are the
+    cluster-wide creates alone."""
+    inventory = read_operators(live_clients(lambda: None), team_user, "reader", TEAM)
+    assert {"/apis/apps/v1/deployments", "/apis/apps/v1/daemonsets", "/api/v1/nodes"} <= set(
+        inventory.refused
+    )
+    assert f"/apis/apps/v1/namespaces/{TEAM}/deployments" not in inventory.refused
+    operator = inventory.named("Deployment", TEAM, "ray-operator")
+    assert operator["spec"]["template"]["spec"]["containers"][0]["image"] == "quay.io/kuberay/operator:v1.7.0"
+    app = inventory.named("Deployment", TEAM, "team-app")
+    assert set(app) == {"kind", "metadata", "images"}
+    assert app["images"] == ["registry.example/team/app:1"]
+    assert "kept-in-the-cluster" not in json.dumps(inventory.objects)
+    assert rights_refused(team_user) == rights_prefix(team_user) + CLUSTER_WIDE + ALLOWED
 
 
 def test_an_endpoint_nobody_answers_ends_with_one_sentence(cluster, tmp_path):
