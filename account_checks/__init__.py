@@ -30,6 +30,7 @@ from account_checks.report import AccountCheckError, Check, conclude
 from account_checks.reservations import reservation_checks
 from account_checks.running_cluster import (
     Creator,
+    RunningCluster,
     group_floor_checks,
     kubernetes_version_check,
     log_group_check,
@@ -55,6 +56,7 @@ class AccountFacts:
 
     zones: ZonePlan  # the VPC's AZs, an existing VPC's subnets by AZ, each GPU group's AZ
     creator: Creator
+    running: RunningCluster | None = None  # the stack's cluster, where an earlier run created it
 
 
 def check_account(
@@ -86,7 +88,7 @@ def check_account(
         checks += role_checks(cfg, account_id, session)
     checks.append(aws_cli)
     conclude(cfg, account_id, checks)
-    return AccountFacts(zones, creator)
+    return AccountFacts(zones, creator, running)
 
 
 def check_existing_cluster(

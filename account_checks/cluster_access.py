@@ -116,6 +116,7 @@ def live_clients(session: Callable[[], Any]) -> KubeClients:
 
 class ClusterReadError(pulumi.RunError):
     def __init__(self, stack: str, address: ClusterAddress, why: str):
+        self.why = why
         super().__init__(
             f"stack '{stack}': the cluster {address.named} could not be read before deploying to it: "
             f"{why}; nothing was created"

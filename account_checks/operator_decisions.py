@@ -24,6 +24,8 @@ import yaml
 from account_checks.cluster_access import ClusterAddress, ClusterReader, KubeClients
 from account_checks.cluster_inventory import (
     EARLIER_RECORD,
+    HELM_NAMESPACE_ANNOTATION,
+    HELM_RELEASE_ANNOTATION,
     ClusterInventory,
     config_file,
     describe,
@@ -33,7 +35,7 @@ from account_checks.cluster_inventory import (
 )
 from account_checks.cluster_rights import Right, check_rights
 from config import PROJECT, StackConfig
-from conventions import STACK_LABEL
+from conventions import PART_OF, STACK_LABEL
 from domain.job_kinds import KINDS
 from domain.operators import (
     INSTANCE_TYPE_NODE_LABEL,
@@ -293,6 +295,22 @@ def stack_owns(key: str, stack: str, inventory: ClusterInventory) -> bool:
     return own is not None and _owner(key, own[1], stack, inventory) == stack
 
 
+def _kept_crd(key: str, crd: dict[str, Any]) -> bool:
+    """A CRD a trainstack stack kept when its operator went: one it applied itself (labelled
+    `PART_OF`: components/operators.py retained_crds), or one its Helm release kept (annotated with the
+    stack's release name and namespace, which Helm takes over on installing that release again:
+    helm pkg/action/validate.go existingResourceConflict)."""
+    meta = crd["metadata"]
+    if all((meta.get("labels") or {}).get(k) == v for k, v in PART_OF.items()):
+        return True
+    chart = RELEASES.get("trainer" if key == "jobset" else key)
+    annotations = meta.get("annotations") or {}
+    return chart is not None and (
+        annotations.get(HELM_RELEASE_ANNOTATION),
+        annotations.get(HELM_NAMESPACE_ANNOTATION),
+    ) == (chart.release, chart.namespace)
+
+
 def _kept(key: str, owned: bool, cfg: StackConfig) -> OperatorDecision:
     """An operator no job of the stack needs now: left off, unless the stack installed it and it is
     still turned on, since uninstalling it would take it from every other stack that reuses it
@@ -364,6 +382,10 @@ def decide(
     if owned is not None:
         return owned
     switch = mode_key(key)
+    if crds and not workloads and not unseen and mode != "reuse" and all(_kept_crd(key, c) for c in crds):
+        return OperatorDecision(
+            key, "install", f"{found}, kept by an earlier install of trainstack's: installed over"
+        )
     if not there and unseen:
         if mode == "reuse":
             return OperatorDecision(key, "reuse", found, unchecked=True)

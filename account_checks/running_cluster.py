@@ -33,6 +33,8 @@ class RunningCluster:
     zones: tuple[str, ...]  # AZs of its subnets, in the order of their addresses
     group_zones: dict[str, str]  # GPU group -> the AZ of its node group's subnet
     group_sizes: dict[str, int]  # GPU group -> its desired size now (the autoscaler's)
+    endpoint: str = ""  # its API server, and the CA that signs it
+    ca_data: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def read_running_cluster(cfg: StackConfig, opts: pulumi.InvokeOptions) -> Runnin
             groups[g.name] = zone_of.get(subnet) or aws.ec2.get_subnet(id=subnet, opts=opts).availability_zone
             sizes[g.name] = found.scaling_configs[0].desired_size
     zones = tuple(dict.fromkeys(s.availability_zone for s in subnets))
-    return RunningCluster(name, cluster.version, zones, groups, sizes)
+    ca = cluster.certificate_authorities[0].data
+    return RunningCluster(name, cluster.version, zones, groups, sizes, cluster.endpoint, ca)
 
 
 def group_floor_checks(cfg: StackConfig, running: RunningCluster | None) -> list[Check]:

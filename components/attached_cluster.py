@@ -93,4 +93,16 @@ class AttachedCluster(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # For the CRDs the stack applies itself (the training operator's, KubeRay's), which a `destroy`
+        # keeps on this cluster (components/operators.py retained_crds): installing again, by this stack
+        # or another, must take over the kept CRD, where the provider's create (a plain POST since
+        # pulumi-kubernetes 4.29, PR #4278) answers AlreadyExists. Only CRDs the operators' decisions
+        # found absent or kept by a trainstack stack reach it (account_checks/operator_decisions.py).
+        self.crd_provider = k8s.Provider(
+            f"{name}-k8s-crds",
+            **provider_args,
+            enable_server_side_apply=True,
+            upsert_existing_objects=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.register_outputs({"clusterName": self.cluster_name})

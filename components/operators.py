@@ -7,7 +7,7 @@ installed here (`HelmOperator.enabled` false), and the device plugins it install
 the config describes (`gpu_groups`), not labels only the stack's own groups carry. What it installs
 there carries the stack's name (`STACK_LABEL`: on each Helm release's Secret, on the training
 operator's Deployment), so a later run knows its own operators from others', and the CRDs it applies
-stay when it is destroyed: those it applies itself by `retain_crds`, those its Helm releases hold by
+stay when it is destroyed: those it applies itself by `retained_crds`, those its Helm releases hold by
 Helm's own keep policy (`KEEP_ON_UNINSTALL`, on every cluster). Deleting a CRD deletes every object of its kind.
 
 Every upstream piece is installed from its official source at a pinned version (domain/operators.py
@@ -28,7 +28,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, STACK_LABEL
+from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, PART_OF, STACK_LABEL
 from domain.operators import (
     INSTANCE_TYPE_NODE_LABEL,
     RELEASES,
@@ -71,14 +71,24 @@ def force_crd_apply(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransf
 JOBSET_IMAGE = {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.12.0", "pullPolicy": "IfNotPresent"}
 
 
-def retain_crds(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-    """Resource transform, on a cluster the stack did not create: a CRD the stack applied stays when
-    the stack stops installing its operator or is destroyed. Deleting a CRD deletes every object of
-    its kind in the cluster (the owner's, other stacks' and other tools' included)."""
-    if args.type_ != CRD_TYPE:
-        return None
-    retained = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True))
-    return pulumi.ResourceTransformResult(props=args.props, opts=retained)
+def retained_crds(provider: k8s.Provider):
+    """Resource transform, on a cluster the stack did not create: a CRD the stack applies stays when
+    the stack stops installing its operator or is destroyed (deleting a CRD deletes every object of
+    its kind in the cluster: the owner's, other stacks' and other tools' included); it is labelled
+    trainstack's (`PART_OF`), so that a later install, this stack's or another's, knows a kept CRD
+    as one it may take over; and it is applied through `provider`, which takes over a kept one
+    instead of answering AlreadyExists (components/attached_cluster.py crd_provider)."""
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != CRD_TYPE:
+            return None
+        props = copy.deepcopy(args.props)
+        meta = props.setdefault("metadata", {})
+        meta["labels"] = {**(meta.get("labels") or {}), **PART_OF}
+        kept = pulumi.ResourceOptions(retain_on_delete=True, provider=provider)
+        return pulumi.ResourceTransformResult(props=props, opts=pulumi.ResourceOptions.merge(args.opts, kept))
+
+    return transform
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,7 @@ class ClusterOperatorsArgs:
     gpu_groups: dict[str, dict[str, str]] | None = None
     efa_groups: dict[str, dict[str, str]] | None = None
     owner: str | None = None
+    crd_provider: k8s.Provider | None = None  # there: what applies the CRDs it keeps (retained_crds)
 
 
 def nvidia_device_plugin_values() -> dict[str, Any]:
@@ -232,7 +243,7 @@ class ClusterOperators(pulumi.ComponentResource):
             self._helm("efaDevicePlugin", args.efa_device_plugin, efa)
         self.kuberay_crds = None
         # On a cluster the stack did not create, the CRDs it applies outlive it.
-        crd_transforms = [retain_crds] if args.owner is not None else []
+        crd_transforms = [retained_crds(args.crd_provider)] if args.crd_provider is not None else []
         if args.kuberay.enabled:
             self.kuberay_crds = k8s.yaml.v2.ConfigGroup(
                 f"{name}-kuberay-crds",

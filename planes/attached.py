@@ -66,4 +66,5 @@ def attached_compute_plane(
         kubeconfig=cluster.kubeconfig,
         kubeconfig_file=cluster.kubeconfig_file,
         kube_context=cluster.context,
+        crd_provider=cluster.crd_provider,
     )

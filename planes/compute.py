@@ -69,6 +69,9 @@ class ComputePlane:
     kubeconfig_file: str | None = None
     kube_context: str | None = None
     own: OwnCluster | None = None  # None: a cluster the stack did not create
+    crd_provider: k8s.Provider | None = (
+        None  # a cluster it did not create: for the CRDs it applies (takes over kept ones)
+    )
 
 
 def compute_plane(

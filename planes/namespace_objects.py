@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pulumi
 
-from account_checks.cluster_access import ClusterReader
+from account_checks import RunningCluster
+from account_checks.cluster_access import ClusterAddress, ClusterReader, ClusterReadError
 from account_checks.cluster_rights import Right, check_rights
 from account_checks.namespace_objects import check_namespace_objects, keeps_earlier_names, relaunches
 from account_checks.world import World
@@ -130,6 +131,38 @@ def check_stack_rights(cfg: StackConfig, account: Account | None, world: World) 
         reader.close()
 
 
+def other_kinds(cfg: StackConfig) -> list[tuple[str, str, str, str]]:
+    """Each job's name and kind, with every other kind it could run under and that kind's collection."""
+    return [(j.name, j.kind, k, COLLECTIONS[k]) for j in cfg.jobs for k in KINDS if k != j.kind]
+
+
+def own_cluster_relaunches(cfg: StackConfig, running: RunningCluster | None, world: World) -> None:
+    """On the stack's own cluster, once an earlier run made it: a warning per job the stack runs there
+    under a kind other than the one configured now, which this `up` replaces (a PyTorchJob that
+    became a TrainJob stops and resumes from its checkpoint). A cluster this machine cannot read (a
+    private endpoint out of its reach) is said in one warning and passed: the `up` reaches it through
+    the provider, or stops there with the provider's own error."""
+    if running is None or not cfg.jobs:
+        return
+    address = ClusterAddress(
+        endpoint=running.endpoint, ca_data=running.ca_data, eks_cluster_name=running.name, region=cfg.region
+    )
+    try:
+        reader = ClusterReader(world.kubernetes_clients(world.session(cfg)), address, cfg.stack)
+        try:
+            lines = relaunches(reader, cfg, other_kinds(cfg))
+        finally:
+            reader.close()
+    except ClusterReadError as err:
+        pulumi.log.warn(
+            f"EKS cluster {running.name} could not be read to name the jobs this `up` relaunches under another "
+            f"kind ({err.why}); `pulumi preview` lists them as deleted and created"
+        )
+        return
+    for line in lines:
+        pulumi.log.warn(line)
+
+
 def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World) -> dict[str, str]:
     """On a cluster the stack did not create: the renames of its cluster-wide names (none where it
     already runs under the names an earlier release gave it), after every name it would take, in its
@@ -146,8 +179,7 @@ def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World
             (kind, renames.get(name, name), COLLECTIONS[kind]) for kind, name in cluster_wide_objects(cfg)
         ]
         check_namespace_objects(reader, cfg, wanted, cluster_wide)
-        others = [(j.name, j.kind, k, COLLECTIONS[k]) for j in cfg.jobs for k in KINDS if k != j.kind]
-        for line in relaunches(reader, cfg, others):
+        for line in relaunches(reader, cfg, other_kinds(cfg)):
             pulumi.log.warn(line)
     finally:
         reader.close()

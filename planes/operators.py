@@ -101,5 +101,6 @@ def operators_plane(
             gpu_groups=labels if attached else None,
             efa_groups={g.name: labels[g.name] for g in cfg.gpu_node_groups if g.efa} if attached else None,
             owner=owner,
+            crd_provider=compute.crd_provider,
         ),
     )

@@ -20,6 +20,7 @@ from planes.ci import ci_access, ci_outputs, ci_runner
 from planes.compute import compute_plane
 from planes.datasets import check_mounted_files, datasets_plane
 from planes.jobs import jobs_plane
+from planes.namespace_objects import own_cluster_relaunches
 from planes.operators import operators_plane
 from planes.outputs import outputs
 from planes.queueing import queueing_plane
@@ -31,6 +32,9 @@ from stack_outputs import StackOutputs
 def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
     account = aws_account(cfg)
     facts = account_checks(cfg, account, world)
+    own_cluster_relaunches(
+        cfg, facts.running, world
+    )  # a job whose kind changed is named, not silently replaced
     ci = ci_access(cfg, account)
     # Every role from here on carries the CI fence's boundary (CI may create no role without it).
     account = account.with_boundary(ci.boundary if ci else None)

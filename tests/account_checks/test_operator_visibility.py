@@ -13,6 +13,7 @@ from support.plans import stack_values
 from account_checks.cluster_inventory import CRD_PATH, ClusterInventory
 from account_checks.operator_decisions import ClusterOperatorsError, decide_operators
 from config import parse_config
+from conventions import PART_OF
 
 WORKLOAD_LISTS = ("/apis/apps/v1/deployments", "/apis/apps/v1/daemonsets")
 RAY_CRDS = ("rayjobs.ray.io", "rayclusters.ray.io")
@@ -74,3 +75,24 @@ def test_a_crd_it_can_read_is_checked_where_its_workloads_are_out_of_sight():
     with pytest.raises(ClusterOperatorsError) as err:
         decide_operators(existing(**OTHERS_REUSED), ClusterInventory(old, WORKLOAD_LISTS), ())
     assert "CRD rayjobs.ray.io v1 has no spec.submissionMode, which the stack's jobs set" in str(err.value)
+
+
+def pytorchjob_crd(labels: dict[str, str]) -> dict:
+    crd = yaml.safe_load((shared_dir("crds", "TRAINSTACK_CRDS_DIR") / "kubeflow.org_pytorchjobs.yaml").read_text())
+    crd["metadata"]["labels"] = labels
+    return {**crd, "kind": "CustomResourceDefinition"}
+
+
+def test_crds_a_trainstack_stack_kept_are_installed_over_and_anothers_stop_the_install():
+    """Only the training operator's CRD is there, its Deployment gone with the stack that installed
+    it: labelled trainstack's, kept by that stack's destroy, so this stack installs again over it;
+    unlabelled, it is someone's half-removed install, and the stack says so."""
+    cfg = existing(**{k: "install" for k in ("kueue", "kuberay", "nvidiaDevicePlugin", "efaDevicePlugin")})
+    decisions = decide_operators(cfg, ClusterInventory((pytorchjob_crd(dict(PART_OF)),)), ())
+    assert decisions["trainingOperator"].action == "install"
+    assert decisions["trainingOperator"].found == (
+        "CRD pytorchjobs.kubeflow.org, kept by an earlier install of trainstack's: installed over"
+    )
+    with pytest.raises(ClusterOperatorsError) as err:
+        decide_operators(cfg, ClusterInventory((pytorchjob_crd({"team": "x"}),)), ())
+    assert "no Deployment of it runs (only its CRDs are there)" in str(err.value)

@@ -16,9 +16,9 @@ Before it, a stack whose namespace holds a user's ServiceAccount of a name it wo
 sentence and creates nothing. After it, team B's stack (the same config, its own namespace) reuses
 team A's operators and the cluster's Kueue; its queues, flavors and runtime carry its own name, so
 both stacks' jobs are admitted, each on its own quota. Then: a second `up` of team A changes nothing,
-and team A's `destroy` removes what it installed but leaves every CRD it applied (`retain_crds`, the
+and team A's `destroy` removes what it installed but leaves every CRD it applied (`retained_crds`, the
 releases' keep policy), the cluster's Kueue and all of team B's queues and its job; team B's next `up`
-then stops with one sentence (its operators are gone) before changing anything. Every `up` and
+then installs the operators again as its own over the kept CRDs, its job untouched. Every `up` and
 `destroy` runs inside the takeover detector, which holds the cluster's own Kueue and each stack's
 objects untouched by the other.
 
@@ -36,7 +36,7 @@ from support.cluster.manifest_mirror import filled_mirror
 from support.cluster.objects import admitted_jobs
 from support.cluster.stacks import planned
 
-from conventions import SYSTEM_GROUP
+from conventions import STACK_LABEL, SYSTEM_GROUP
 
 pytestmark = OWN_CLUSTER_GROUP
 
@@ -202,13 +202,34 @@ def test_destroy_removes_what_the_stack_installed_and_keeps_every_crd_and_the_cl
     assert cluster.objects.get("kubeflow.org/v1", "PyTorchJob", "llama-1b-fsdp", TEAM_B)
 
 
-def test_the_other_teams_next_up_says_what_it_needs_before_changing_anything(installed):
-    """Its operators went with team A's stack (their CRDs stayed): the read before anything is
-    registered finds the training operator's CRDs and no Deployment, and stops with one sentence."""
-    team_b = installed.team_b
+def test_the_other_teams_next_up_installs_its_own_operators_over_the_kept_crds(installed):
+    """Its operators went with team A's stack, their CRDs stayed (labelled trainstack's): team B's
+    read before anything is registered finds the CRDs and no Deployment, and installs the operators
+    again as its own, taking the kept CRDs over through its CRD provider (upsertExistingObjects; the
+    tier's provider, v4.25.0, upserts every create, the shipped 4.34.2 only through that one: the
+    offline plan holds that the CRDs go through it). The CRDs and team B's job are the same objects
+    after (their uids), so nothing of what ran on them was lost."""
+    team_b, cluster = installed.team_b, installed.cluster
     team_b.engine.detector.rebase()  # what team A removed was not team B's doing
+    uids = {
+        crd: cluster.objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)["metadata"][
+            "uid"
+        ]
+        for crd in KEPT_CRDS
+    }
+    job = cluster.objects.get("kubeflow.org/v1", "PyTorchJob", "llama-1b-fsdp", TEAM_B)
     outcome = team_b.engine("up")
-    assert outcome.returncode != 0
-    assert "trainstack:operators.trainingOperator.mode = auto: the cluster runs" in outcome.output
-    assert "no Deployment of it runs (only its CRDs are there)" in outcome.output
-    assert installed.cluster.objects.get("kubeflow.org/v1", "PyTorchJob", "llama-1b-fsdp", TEAM_B)
+    assert outcome.returncode == 0, str(outcome)
+    assert (
+        "trainingOperator: found CRD pytorchjobs.kubeflow.org, kept by an earlier install of trainstack's"
+        in outcome.output
+    )
+    for crd, uid in uids.items():
+        assert (
+            cluster.objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)["metadata"]["uid"]
+            == uid
+        )
+    operator = cluster.objects.get("apps/v1", "Deployment", "training-operator", "kubeflow")
+    assert operator["metadata"]["labels"][STACK_LABEL] == TEAM_B
+    after = cluster.objects.get("kubeflow.org/v1", "PyTorchJob", "llama-1b-fsdp", TEAM_B)
+    assert after["metadata"]["uid"] == job["metadata"]["uid"]

@@ -18,7 +18,8 @@ from support.paths import shared_dir
 from support.plans import EXISTING_CLUSTER, WITH_TRAINJOB, plan, stack_values
 
 from account_checks.operator_decisions import ClusterOperatorsError
-from components.operators import CRD_TYPE, retain_crds
+from components.operators import CRD_TYPE
+from conventions import PART_OF
 from domain.operators import RELEASES
 from offline.engine import run_program
 
@@ -202,19 +203,30 @@ def test_reuse_of_what_the_stack_installed_stops_and_anothers_is_reused(first):
     assert all(line.lstrip().startswith(("reuse", "node monitoring")) for line in decision_lines(other))
 
 
+def kept(reg) -> list:
+    return [t for t in reg.transforms if getattr(t, "__qualname__", "").startswith("retained_crds.")]
+
+
 def test_the_crds_the_stack_applies_outlive_it_on_a_cluster_it_did_not_create(first, dev_plan):
+    """Kept on destroy, labelled trainstack's, and applied through the attached cluster's provider
+    that takes a kept one over (upsertExistingObjects), not the one every other object goes through."""
     run, _ = first
+    (crd_provider,) = [p for p in run.by_type("pulumi:providers:kubernetes") if p.name.endswith("-k8s-crds")]
+    assert crd_provider.inputs["upsertExistingObjects"] == "true"
     for reg in [*run.by_type(DIRECTORY), *run.by_type(CONFIG_GROUP)]:
-        assert retain_crds in reg.transforms, reg.name
-    assert all(retain_crds not in r.transforms for r in dev_plan.resources)
+        (transform,) = kept(reg)
+    assert all(not kept(r) for r in dev_plan.resources)
     crd = pulumi.ResourceTransformArgs(
         True, CRD_TYPE, "c", {"metadata": {"name": "rayjobs.ray.io"}}, pulumi.ResourceOptions()
     )
-    assert retain_crds(crd).opts.retain_on_delete is True
+    result = transform(crd)
+    assert result.opts.retain_on_delete is True
+    assert result.opts.provider is not None
+    assert result.props["metadata"]["labels"] == PART_OF
     deployment = pulumi.ResourceTransformArgs(
         True, "kubernetes:apps/v1:Deployment", "d", {}, pulumi.ResourceOptions()
     )
-    assert retain_crds(deployment) is None
+    assert transform(deployment) is None
 
 
 def test_the_training_namespace_is_used_where_it_exists_and_never_deleted(first, dev_plan):

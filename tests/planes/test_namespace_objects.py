@@ -269,3 +269,27 @@ def test_a_job_whose_kind_changed_is_named_as_a_relaunch_before_the_up():
     theirs = obj("PyTorchJob", P5_JOB, {**PART_OF, STACK_LABEL: "team-a"})
     other = plan("existing", facts={**EXISTING_CLUSTER, "cluster-objects:running": [theirs]}, jobs=[trainjob])
     assert not [m for m in other.messages if "is replaced by" in m]
+
+
+PROD_CLUSTER = {
+    "eks-cluster:trainstack-prod": {
+        "version": "1.36",
+        "zones": ["us-east-1a", "us-east-1b", "us-east-1c"],
+        "nodeGroups": {"trainstack-prod-p5": "us-east-1c:2"},
+    }
+}
+
+
+def test_on_the_stacks_own_cluster_a_job_whose_kind_changed_is_named_too():
+    """Prod's job ran as a PyTorchJob on the cluster an earlier run made; the template now makes it a
+    TrainJob: the plan names the relaunch before the `up` replaces it. Before the cluster exists
+    nothing is read."""
+    running = obj("PyTorchJob", P5_JOB, PART_OF)
+    run = plan("prod", facts={**PROD_CLUSTER, "cluster-objects:running": [running]})
+    assert (
+        f"PyTorchJob {P5_JOB} is replaced by a TrainJob: the running job stops and resumes from its last "
+        "checkpoint (its jobs[].kind changed)"
+    ) in run.messages
+    assert not [
+        m for m in plan("prod", facts={"cluster-objects:running": [running]}).messages if "replaced by" in m
+    ]
