@@ -78,7 +78,9 @@ def test_a_crd_it_can_read_is_checked_where_its_workloads_are_out_of_sight():
 
 
 def pytorchjob_crd(labels: dict[str, str]) -> dict:
-    crd = yaml.safe_load((shared_dir("crds", "TRAINSTACK_CRDS_DIR") / "kubeflow.org_pytorchjobs.yaml").read_text())
+    crd = yaml.safe_load(
+        (shared_dir("crds", "TRAINSTACK_CRDS_DIR") / "kubeflow.org_pytorchjobs.yaml").read_text()
+    )
     crd["metadata"]["labels"] = labels
     return {**crd, "kind": "CustomResourceDefinition"}
 
