@@ -109,8 +109,16 @@ def role_checks(cfg: StackConfig, account_id: str, session: Callable[[], Any]) -
                 "iam:ListRoles",
             )
         ]
-    others = sorted({r["Path"].split("/")[2] for r in roles} - {cfg.stack})
-    return [account_mode_check(cfg, account_id, others), trusted_roles_check(cfg, roles)]
+    return [
+        account_mode_check(cfg, account_id, other_stacks(roles, cfg.stack)),
+        trusted_roles_check(cfg, roles),
+    ]
+
+
+def other_stacks(roles: list[dict], stack: str) -> list[str]:
+    """The stacks besides `stack` whose roles are in the account: a stack's roles are under
+    /trainstack/<stack>/; one directly under /trainstack/ is no stack's."""
+    return sorted({r["Path"].split("/")[2] for r in roles if r["Path"].count("/") >= 3} - {"", stack})
 
 
 def account_mode_check(cfg: StackConfig, account_id: str, others: list[str]) -> Check:

@@ -8,8 +8,10 @@ each release): CUDA 13.0 needs R580 (580.65.06). The EKS AL2023 NVIDIA AMIs carr
 2025, so the node groups the stack creates have it; an existing or HyperPod cluster on an older AMI
 may not.
 
-A node's driver is what NVIDIA's GPU feature discovery labels it with (conventions.driver_major);
-a cluster without GFD leaves it unknown.
+A node's driver is what NVIDIA's GPU feature discovery labels it with (conventions.driver_major),
+read before anything is registered where a cluster runs GFD; on every cluster, each GPU job's
+driver probe reads it from the node itself before the job is registered (components/driver_probe.py,
+workload/trainer/driver_probe.py, which take this table).
 """
 
 from __future__ import annotations
@@ -60,3 +62,9 @@ def driver_problem(node: str, labels: dict[str, str], needed: int, image: str) -
         f"node group to an AMI with R{needed} (the EKS AL2023 NVIDIA AMIs since late 2025), or build "
         "on a base image of an older CUDA (image.baseImage)"
     )
+
+
+def least_driver_table() -> dict[str, int]:
+    """LEAST_DRIVER keyed as an image's CUDA_VERSION starts (`13.0`), for the driver probe
+    (workload/trainer/driver_probe.py), which reads its own image's release."""
+    return {f"{major}.{minor}": driver for (major, minor), driver in LEAST_DRIVER.items()}

@@ -17,6 +17,9 @@ EKS_NODE_GROUP_NAME_MAX = 63
 CODEBUILD_PROJECT_MAX = 150
 SCHEDULE_GROUP_MAX = 64
 
+# A batch Job's name is its pods' `job-name` label value: 63 characters at most.
+JOB_NAME_MAX = 63
+
 
 def fit(name: str, limit: int) -> str:
     """`name` if it is within `limit`, else its head and a hash of the whole: the same stack always

@@ -5,6 +5,7 @@ that let each job's pods, and them only, reach one another and the tracking serv
 from __future__ import annotations
 
 from components.datasets import DatasetPreparation
+from components.driver_probe import DriverProbe, DriverProbeArgs
 from components.jobs.kinds import KINDS
 from components.jobs.pods import NodeCheck, TrainingJobArgs
 from components.jobs.training_job import TrainingJob
@@ -22,7 +23,8 @@ from conventions import (
     SYSTEM_GROUP,
     in_shared_namespace,
 )
-from domain.names import IAM_ROLE_NAME_MAX, PROJECT, fit
+from domain.drivers import cuda_of
+from domain.names import IAM_ROLE_NAME_MAX, JOB_NAME_MAX, PROJECT, eks_cluster_name, fit, node_group_name
 from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
@@ -35,6 +37,34 @@ def owned_name(cfg: StackConfig, name: str) -> str:
     namespace, with the stack's name where the namespace may be the owner's (a cluster the stack
     did not create)."""
     return in_shared_namespace(cfg.stack, name) if cfg.existing_cluster.named else name
+
+
+def driver_probe_name(cfg: StackConfig, job: str) -> str:
+    """The Job that clears `job`'s node group's driver (components/driver_probe.py)."""
+    return fit(owned_name(cfg, f"{job}-driver"), JOB_NAME_MAX)
+
+
+def driver_fix(cfg: StackConfig, group: str) -> str:
+    """Where a GPU group's nodes get their AMI, and so their driver, as a sentence names it."""
+    g = next(g for g in cfg.gpu_node_groups if g.name == group)
+    if g.hyperpod:
+        return "HyperPod's AMI for that instance group: aws sagemaker update-cluster-software"
+    if cfg.existing_cluster.named:
+        return "the cluster's own node group that the group's nodeSelector selects"
+    cluster = eks_cluster_name(cfg.stack)
+    return (
+        "a node group takes EKS's newest AL2023 NVIDIA AMI when made; to move a running one: aws eks "
+        f"update-nodegroup-version --cluster-name {cluster} --nodegroup-name {node_group_name(cluster, group)}"
+    )
+
+
+def job_cuda(j) -> str | None:
+    """The CUDA release of a job's image where it is not the training image the probe runs in (as
+    its tag names it, or `unknown`); None where it is, and the probe reads its own."""
+    if j.image is None and not j.verl:
+        return None
+    found = cuda_of(j.image) if j.image else None
+    return f"{found[0]}.{found[1]}" if found else "unknown"
 
 
 def training_policies(cfg: StackConfig, compute: ComputePlane, deny_pods: dict | None) -> NamespacePolicies:
@@ -137,6 +167,27 @@ def jobs_plane(
         # A job naming a dataset starts on prepared files: pulumi-kubernetes awaits the Job's Complete.
         data = datasets[j.dataset] if j.dataset else None
         extra += [data.job] if data else []
+        if group is not None and placement.gpus:  # its nodes' driver, before the job is registered
+            probe = DriverProbe(
+                f"driver-{j.name}",
+                DriverProbeArgs(
+                    job=j.name,
+                    name=driver_probe_name(cfg, j.name),
+                    placement=placement,
+                    image=build.image_uri,
+                    cuda=job_cuda(j),
+                    namespace=pods.namespace_name,
+                    provider=provider,
+                    timeout_minutes=(cfg.queueing.max_node_provision_minutes if provisioned else 0)
+                    + cfg.queueing.pods_ready_timeout_minutes,
+                    fix=driver_fix(cfg, j.node_group),
+                    waits_for=[
+                        *operators.device_plugins,
+                        *filter(None, [compute.group_nodes.get(j.node_group)]),
+                    ],
+                ),
+            )
+            extra.append(probe.job)
         job_tracking = tracking.for_job(j.name, pods.secret, policies) if tracking else None
         jobs.append(
             TrainingJob(

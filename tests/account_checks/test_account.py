@@ -12,6 +12,7 @@ import yaml
 from support.plans import ci_config, plan, stack_values
 
 from account_checks import AccountCheckError, aws_cli
+from account_checks.account_mode import other_stacks
 from domain.names import fit
 from offline import plan as offline_plan
 from offline.engine import run_program
@@ -384,3 +385,10 @@ def test_every_role_the_stack_creates_trusts_only_what_the_check_allows(stack, o
         policy = role.inputs["assumeRolePolicy"]
         document = json.loads(policy) if isinstance(policy, str) else policy
         assert foreign_principals({"AssumeRolePolicyDocument": document}) == [], role.name
+
+
+def test_only_roles_under_a_stacks_path_name_another_stack():
+    roles = [
+        {"Path": p} for p in ("/trainstack/", "/trainstack/prod/", "/trainstack/dev/", "/trainstack/prod/x/")
+    ]
+    assert other_stacks(roles, "dev") == ["prod"]

@@ -13,7 +13,12 @@ it owns the namespace): every `up` and `destroy` runs inside the takeover detect
 (support/cluster/takeover.py), so any of the user's objects the stack co-owns, labels or deletes fails
 the scenario by name. Its own cluster:
 the session's runs other stacks' operators (the local template's training operator at the stack's own
-name, in the `kubeflow` namespace the chart makes)."""
+name, in the `kubeflow` namespace the chart makes).
+
+The stack is first brought up by the previous release's program (support/cluster/previous_release.py),
+its jobs admitted and bound; this checkout's `up` then upgrades it on the same state, as a user who
+pulls and runs `pulumi up` does: nothing replaced, no job relaunched (their uids), the same takeover
+detector around both releases."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from support.cluster.engine import Engine
 from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
 from support.cluster.hyperpod import TRAINING_OPERATOR, TRAINING_OPERATOR_PROGRAM, install
 from support.cluster.objects import admitted_jobs, inventory
+from support.cluster.previous_release import previous_source
 from support.cluster.stacks import PREBUILT_IMAGE, on_cluster, planned, template_config
 
 from conventions import SYSTEM_GROUP
@@ -57,7 +63,7 @@ CRDS = ("pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io", "wor
 
 
 class HyperPodStack:
-    def __init__(self, cluster: Cluster, directory):
+    def __init__(self, cluster: Cluster, directory, previous_release):
         config = template_config("hyperpod")
         for job in config["trainstack:jobs"]:
             job["timeoutMinutes"] = 5
@@ -75,8 +81,14 @@ class HyperPodStack:
         self.config = config
         self.plan = planned("hyperpod", config, tuple(SECRETS))
         self.cluster = cluster
+        self.previous = Engine(
+            directory, cluster.bin_dir, "hyperpod", cluster.objects, source=previous_release
+        )
+        self.previous.configure(config, SECRETS)
         self.engine = Engine(directory, cluster.bin_dir, "hyperpod", cluster.objects)
-        self.engine.configure(config, SECRETS)
+        # One stack, upgraded: what was on the cluster before the previous release's first `up` is what
+        # every later operation must leave alone.
+        self.engine.detector = self.previous.detector
 
     @property
     def namespace(self) -> str:
@@ -157,7 +169,8 @@ def hyperpod(tmp_path_factory):
     cluster = Cluster(tmp_path_factory.mktemp("hyperpod-cluster"))
     try:
         cluster.start()
-        stack = HyperPodStack(cluster, tmp_path_factory.mktemp("hyperpod-stack"))
+        previous = previous_source(tmp_path_factory.mktemp("previous-release"))
+        stack = HyperPodStack(cluster, tmp_path_factory.mktemp("hyperpod-stack"), previous)
         groups = {n.group: n for n in stack.plan.nodes}
         system = cluster.add_nodes(groups.pop(SYSTEM_GROUP))
         gpu = {name: cluster.add_nodes(node) for name, node in groups.items()}
@@ -229,10 +242,23 @@ def assert_admitted_and_bound(stack: HyperPodStack, namespace: str) -> None:
     cluster.wait("the RayJob admitted beside it", lambda: rayjobs <= admitted(stack, namespace))
 
 
-def test_up_reuses_hyperpods_operators_and_the_pytorchjob_is_admitted_and_bound(hyperpod):
+def test_the_previous_release_brings_the_stack_up(hyperpod):
+    outcome = hyperpod.previous("up")
+    assert outcome.returncode == 0, str(outcome)
+    assert_admitted_and_bound(hyperpod, hyperpod.namespace)
+    hyperpod.uids = {name: job["metadata"]["uid"] for name, job in hyperpod.jobs(hyperpod.namespace).items()}
+
+
+def test_the_upgrade_reuses_hyperpods_operators_and_relaunches_no_job(hyperpod):
+    outcome = hyperpod.engine("preview")
+    assert outcome.returncode == 0, str(outcome)
+    assert "replace" not in outcome.changes, outcome.changes
     outcome = hyperpod.engine("up")
     assert outcome.returncode == 0, str(outcome)
+    assert "replace" not in outcome.changes, outcome.changes
     assert "AlreadyExists" not in outcome.output
+    jobs = hyperpod.jobs(hyperpod.namespace)
+    assert {name: job["metadata"]["uid"] for name, job in jobs.items()} == hyperpod.uids
     for key in ("trainingOperator", "nvidiaDevicePlugin", "kueue", "kuberay"):
         assert f"reuse    {key}: found" in outcome.output, (key, str(outcome))
     assert hyperpod.chart.snapshot(hyperpod.cluster.objects) == hyperpod.chart_before

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from support.cluster.takeover import Held, declared_patches, violations
+from support.cluster.takeover import CRD_TYPE, Held, declared_kept_crds, declared_patches, violations
 
 SECRET = ("v1", "Secret", "team", "hf-token")
 POLICY = ("networking.k8s.io/v1", "NetworkPolicy", "team", "default-deny-ingress")
@@ -95,3 +95,24 @@ def test_patches_are_read_from_the_stacks_state():
         ("v1", "Namespace", "", "team"),
         ("v1", "Secret", "kueue-system", "sh.helm.release.v1.kueue.v1"),
     }
+
+
+def test_only_a_crd_kept_by_trainstack_and_declared_by_the_stack_may_be_taken_over():
+    """A CRD another trainstack stack applied and kept (labelled part-of trainstack) is one an install
+    takes over, where the stack's state declares it; a CRD without the label is never one."""
+    kept, users = "pytorchjobs.kubeflow.org", "widgets.example.com"
+    key = lambda name: ("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)  # noqa: E731
+    before = {
+        key(kept): held(obj(labels={"app.kubernetes.io/part-of": "trainstack"})),
+        key(users): held(obj("u2")),
+    }
+    state = {
+        "deployment": {
+            "resources": [
+                {"type": CRD_TYPE, "outputs": {"metadata": {"name": name}}}
+                for name in (kept, users, "new.example.com")
+            ]
+        }
+    }
+    assert declared_kept_crds(state, before) == {key(kept)}
+    assert declared_kept_crds({"deployment": {"resources": []}}, before) == set()

@@ -72,6 +72,11 @@ def test_plan_exits_zero_and_writes_files(planned):
             "helm-kuberay-operator.yaml",
             "helm-kueue.yaml",
             "helm-nvidia-device-plugin.yaml",
+            *(
+                ["job-training-llama-1b-fsdp-driver.yaml", "job-training-llama-1b-ray-driver.yaml"]
+                if prod
+                else ["job-training-llama-tiny-driver.yaml"]
+            ),
             "kustomize-operators-training-operator.yaml",
             f"localqueue-training-{group}.yaml",
             "localqueue-training-system.yaml",
@@ -173,6 +178,7 @@ def test_resources_json_shape(planned):
         "trainstack:queueing:Queueing",
         "trainstack:jobs:TrainJob",
         "trainstack:jobs:TrainingRuntime",
+        "trainstack:jobs:DriverProbe",
         *(["trainstack:jobs:RayJob"] if stack == "prod" else []),
         "trainstack:compute:TrainingPodIdentity",
         "trainstack:compute:JobIdentity",

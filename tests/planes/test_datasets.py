@@ -14,6 +14,18 @@ from support.plans import plan
 from workload.trainer.prepare_data import parse_args
 
 JOB = "kubernetes:batch/v1:Job"
+
+
+def preparations(run) -> list:
+    """The dataset preparation Jobs (not the driver probes)."""
+    return [j for j in run.by_type(JOB) if j.name.startswith("dataset-")]
+
+
+def preparation(run):
+    (job,) = preparations(run)
+    return job
+
+
 C4 = {"name": "c4-en", "source": "allenai/c4", "config": "en", "maxTokens": 2_000_000, "valTokens": 20_000}
 
 
@@ -29,12 +41,12 @@ def run():
 
 
 def container(run) -> dict:
-    (c,) = run.one(JOB).inputs["spec"]["template"]["spec"]["containers"]
+    (c,) = preparation(run).inputs["spec"]["template"]["spec"]["containers"]
     return c
 
 
 def test_the_job_runs_prepare_data_into_the_datasets_directory_of_its_spec(run):
-    job = run.one(JOB).inputs
+    job = preparation(run).inputs
     name = job["metadata"]["name"]
     assert name.startswith("prepare-c4-en-") and len(name) == len("prepare-c4-en-") + 10
     digest = name.rpartition("-")[2]
@@ -51,7 +63,7 @@ def test_the_job_runs_prepare_data_into_the_datasets_directory_of_its_spec(run):
 
 
 def test_pulumi_waits_for_it_and_the_association_comes_first(run):
-    job = run.one(JOB)
+    job = preparation(run)
     assert job.options["customTimeouts"] == {"create": "240m"}
     association = run.one(
         "aws:eks/podIdentityAssociation:PodIdentityAssociation", "dataset-c4-en-association"
@@ -71,11 +83,11 @@ def test_its_identity_writes_its_own_dataset_only(run):
 
 
 def test_a_changed_spec_makes_a_new_job_and_directory_a_longer_wait_does_not(run):
-    before = run.one(JOB).inputs["metadata"]["name"]
-    longer = prepared({**C4, "timeoutMinutes": 600}).one(JOB)
+    before = preparation(run).inputs["metadata"]["name"]
+    longer = preparation(prepared({**C4, "timeoutMinutes": 600}))
     assert longer.inputs["metadata"]["name"] == before
     assert longer.options["customTimeouts"] == {"create": "600m"}
-    more = prepared({**C4, "maxTokens": 4_000_000}).one(JOB).inputs
+    more = preparation(prepared({**C4, "maxTokens": 4_000_000})).inputs
     assert more["metadata"]["name"] != before
     assert (
         parse_args(more["spec"]["template"]["spec"]["containers"][0]["args"]).out
@@ -85,7 +97,7 @@ def test_a_changed_spec_makes_a_new_job_and_directory_a_longer_wait_does_not(run
 
 def test_each_dataset_is_prepared_by_its_own_job_and_identity():
     run = prepared(C4, {**C4, "name": "wiki", "source": "wikimedia/wikipedia", "config": "20231101.en"})
-    assert sorted(j.inputs["metadata"]["name"].rpartition("-")[0] for j in run.by_type(JOB)) == [
+    assert sorted(j.inputs["metadata"]["name"].rpartition("-")[0] for j in preparations(run)) == [
         "prepare-c4-en",
         "prepare-wiki",
     ]

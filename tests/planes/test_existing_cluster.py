@@ -59,7 +59,7 @@ def test_an_existing_eks_cluster_gets_no_vpc_cluster_or_node_group(existing_plan
 
 
 def test_the_provider_reaches_the_named_eks_cluster(existing_plan):
-    provider = existing_plan.one("pulumi:providers:kubernetes")
+    provider = existing_plan.one("pulumi:providers:kubernetes", "existing-cluster-k8s")
     assert provider.inputs["kubeconfig"] == SECRET_MASK
     config = json.loads(provider.revealed["kubeconfig"])
     (cluster,) = config["clusters"]
@@ -204,7 +204,7 @@ def test_the_existing_plan_prints_checks_that_apply_and_no_hourly_cost(tmp_path)
 
 def test_a_local_stack_uses_no_aws_at_all(local_plan):
     assert [r.type for r in local_plan.resources if r.type.startswith(("aws:", "pulumi:providers:aws"))] == []
-    provider = local_plan.one("pulumi:providers:kubernetes")
+    provider = local_plan.one("pulumi:providers:kubernetes", "existing-cluster-k8s")
     assert (
         provider.inputs["kubeconfig"].endswith("/.kube/config")
         and provider.inputs["context"] == "kind-trainstack"

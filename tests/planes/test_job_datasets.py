@@ -13,7 +13,7 @@ JOB = {"name": "fsdp", "kind": "PyTorchJob", "nodeGroup": "gpu", "dataset": "c4-
 
 def test_a_job_naming_a_dataset_gets_its_files_and_waits_for_their_preparation():
     run = plan("dev", datasets=[C4], jobs=[JOB])
-    prep = run.one("kubernetes:batch/v1:Job")
+    (prep,) = [j for j in run.by_type("kubernetes:batch/v1:Job") if j.name.startswith("dataset-")]
     out = next(
         a for a in prep.inputs["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("s3://")
     )

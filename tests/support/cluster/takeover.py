@@ -15,7 +15,13 @@ fieldManagerName, pkg/metadata/labels.go TrySetManagedByLabel; helm pkg/action/v
   - the labels `app.kubernetes.io/managed-by: pulumi`, `app.kubernetes.io/part-of: trainstack` and
     `trainstack.dev/stack`, or Helm's release annotation (the stack's releases adopting it);
   - an owner reference it did not have.
-An object with a controller owner may be replaced by its controller: it is held to its marks only."""
+An object with a controller owner may be replaced by its controller: it is held to its marks only.
+
+Two kinds of object the stack may co-own by design, declared in its state: a patch
+(`kubernetes:<group>/<version>:<Kind>Patch`), and a CRD another trainstack stack applied and kept
+when it went (labelled `app.kubernetes.io/part-of: trainstack` before the operation:
+components/operators.py retained_crds), which an install takes over (account_checks/operator_decisions.py
+`_kept_crd`)."""
 
 from __future__ import annotations
 
@@ -118,6 +124,24 @@ def declared_patches(state: dict) -> set[Key]:
     return keys
 
 
+CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+KEPT_MARK = "{}={}".format(*next(iter(PART_OF.items())))
+
+
+def declared_kept_crds(state: dict, before: dict[Key, Held]) -> set[Key]:
+    """The CRDs the stack's state declares that were trainstack's kept CRDs before it: those it took
+    over by design."""
+    keys = set()
+    for r in (state.get("deployment") or {}).get("resources") or []:
+        if r.get("type") != CRD_TYPE:
+            continue
+        name = ((r.get("outputs") or r.get("inputs") or {}).get("metadata") or {}).get("name")
+        key = ("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", name)
+        if key in before and KEPT_MARK in before[key].marks:
+            keys.add(key)
+    return keys
+
+
 class TakeoverDetector:
     """Held by an Engine: the foreign objects are those of the first snapshot (before the stack's
     first operation); each later operation is compared against them."""
@@ -139,7 +163,7 @@ class TakeoverDetector:
     def after(self, operation: str, state: dict) -> None:
         """Raises with every object taken over or gone, by name."""
         assert self.foreign is not None, "before() was not called"
-        self.patched |= declared_patches(state)
+        self.patched |= declared_patches(state) | declared_kept_crds(state, self.foreign)
         found = violations(self.foreign, snapshot(self.objects), self.patched)
         if found:
             raise AssertionError(
