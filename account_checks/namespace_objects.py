@@ -17,7 +17,7 @@ import pulumi
 
 from account_checks.cluster_access import ClusterReader
 from config import PROJECT, StackConfig
-from conventions import PART_OF, STACK_LABEL
+from conventions import PART_OF, STACK_LABEL, in_shared_namespace
 
 
 class NamespaceObjectsError(pulumi.RunError):
@@ -29,15 +29,21 @@ class NamespaceObjectsError(pulumi.RunError):
         )
 
 
-def whose(labels: dict[str, str], stack: str) -> str | None:
-    """Whose an object is by its labels, where it is not this stack's (None: this stack's)."""
+def whose(labels: dict[str, str], stack: str, name: str | None = None) -> str | None:
+    """Whose an object is by its labels, where it is not this stack's (None: this stack's). This
+    stack's: labelled with its name (`STACK_LABEL`); or, made by a release before that label, part of
+    trainstack (`PART_OF`) with no other stack's label, or, as the release before the labels left its
+    Secrets, with no label at all and named with the stack's name (conventions.in_shared_namespace:
+    `trainstack-<stack>-...`, a `name` given only for an object in the stack's namespace)."""
     ((part_of, trainstack),) = PART_OF.items()
-    if labels.get(part_of) != trainstack:
-        return f"not trainstack's (no {part_of}={trainstack} label)"
     owner = labels.get(STACK_LABEL)
-    if owner is not None and owner != stack:
-        return f"stack {owner}'s ({STACK_LABEL}={owner})"
-    return None
+    if owner is not None:
+        return None if owner == stack else f"stack {owner}'s ({STACK_LABEL}={owner})"
+    if labels.get(part_of) == trainstack:
+        return None
+    if not labels and name is not None and name.startswith(in_shared_namespace(stack, "")):
+        return None
+    return f"not trainstack's (no {part_of}={trainstack} label)"
 
 
 def _labels(
@@ -59,7 +65,7 @@ def collisions(
     found = []
     for kind, name, collection in wanted:
         labels = _labels(reader, collection, namespace, name)
-        owner = None if labels is None else whose(labels, stack)
+        owner = None if labels is None else whose(labels, stack, name if namespace else None)
         if owner is None:
             continue
         if namespace is None:

@@ -2,9 +2,10 @@
 its group, on every kind of cluster (the stack's own node groups, an existing cluster's, HyperPod's).
 A node's driver cannot be read before the node exists (a group that scales from zero has none at
 plan time) and GPU feature discovery, which labels it, is off in the device-plugin charts and needs
-Node Feature Discovery beside it; so a Job runs `python -m trainer.driver_probe` in the stack's
-training image (with the job's image's CUDA release where the job runs another) on a node of the group, reading the loaded kernel module's version from the node's
-`/sys/module` (workload/trainer/driver_probe.py). It asks for no GPU (the group's GPUs may all be
+Node Feature Discovery beside it; so a Job runs the probe (workload/trainer/driver_probe.py, standard
+library only, given to `python3 -c` whole, so it needs nothing of the trainer in the image) in the
+job's own image on a node of the group, reading the loaded kernel module's version from the node's
+`/sys/module`, and the image's own CUDA release (`CUDA_VERSION`). It asks for no GPU (the group's GPUs may all be
 training) and runs with NVIDIA_VISIBLE_DEVICES=void, so the NVIDIA runtime starts it like any
 container even where the driver is too old for the image.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -32,6 +34,9 @@ PROBE_LABEL = "trainstack.dev/driver-probe"
 MODULE_DIR = "/host/sys/module"
 # A container the NVIDIA runtime starts as runc would: no GPU, no NVIDIA_REQUIRE_CUDA check.
 NO_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
+# The probe's source, run as it is in the job's image: any image with python3, the trainer's or not.
+PROBE_SOURCE = (Path(__file__).resolve().parents[1] / "workload" / "trainer" / "driver_probe.py").read_text()
+PROBE_COMMAND = ["/bin/sh", "-c", 'exec python3 -c "$DRIVER_PROBE" "$@"', "driver-probe"]
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}
 
 
@@ -40,8 +45,7 @@ class DriverProbeArgs:
     job: str  # the job it clears
     name: str  # the probe Job's name
     placement: Placement  # the job's group
-    image: pulumi.Input[str]  # the stack's training image (trainer.driver_probe is in it)
-    cuda: str | None  # the job's image's CUDA release where it runs another (X.Y, unknown); None: this one's
+    image: pulumi.Input[str]  # the job's image: its CUDA release is what the node's driver must serve
     namespace: pulumi.Input[str]
     provider: k8s.Provider
     timeout_minutes: int  # a node of the group to come up, and the image to be pulled
@@ -59,7 +63,6 @@ def probe_args(args: DriverProbeArgs) -> list[str]:
         args.fix,
         "--module-dir",
         MODULE_DIR,
-        *(["--cuda", args.cuda] if args.cuda is not None else []),
     ]
 
 
@@ -82,9 +85,12 @@ class DriverProbe(pulumi.ComponentResource):
                             {
                                 "name": "probe",
                                 "image": args.image,
-                                "command": ["python", "-m", "trainer.driver_probe"],
+                                "command": PROBE_COMMAND,
                                 "args": probe_args(args),
+                                # A shell that finds no python3 says so in the message the `up` shows.
+                                "terminationMessagePolicy": "FallbackToLogsOnError",
                                 "env": [
+                                    {"name": "DRIVER_PROBE", "value": PROBE_SOURCE},
                                     *({"name": k, "value": v} for k, v in NO_GPU_ENV.items()),
                                     {
                                         "name": "NODE_NAME",

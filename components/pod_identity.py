@@ -140,7 +140,7 @@ class TrainingPodIdentity(pulumi.ComponentResource):
         replaced (a replaced Secret relaunches every job that reads it)."""
         return k8s.core.v1.Secret(
             name,
-            metadata={"name": name, "namespace": self.namespace_name},
+            metadata={"name": name, "namespace": self.namespace_name, "labels": dict(PART_OF)},
             string_data={k: pulumi.Output.secret(v) for k, v in data.items()},
             opts=pulumi.ResourceOptions(
                 parent=self,

@@ -23,7 +23,6 @@ from conventions import (
     SYSTEM_GROUP,
     in_shared_namespace,
 )
-from domain.drivers import cuda_of
 from domain.names import IAM_ROLE_NAME_MAX, JOB_NAME_MAX, PROJECT, eks_cluster_name, fit, node_group_name
 from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
@@ -56,15 +55,6 @@ def driver_fix(cfg: StackConfig, group: str) -> str:
         "a node group takes EKS's newest AL2023 NVIDIA AMI when made; to move a running one: aws eks "
         f"update-nodegroup-version --cluster-name {cluster} --nodegroup-name {node_group_name(cluster, group)}"
     )
-
-
-def job_cuda(j) -> str | None:
-    """The CUDA release of a job's image where it is not the training image the probe runs in (as
-    its tag names it, or `unknown`); None where it is, and the probe reads its own."""
-    if j.image is None and not j.verl:
-        return None
-    found = cuda_of(j.image) if j.image else None
-    return f"{found[0]}.{found[1]}" if found else "unknown"
 
 
 def training_policies(cfg: StackConfig, compute: ComputePlane, deny_pods: dict | None) -> NamespacePolicies:
@@ -167,6 +157,7 @@ def jobs_plane(
         # A job naming a dataset starts on prepared files: pulumi-kubernetes awaits the Job's Complete.
         data = datasets[j.dataset] if j.dataset else None
         extra += [data.job] if data else []
+        image = j.image or (build.verl_image_uri if j.verl else build.image_uri)
         if group is not None and placement.gpus:  # its nodes' driver, before the job is registered
             probe = DriverProbe(
                 f"driver-{j.name}",
@@ -174,8 +165,7 @@ def jobs_plane(
                     job=j.name,
                     name=driver_probe_name(cfg, j.name),
                     placement=placement,
-                    image=build.image_uri,
-                    cuda=job_cuda(j),
+                    image=image,
                     namespace=pods.namespace_name,
                     provider=provider,
                     timeout_minutes=(cfg.queueing.max_node_provision_minutes if provisioned else 0)
@@ -196,7 +186,7 @@ def jobs_plane(
                     job=j,
                     placement=placement,
                     nodes=compute.group_nodes.get(j.node_group),
-                    image=j.image or (build.verl_image_uri if j.verl else build.image_uri),
+                    image=image,
                     prep_image=build.image_uri,
                     checkpoints=checkpoints(cfg, build, storage, j.node_group, j.name),
                     datasets_claim=storage.datasets.claim_name if storage and storage.datasets else None,

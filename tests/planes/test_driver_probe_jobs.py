@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from support.plans import EXISTING_CLUSTER, plan
 
+from components.driver_probe import PROBE_COMMAND, PROBE_SOURCE
 from conventions import GPU_TOLERATION
 
 JOB = "kubernetes:batch/v1:Job"
@@ -32,22 +33,22 @@ def test_every_gpu_job_waits_for_its_groups_driver_probe():
     assert pod["tolerations"] == [GPU_TOLERATION]
     assert probe.inputs["spec"]["backoffLimit"] == 0
     c = container(probe)
-    assert c["command"] == ["python", "-m", "trainer.driver_probe"]
+    assert c["command"] == PROBE_COMMAND
+    assert {"name": "DRIVER_PROBE", "value": PROBE_SOURCE} in c["env"]
     assert "nvidia.com/gpu" not in str(c["resources"])
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in c["env"]
     assert c["volumeMounts"] == [{"name": "sys-module", "mountPath": "/host/sys/module", "readOnly": True}]
     assert pod["volumes"] == [
         {"name": "sys-module", "hostPath": {"path": "/sys/module", "type": "Directory"}}
     ]
-    assert "--cuda" not in c["args"]  # the job runs the training image: the probe reads its own release
-    assert c["image"] == container(found["llama-1b-ray-driver"])["image"]
+    trainjob = next(r for r in run.resources if r.name == "job-llama-1b-fsdp" and r.custom)
+    assert c["image"] == trainjob.inputs["spec"]["trainer"]["image"]  # the job's own: its CUDA
     # A node of p5 may take the autoscaler's 30 minutes to come, and the image 20 to pull.
     assert probe.options["customTimeouts"] == {"create": "50m"}
-    trainjob = next(r for r in run.resources if r.name == "job-llama-1b-fsdp" and r.custom)
     assert probe.urn in trainjob.dependencies
 
 
-def test_a_job_on_the_system_nodes_has_no_probe_and_another_image_is_judged_by_its_tag():
+def test_a_job_on_the_system_nodes_has_no_probe_and_each_probe_runs_its_jobs_image():
     jobs = [
         {"name": "cpu", "kind": "PyTorchJob", "nodeGroup": "system", "wait": "none"},
         {
@@ -57,12 +58,10 @@ def test_a_job_on_the_system_nodes_has_no_probe_and_another_image_is_judged_by_i
             "image": "nvidia/cuda:12.8.1-runtime-ubuntu24.04",
             "wait": "none",
         },
-        {"name": "grpo", "kind": "RayJob", "nodeGroup": "gpu", "verl": {"algorithm": "grpo"}, "wait": "none"},
     ]
     found = probes(plan("dev", jobs=jobs))
-    assert set(found) == {"own-driver", "grpo-driver"}
-    assert container(found["own-driver"])["args"][-2:] == ["--cuda", "12.8"]
-    assert container(found["grpo-driver"])["args"][-2:] == ["--cuda", "unknown"]
+    assert set(found) == {"own-driver"}
+    assert container(found["own-driver"])["image"] == "nvidia/cuda:12.8.1-runtime-ubuntu24.04"
 
 
 def test_on_a_cluster_the_stack_did_not_create_the_probe_carries_the_stacks_name_and_says_whose_ami():

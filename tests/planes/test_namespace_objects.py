@@ -293,3 +293,22 @@ def test_on_the_stacks_own_cluster_a_job_whose_kind_changed_is_named_too():
     assert not [
         m for m in plan("prod", facts={"cluster-objects:running": [running]}).messages if "replaced by" in m
     ]
+
+
+def test_the_stacks_own_objects_from_earlier_runs_are_its_own_however_they_were_labelled():
+    """Its hf-token Secret as this release labels it (the stack's label, before this release without
+    the part-of label), and as the release before the labels left it (named with the stack's name, no
+    label): both its own, so the next `up` goes on; the same name labelled by another stack stops it."""
+    secret = "trainstack-existing-hf-token"
+    values = stack_values("existing", hfToken="hf_test")
+
+    def run(labels: dict):
+        facts = {**EXISTING_CLUSTER, "cluster-objects:namespace": [obj("Secret", secret, labels)]}
+        return run_program("existing", values, ["trainstack:hfToken"], facts=facts)
+
+    for labels in ({STACK_LABEL: "existing"}, {}):
+        assert secret in {
+            r.inputs["metadata"]["name"] for r in run(labels).by_type("kubernetes:core/v1:Secret")
+        }
+    with pytest.raises(NamespaceObjectsError, match=f"Secret training/{secret} is stack team-a's"):
+        run({STACK_LABEL: "team-a"})

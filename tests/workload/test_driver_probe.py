@@ -1,42 +1,35 @@
-"""The driver probe as its Job runs it (components/driver_probe.py): `python -m trainer.driver_probe`
-from the image's working directory, with the stack's arguments, a node's `/sys/module` (here a copy
-holding the file the nvidia kernel module shows), and the image's CUDA_VERSION: its exit code and the
-termination message pulumi-kubernetes shows when the Job fails."""
+"""The driver probe as its Job runs it (components/driver_probe.py): the container's own command (a
+shell that hands the probe's source to `python3 -c`), with the stack's arguments and environment, a
+node's `/sys/module` (here a copy holding the file the nvidia kernel module shows), and the image's
+CUDA_VERSION: its exit code and the termination message pulumi-kubernetes shows when the Job fails."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
-import pytest
-from support.paths import WORKLOAD
-
-from components.driver_probe import DriverProbeArgs, probe_args
+from components.driver_probe import MODULE_DIR, PROBE_COMMAND, PROBE_SOURCE, DriverProbeArgs, probe_args
 from domain.placement import Placement
 
 GROUP = Placement("p5", "p5.48xlarge", 8, 32, 192, 2048, 98.32, {"trainstack.dev/node-group": "p5"})
 
 
-def args(cuda: str | None = None) -> list[str]:
-    probe = DriverProbeArgs(
-        "llama", "llama-driver", GROUP, "image", cuda, "training", None, 30, "the AMI", []
-    )
-    return probe_args(probe)
-
-
-def probe(tmp_path, driver: str | None, cuda_env: str | None, cuda: str | None = None):
+def probe(tmp_path, driver: str | None, cuda_env: str | None):
+    """The probe's container run here: its command and args, the node's module directory and the
+    termination log in the test's folder (their paths the only change), no trainer on the path."""
     modules = tmp_path / "sys-module"
     (modules / "nvidia").mkdir(parents=True, exist_ok=True)
     if driver is not None:
         (modules / "nvidia" / "version").write_text(f"{driver}\n")
     log = tmp_path / "termination-log"
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VERSION", "PYTHONPATH")}
-    env |= {"NODE_NAME": "ip-10-0-1-5", **({"CUDA_VERSION": cuda_env} if cuda_env else {})}
-    argv = [a if a != "/host/sys/module" else str(modules) for a in args(cuda)]
+    env |= {"NODE_NAME": "ip-10-0-1-5", "DRIVER_PROBE": PROBE_SOURCE, "NVIDIA_VISIBLE_DEVICES": "void"}
+    env |= {"CUDA_VERSION": cuda_env} if cuda_env else {}
+    args = DriverProbeArgs("llama", "llama-driver", GROUP, "image", "training", None, 30, "the AMI", [])
+    argv = [str(modules) if a == MODULE_DIR else a for a in probe_args(args)]
     done = subprocess.run(
-        [sys.executable, "-m", "trainer.driver_probe", *argv, "--termination-log", str(log)],
-        cwd=WORKLOAD,
+        [*PROBE_COMMAND, *argv, "--termination-log", str(log)],
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
@@ -55,11 +48,10 @@ def test_a_driver_older_than_the_images_cuda_fails_the_probe_with_a_sentence(tmp
     )
 
 
-@pytest.mark.parametrize(("driver", "cuda_env"), [("580.65.06", "13.0.3"), ("570.195.03", "12.8.1")])
-def test_a_driver_new_enough_passes(tmp_path, driver, cuda_env):
-    code, message = probe(tmp_path, driver, cuda_env)
-    assert code == 0
-    assert message.endswith(": ok")
+def test_a_driver_new_enough_passes(tmp_path):
+    for driver, cuda in (("580.65.06", "13.0.3"), ("570.195.03", "12.8.1")):
+        code, message = probe(tmp_path, driver, cuda)
+        assert (code, message.rsplit(": ", 1)[-1]) == (0, "ok"), (driver, cuda, message)
 
 
 def test_a_node_without_an_nvidia_driver_fails_closed(tmp_path):
@@ -68,9 +60,7 @@ def test_a_node_without_an_nvidia_driver_fails_closed(tmp_path):
     assert "node ip-10-0-1-5 shows no NVIDIA driver (no loaded nvidia kernel module" in message
 
 
-def test_another_images_release_is_judged_where_the_stack_knows_it(tmp_path):
-    """The job runs an image of its own: its release as given (`--cuda`), not the probe's image's."""
-    assert probe(tmp_path, "570.195.03", "12.8.1", cuda="13.0")[0] == 1
-    code, message = probe(tmp_path, "570.195.03", "13.0.3", cuda="unknown")
+def test_an_image_that_names_no_cuda_release_is_reported_not_compared(tmp_path):
+    code, message = probe(tmp_path, "570.195.03", None)
     assert code == 0
-    assert "the job's image names no CUDA release: not compared" in message
+    assert message.endswith("the job's image names no CUDA release (CUDA_VERSION): not compared")

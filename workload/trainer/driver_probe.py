@@ -8,16 +8,15 @@ The driver is read from the kernel (`/sys/module/nvidia/version`, the loaded mod
 is the driver's), through the node's `/sys/module` mounted read-only: no GPU is asked for, so the probe
 neither waits for the group's GPUs nor needs the CUDA its image may not get (the pod runs with
 NVIDIA_VISIBLE_DEVICES=void, so the NVIDIA runtime does not check NVIDIA_REQUIRE_CUDA). The image's
-CUDA release is its `CUDA_VERSION`, as NVIDIA's CUDA images set it, or, where the job runs another
-image than this one, `--cuda` (that image's release as its tag names it, or `unknown`); the least
-driver per release is
+CUDA release is its `CUDA_VERSION`, as NVIDIA's CUDA images set it (the probe runs in the job's own
+image, given whole to `python3 -c`); the least driver per release is
 the stack's table (domain/drivers.py LEAST_DRIVER), given as `--least-driver`. Where the node shows
 no NVIDIA driver the probe fails closed; where the image names no CUDA release nothing can be
 compared, which it says and passes.
 
 Its sentence goes to the container's termination message (`/dev/termination-log`), which
-pulumi-kubernetes shows when the Job fails. Standard library only: it runs before anything else of
-the trainer matters.
+pulumi-kubernetes shows when the Job fails. Standard library only and one file: it runs in any image
+with python3.
 """
 
 from __future__ import annotations
@@ -61,7 +60,11 @@ def verdict(
     major = int(driver.split(".")[0])
     needed = least.get(cuda) if cuda else None
     if needed is None:
-        why = f"is on CUDA {cuda}, not in the stack's driver table" if cuda else "names no CUDA release"
+        why = (
+            f"is on CUDA {cuda}, not in the stack's driver table"
+            if cuda
+            else "names no CUDA release (CUDA_VERSION)"
+        )
         return OK, f"{where}: node {node} has NVIDIA driver {driver}; the job's image {why}: not compared"
     if major < needed:
         return INCOMPATIBLE, (
@@ -73,7 +76,9 @@ def verdict(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trainer.driver_probe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="driver-probe", description="The node's NVIDIA driver against the image's CUDA."
+    )
     parser.add_argument("--where", required=True, help="what is probed, as a sentence names it")
     parser.add_argument("--least-driver", required=True, help='JSON: {"13.0": 580, ...}')
     parser.add_argument("--fix", required=True, help="where the group's AMI is set, as a sentence names it")
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         node,
         args.where,
         driver_version(args.module_dir),
-        cuda_release(os.environ.get("CUDA_VERSION") if args.cuda is None else args.cuda),
+        cuda_release(os.environ.get("CUDA_VERSION")),
         {k: int(v) for k, v in json.loads(args.least_driver).items()},
         args.fix,
     )
