@@ -51,6 +51,9 @@ class GitHubCiAccessArgs:
     iam_path: str  # /trainstack/<stack>/: every role and policy of the stack
     cluster_name: str
     schedule_group: str
+    # `ci.runner: codebuild`: the in-VPC deploy project (components/ci_runner.py), which runs `pulumi up`
+    # as the deploy role; started only by the deploy role itself (codebuild:StartBuild).
+    in_vpc_project_arn: str | None = None
 
 
 def subjects(args: GitHubCiAccessArgs, use: str) -> list[str]:
@@ -68,26 +71,35 @@ def subjects(args: GitHubCiAccessArgs, use: str) -> list[str]:
     return found
 
 
-def github_trust(provider_arn: str, subs: list[str]) -> str:
+def github_trust(provider_arn: str, subs: list[str], project_arn: str | None = None) -> str:
+    """GitHub's OIDC for `subs`; with `project_arn`, also CodeBuild for that project only (its
+    builds run as the role: the confused-deputy conditions CodeBuild documents, aws:SourceArn and
+    aws:SourceAccount)."""
     # StringLike only where the subject has a wildcard (a pull request's number).
     audience = {f"{GITHUB_OIDC_HOST}:aud": AUDIENCE}
     if any("*" in s for s in subs):
         condition = {"StringEquals": audience, "StringLike": {f"{GITHUB_OIDC_HOST}:sub": subs}}
     else:
         condition = {"StringEquals": {**audience, f"{GITHUB_OIDC_HOST}:sub": subs}}
-    return json.dumps(
+    statements: list[dict] = [
         {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Federated": provider_arn},
-                    "Action": "sts:AssumeRoleWithWebIdentity",
-                    "Condition": condition,
-                }
-            ],
+            "Effect": "Allow",
+            "Principal": {"Federated": provider_arn},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": condition,
         }
-    )
+    ]
+    if project_arn is not None:
+        account = project_arn.split(":")[4]
+        statements.append(
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "codebuild.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+                "Condition": {"StringEquals": {"aws:SourceArn": project_arn, "aws:SourceAccount": account}},
+            }
+        )
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
 # What `pulumi preview` of this stack reads: the configuration of the services the stack uses
@@ -329,7 +341,9 @@ class GitHubCiAccess(pulumi.ComponentResource):
                 path=args.iam_path,
                 description=f"GitHub Actions of {args.repository}: pulumi {use} (environment {environment})",
                 assume_role_policy=self.provider_arn.apply(
-                    lambda arn: github_trust(arn, subjects(args, use))
+                    lambda arn: github_trust(
+                        arn, subjects(args, use), args.in_vpc_project_arn if use == "deploy" else None
+                    )
                 ),
                 permissions_boundary=boundary.arn,
                 max_session_duration=3600 * 4,  # a first `up` with an EKS cluster takes ~30 min

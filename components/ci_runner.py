@@ -1,70 +1,85 @@
-"""A GitHub Actions runner inside the stack's VPC: an AWS CodeBuild-hosted runner project.
+"""`pulumi up` inside the stack's VPC: an AWS CodeBuild project the deploy job starts.
 
 GitHub-hosted runners egress from ranges no one can list, so they cannot reach an API endpoint
-limited to `publicAccessCidrs`, nor a private one. CodeBuild starts a build in the VPC's private
-subnets for each queued workflow job of the deploy workflow (a webhook on WORKFLOW_JOB_QUEUED) whose
-`runs-on` is `codebuild-<project>-${{ github.run_id }}-${{ github.run_attempt }}`, and that build
-runs the job. The job still assumes its role through OIDC: the project's own role only writes its
-logs and attaches the build to the VPC, since any workflow job that lands on the runner holds it.
+limited to `publicAccessCidrs`, nor a private one. The deploy job (on a GitHub-hosted runner, in its
+protected environment, on main's head: .github/workflows/deploy.yml) takes the deploy role through
+OIDC and starts a build of this project at its commit (`codebuild:StartBuild`, sourceVersion), which
+runs `pulumi up` in the VPC's private subnets as the deploy role, and waits for it
+(.github/in_vpc_up.py).
+
+No webhook: a project with one (a CodeBuild-hosted GitHub Actions runner) runs any queued workflow
+job its filters match, and a webhook sees a job's workflow `name:` and branch, both of which a
+branch's or a fork's workflow sets as it likes (`name: deploy`, a fork's own `main`), never the
+workflow file and ref the deploy role's OIDC trust checks. Here the only way in is StartBuild, which
+only the deploy role (an approved deploy job) and the account's administrators may call. The
+build's commands are the stack's (the project's buildspec), the program the commit's, pinned by
+hash (requirements.lock) and the Pulumi CLI by the release's checksums.
+
+The project keeps the name of the runner it replaces (`trainstack-<stack>-github-runner`, output
+`ciRunnerProject`), so a repository variable set for the runner still names it.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+import yaml
 
-from components.iam import service_trust
 from domain.network import PrivateNetwork
 
-RUNNER_IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
-RUNNER_COMPUTE = "BUILD_GENERAL1_SMALL"
+DEPLOY_IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
+DEPLOY_COMPUTE = "BUILD_GENERAL1_SMALL"
 LOG_RETENTION_DAYS = 30
-# What a CodeBuild build in a VPC does with the network (CodeBuild user guide, "Allow CodeBuild to
-# access AWS services required to create a VPC network interface").
-VPC_ACTIONS = [
-    "ec2:CreateNetworkInterface",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DescribeDhcpOptions",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSecurityGroups",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeVpcs",
-]
+BUILD_TIMEOUT_MINUTES = 240  # the deploy role's session: a first `up` with an EKS cluster takes ~30 min
+PULUMI_RELEASES = "https://github.com/pulumi/pulumi/releases/download"
+
+
+def deploy_buildspec(stack: str) -> str:
+    """What a build runs, from the commit's checkout: the program's requirements by hash, the Pulumi
+    CLI of `.pulumi-version` checked against the release's checksums (pulumi's .goreleaser.yml names
+    the archive `pulumi-v<version>-linux-x64.tar.gz` and the sums `pulumi-<version>-checksums.txt`),
+    then `pulumi up` on the backend the build is started with (PULUMI_BACKEND_URL)."""
+    version = "$(cat .pulumi-version)"
+    fetch = (
+        f'v={version} && curl -fsSLo "pulumi-v$v-linux-x64.tar.gz" "{PULUMI_RELEASES}/v$v/pulumi-v$v-linux-x64.tar.gz" '
+        f'&& curl -fsSLo sums.txt "{PULUMI_RELEASES}/v$v/pulumi-$v-checksums.txt" '
+        '&& grep " pulumi-v$v-linux-x64.tar.gz$" sums.txt | sha256sum -c - '
+        '&& tar -xzf "pulumi-v$v-linux-x64.tar.gz" -C /opt'
+    )
+    spec = {
+        "version": 0.2,
+        "env": {"shell": "bash", "variables": {"PULUMI_SKIP_UPDATE_CHECK": "true"}},
+        "phases": {
+            "install": {
+                "runtime-versions": {"python": "3.11"},
+                "commands": [
+                    "python3 -m venv .venv",
+                    ".venv/bin/python -m pip install --require-hashes --only-binary :all: -r requirements.lock",
+                    fetch,
+                ],
+            },
+            "build": {
+                "commands": [
+                    'test -n "$PULUMI_BACKEND_URL"',
+                    'export PATH="/opt/pulumi:$PWD/.venv/bin:$PATH"',
+                    'pulumi login "$PULUMI_BACKEND_URL"',
+                    f"pulumi up --yes --non-interactive --skip-preview --stack {stack}",
+                ]
+            },
+        },
+    }
+    return yaml.safe_dump(spec, sort_keys=False)
 
 
 @dataclass(frozen=True)
 class CiRunnerArgs:
     project_name: str
     repository: str  # owner/repo
-    workflow_name: str  # the deploy workflow's `name:`: only its jobs start a build
+    stack: str
+    deploy_role_arn: pulumi.Input[str]  # what the build runs as (its trust names this project)
     network: PrivateNetwork[pulumi.Input[str]]  # where its builds run
-    region: str
-    account_id: str
-
-
-def runner_policy(args: CiRunnerArgs, log_group_arn: str) -> dict:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "Logs",
-                "Effect": "Allow",
-                "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                "Resource": f"{log_group_arn}:*",
-            },
-            {"Sid": "VpcNetworkInterfaces", "Effect": "Allow", "Action": VPC_ACTIONS, "Resource": "*"},
-            {
-                "Sid": "AttachToTheStacksSubnets",
-                "Effect": "Allow",
-                "Action": "ec2:CreateNetworkInterfacePermission",
-                "Resource": f"arn:aws:ec2:{args.region}:{args.account_id}:network-interface/*",
-                "Condition": {"StringEquals": {"ec2:AuthorizedService": "codebuild.amazonaws.com"}},
-            },
-        ],
-    }
 
 
 class CiRunner(pulumi.ComponentResource):
@@ -73,7 +88,7 @@ class CiRunner(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-sg",
-            description=f"GitHub Actions runner of {args.repository}: egress only",
+            description=f"pulumi up of {args.repository} inside the VPC: egress only",
             vpc_id=args.network.vpc_id,
             egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
             opts=child,
@@ -86,55 +101,35 @@ class CiRunner(pulumi.ComponentResource):
             ip_protocol="tcp",
             from_port=443,
             to_port=443,
-            description="The CI runner reaches the cluster's API endpoint",
+            description="The in-VPC deploy reaches the cluster's API endpoint",
             opts=child,
         )
-        logs = aws.cloudwatch.LogGroup(
+        self.logs = aws.cloudwatch.LogGroup(
             f"{name}-logs",
             name=f"/aws/codebuild/{args.project_name}",
             retention_in_days=LOG_RETENTION_DAYS,
             opts=child,
         )
-        role = aws.iam.Role(
-            f"{name}-role",
-            description=f"CodeBuild-hosted GitHub Actions runner of {args.repository}",
-            assume_role_policy=json.dumps(service_trust("codebuild.amazonaws.com")),
-            opts=child,
-        )
-        policy = aws.iam.RolePolicy(
-            f"{name}-policy",
-            role=role.id,
-            policy=logs.arn.apply(lambda arn: json.dumps(runner_policy(args, arn))),
-            opts=child,
-        )
         self.project = aws.codebuild.Project(
             f"{name}-project",
             name=args.project_name,
-            description=f"GitHub Actions runner of {args.repository} inside the stack's VPC",
-            service_role=role.arn,
-            source={"type": "GITHUB", "location": f"https://github.com/{args.repository}.git"},
+            description=f"pulumi up of {args.repository}'s stack {args.stack} inside its VPC (started by the deploy role)",
+            service_role=args.deploy_role_arn,
+            source={
+                "type": "GITHUB",
+                "location": f"https://github.com/{args.repository}.git",
+                "buildspec": deploy_buildspec(args.stack),
+            },
             artifacts={"type": "NO_ARTIFACTS"},
-            environment={"type": "LINUX_CONTAINER", "compute_type": RUNNER_COMPUTE, "image": RUNNER_IMAGE},
+            environment={"type": "LINUX_CONTAINER", "compute_type": DEPLOY_COMPUTE, "image": DEPLOY_IMAGE},
+            build_timeout=BUILD_TIMEOUT_MINUTES,
+            concurrent_build_limit=1,  # one `up` at a time, as the workflow's concurrency group
             vpc_config={
                 "vpc_id": args.network.vpc_id,
                 "subnets": args.network.private_subnet_ids,
                 "security_group_ids": [self.security_group.id],
             },
-            logs_config={"cloudwatch_logs": {"group_name": logs.name}},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
-        )
-        self.webhook = aws.codebuild.Webhook(
-            f"{name}-webhook",
-            project_name=self.project.name,
-            build_type="BUILD",
-            filter_groups=[
-                {
-                    "filters": [
-                        {"type": "EVENT", "pattern": "WORKFLOW_JOB_QUEUED"},
-                        {"type": "WORKFLOW_NAME", "pattern": f"^{args.workflow_name}$"},
-                    ]
-                }
-            ],
+            logs_config={"cloudwatch_logs": {"group_name": self.logs.name}},
             opts=child,
         )
         self.project_name = self.project.name

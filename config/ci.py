@@ -54,9 +54,10 @@ class CiConfig:
     )
     runner: Literal["github", "codebuild"] = setting(
         "runner",
-        "Where the deploy workflow's jobs run: github (GitHub-hosted: the API endpoint must admit them) "
-        "or codebuild (a CodeBuild-hosted runner the stack creates in its VPC, which reaches a private "
-        "endpoint; set vars.CI_RUNNER_PROJECT_<STACK> to output ciRunnerProject).",
+        "Where the deploy's `pulumi up` runs: github (on the GitHub-hosted runner: the API endpoint must "
+        "admit it) or codebuild (a CodeBuild project the stack creates in its VPC, which reaches a private "
+        "endpoint; the deploy job starts it as the deploy role; needs stateBucket and secretsKeyArn; set "
+        "vars.CI_RUNNER_PROJECT_<STACK> to output ciRunnerProject).",
         "github",
     )
     oidc_provider_arn: str | None = setting(
@@ -104,6 +105,13 @@ def check_ci(ci: CiConfig, r: Reader) -> None:
         return
     if not _GITHUB_REPO.fullmatch(ci.github_repository):
         r.problem(f"{k}.githubRepository", ci.github_repository, "not a GitHub repository", "owner/repo")
+    if ci.runner == "codebuild" and (ci.state_bucket is None or ci.secrets_key_arn is None):
+        r.problem(
+            f"{k}.runner",
+            ci.runner,
+            "the in-VPC deploy runs as the deploy role alone, with no Pulumi Cloud token or passphrase",
+            f"a self-managed S3 backend: set {k}.stateBucket and {k}.secretsKeyArn (docs/ci.md), or runner github",
+        )
     if (ci.github_owner_id is None) != (ci.github_repository_id is None):
         r.problem(
             f"{k}.githubOwnerId" if ci.github_owner_id is None else f"{k}.githubRepositoryId",

@@ -15,8 +15,6 @@ from domain.principals import same_principal
 from planes.account import Account
 from stack_outputs import StackOutputs
 
-DEPLOY_WORKFLOW_NAME = "deploy"  # `name:` of .github/workflows/deploy.yml: the runner's webhook filter
-
 
 def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
     ci = cfg.ci
@@ -39,6 +37,11 @@ def ci_access(cfg: StackConfig, account: Account) -> GitHubCiAccess | None:
             iam_path=iam_path(cfg.stack),
             cluster_name=eks_cluster_name(cfg.stack),
             schedule_group=schedule_group_name(cfg.stack),
+            in_vpc_project_arn=(
+                f"arn:aws:codebuild:{cfg.region}:{account.account_id}:project/{ci_runner_project_name(cfg.stack)}"
+                if ci.runner == "codebuild"
+                else None
+            ),
         ),
         account.account_id,
         account.opts,
@@ -79,20 +82,23 @@ def ci_deploy_entry(ci: GitHubCiAccess | None, creator: str) -> pulumi.Output[st
 
 
 def ci_runner(
-    cfg: StackConfig, account: Account, network: PrivateNetwork[pulumi.Input[str]] | None
+    cfg: StackConfig,
+    account: Account,
+    ci: GitHubCiAccess | None,
+    network: PrivateNetwork[pulumi.Input[str]] | None,
 ) -> CiRunner | None:
-    """With `ci.runner: codebuild`, a runner for the deploy workflow inside the stack's VPC."""
-    if cfg.ci.github_repository is None or cfg.ci.runner != "codebuild" or network is None:
+    """With `ci.runner: codebuild`, the project that runs the deploy's `pulumi up` inside the stack's
+    VPC as the deploy role, started by the deploy job."""
+    if ci is None or cfg.ci.runner != "codebuild" or network is None:
         return None
     return CiRunner(
         "ci-runner",
         CiRunnerArgs(
             project_name=ci_runner_project_name(cfg.stack),
             repository=cfg.ci.github_repository,
-            workflow_name=DEPLOY_WORKFLOW_NAME,
+            stack=cfg.stack,
+            deploy_role_arn=ci.deploy_role.arn,
             network=network,
-            region=cfg.region,
-            account_id=account.account_id,
         ),
         account.opts,
     )

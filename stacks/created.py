@@ -47,7 +47,7 @@ def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
     tracking = tracking_plane(cfg, account, build, compute)
     datasets = datasets_plane(cfg, build, compute)
     jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets, storage)
-    runner = ci_runner(cfg, account, compute.own.private_network)
+    runner = ci_runner(cfg, account, ci, compute.own.private_network)
     return (
         outputs(cfg, build, compute, operators, queues, jobs)
         | tracking_outputs(tracking)

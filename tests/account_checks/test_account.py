@@ -370,7 +370,16 @@ def test_a_role_in_the_stacks_path_that_trusts_an_outsider_stops_the_run(tmp_pat
 @pytest.mark.parametrize(
     ("stack", "overrides"),
     [
-        ("dev", {"ci": ci_config(runner="codebuild")}),
+        (
+            "dev",
+            {
+                "ci": ci_config(
+                    runner="codebuild",
+                    stateBucket="acme-pulumi-state",
+                    secretsKeyArn="arn:aws:kms:us-east-1:123456789012:key/1",
+                )
+            },
+        ),
         ("prod", {"ci": ci_config(accountMode="shared", environment="prod")}),
     ],
 )

@@ -143,12 +143,9 @@ def test_deploy_goes_dev_then_prod_behind_the_environment_and_never_cancels_an_u
         assert (pulumi["with"]["command"], pulumi["with"]["stack-name"]) == ("up", stack)
         (aws,) = steps(job, "aws-actions/configure-aws-credentials@")
         assert aws["with"]["role-to-assume"] == f"${{{{ vars.AWS_DEPLOY_ROLE_{stack.upper()} }}}}"
-        # A CodeBuild runner in the stack's VPC when the repository names its project (ci.runner).
-        runner = f"vars.CI_RUNNER_PROJECT_{stack.upper()}"
-        assert job["runs-on"] == (
-            f"${{{{ {runner} && format('codebuild-{{0}}-{{1}}-{{2}}', {runner}, github.run_id, "
-            "github.run_attempt) || 'ubuntu-24.04' }}"
-        )
+        # GitHub-hosted; the `up` itself in the stack's VPC when the repository names its project
+        # (ci.runner: tests/planes/test_ci_runner.py).
+        assert job["runs-on"] == "ubuntu-24.04"
 
 
 def test_every_job_with_a_token_first_checks_the_subject_carries_the_workflow():

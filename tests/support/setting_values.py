@@ -145,7 +145,16 @@ TABLE = [
     Change(DEV, "queueing.maxNodeProvisionMinutes", 45),
     Change(DEV, "ci.githubRepository", "example/trainstack", also=BREAK_GLASS),
     Change(DEV, "ci.breakGlassRoleArn", f"{ACCOUNT}:role/other-break-glass", CI),
-    Change(DEV, "ci.runner", "codebuild", CI),
+    Change(
+        DEV,
+        "ci.runner",
+        "codebuild",
+        {
+            **CI,
+            "ci.stateBucket": "example-pulumi-state",
+            "ci.secretsKeyArn": "arn:aws:kms:us-east-1:123456789012:key/0123abcd-0123-4567-89ab-0123456789ab",
+        },
+    ),
     Change(DEV, "ci.githubOwnerId", 4321, CI_IDS),
     Change(DEV, "ci.githubRepositoryId", 8765, CI_IDS),
     Change(DEV, "ci.environment", "production", CI),
