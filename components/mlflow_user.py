@@ -10,6 +10,13 @@ is settled instead.
 - `POST /api/2.0/mlflow/experiments/create`, else `GET .../experiments/get-by-name`;
 - `POST /api/3.0/mlflow/users/permissions/grant` (grant_user_permission, resource_type `experiment`):
   3.17's auth API has no `experiments/permissions/create` any more.
+
+An experiment that already exists is the job's only if no other user but an admin holds a permission
+on it: any user may create experiments, and MLflow grants its creator MANAGE on one
+(set_can_manage_experiment_permission), so a job could make `<experiment>/<another job>` before that
+job's user exists and own it. Read with `GET /api/2.0/mlflow/users/list` (list_users) and, per user,
+`GET /api/3.0/mlflow/users/permissions/list` (list_user_permissions: each grant's resource_type and
+resource_pattern, the experiment's id), as the admin; such an experiment is refused with a sentence.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ class Api:
         return json.loads(text) if text.strip() else {}
 
 
+class Taken(Exception):
+    """The job's experiment exists and another user holds a permission on it."""
+
+
 class MlflowError(Exception):
     def __init__(self, status: int, body: str):
         try:
@@ -75,6 +86,13 @@ def provision(api: Api, username: str, password: str, experiment: str) -> str:
             "GET", "/api/2.0/mlflow/experiments/get-by-name", query={"experiment_name": experiment}
         )
         experiment_id = found["experiment"]["experiment_id"]
+        holders = others_on(api, experiment_id, username)
+        if holders:
+            raise Taken(
+                f"experiment {experiment} ({experiment_id}) already exists and {', '.join(holders)} on it, so it "
+                f"is not {username}'s own: another job's user made it first; delete the experiment (as the "
+                "admin) or rename the job"
+            ) from None
     grant = {
         "username": username,
         "resource_type": "experiment",
@@ -89,12 +107,27 @@ def provision(api: Api, username: str, password: str, experiment: str) -> str:
     return experiment_id
 
 
+def others_on(api: Api, experiment_id: str, username: str) -> list[str]:
+    """`<user> holds <PERMISSION>` for each user but admins and `username` with a grant on the experiment."""
+    found = []
+    for user in api.call("GET", "/api/2.0/mlflow/users/list").get("users") or []:
+        if user.get("is_admin") or user["username"] == username:
+            continue
+        rows = api.call("GET", "/api/3.0/mlflow/users/permissions/list", query={"username": user["username"]})
+        found += [
+            f"{user['username']} holds {row['permission']}"
+            for row in rows.get("permissions") or []
+            if row.get("resource_type") == "experiment" and row.get("resource_pattern") == experiment_id
+        ]
+    return found
+
+
 def main() -> int:
     env = os.environ
     api = Api(env["MLFLOW_URI"], env["MLFLOW_ADMIN_USERNAME"], env["MLFLOW_ADMIN_PASSWORD"])
     try:
         experiment_id = provision(api, env["JOB_USERNAME"], env["JOB_PASSWORD"], env["JOB_EXPERIMENT"])
-    except (MlflowError, urllib.error.URLError, KeyError) as err:
+    except (MlflowError, Taken, urllib.error.URLError, KeyError) as err:
         print(f"MLflow user {env['JOB_USERNAME']}: {err}", file=sys.stderr)
         return 1
     print(f"MLflow user {env['JOB_USERNAME']} may edit experiment {env['JOB_EXPERIMENT']} ({experiment_id})")

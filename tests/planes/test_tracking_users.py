@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from components import mlflow_user
-from components.mlflow_user import Api, MlflowError, provision
+from components.mlflow_user import Api, MlflowError, Taken, provision
 
 ADMIN = ("admin", "s3cret")
 
@@ -32,12 +32,39 @@ class FakeMlflow:
         self.grants: set[tuple[str, str, str, str]] = set()
         self.calls: list[str] = []
 
+    def caller(self, auth: str) -> str | None:
+        for name, password in (ADMIN, *self.users.items()):
+            if auth == "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode():
+                return name
+        return None
+
     def answer(self, method: str, path: str, body: dict, auth: str) -> tuple[int, dict]:
         self.calls.append(f"{method} {urlparse(path).path}")
-        if auth != "Basic " + base64.b64encode(":".join(ADMIN).encode()).decode():
+        caller = self.caller(auth)
+        if caller is None:
             return 401, {"error_code": "UNAUTHENTICATED"}
         exists = (400, {"error_code": "RESOURCE_ALREADY_EXISTS"})
         route = urlparse(path).path
+        if (method, route) == ("POST", "/api/2.0/mlflow/experiments/create"):
+            if body["name"] in self.experiments:
+                return exists
+            self.experiments[body["name"]] = str(len(self.experiments) + 1)
+            if caller != ADMIN[0]:  # set_can_manage_experiment_permission: the creator manages it
+                self.grants.add((caller, "experiment", self.experiments[body["name"]], "MANAGE"))
+            return 200, {"experiment_id": self.experiments[body["name"]]}
+        if caller != ADMIN[0]:
+            return 403, {"error_code": "PERMISSION_DENIED"}
+        if (method, route) == ("GET", "/api/2.0/mlflow/users/list"):
+            users = [{"username": ADMIN[0], "is_admin": True}]
+            return 200, {"users": users + [{"username": u, "is_admin": False} for u in self.users]}
+        if (method, route) == ("GET", "/api/3.0/mlflow/users/permissions/list"):
+            name = parse_qs(urlparse(path).query)["username"][0]
+            rows = [
+                {"resource_type": kind, "resource_pattern": resource, "permission": permission}
+                for user, kind, resource, permission in sorted(self.grants)
+                if user == name
+            ]
+            return 200, {"is_admin": name == ADMIN[0], "permissions": rows}
         if (method, route) == ("POST", "/api/2.0/mlflow/users/create"):
             if body["username"] in self.users:
                 return exists
@@ -46,11 +73,6 @@ class FakeMlflow:
         if (method, route) == ("PATCH", "/api/2.0/mlflow/users/update-password"):
             self.users[body["username"]] = body["password"]
             return 200, {}
-        if (method, route) == ("POST", "/api/2.0/mlflow/experiments/create"):
-            if body["name"] in self.experiments:
-                return exists
-            self.experiments[body["name"]] = str(len(self.experiments) + 1)
-            return 200, {"experiment_id": self.experiments[body["name"]]}
         if (method, route) == ("GET", "/api/2.0/mlflow/experiments/get-by-name"):
             name = parse_qs(urlparse(path).query)["experiment_name"][0]
             return 200, {"experiment": {"experiment_id": self.experiments[name], "name": name}}
@@ -104,13 +126,33 @@ def test_a_job_user_may_edit_its_own_experiment_and_a_second_run_changes_nothing
     assert provision(api, "job-alpha", "pw-3", "dev/alpha") == "1"
     assert mlflow.users == {"job-alpha": "pw-3", "job-beta": "pw-2"}
     assert len(mlflow.grants) == 2
-    assert mlflow.calls[-5:] == [
+    assert mlflow.calls[-7:] == [
         "POST /api/2.0/mlflow/users/create",
         "PATCH /api/2.0/mlflow/users/update-password",
         "POST /api/2.0/mlflow/experiments/create",
         "GET /api/2.0/mlflow/experiments/get-by-name",
+        "GET /api/2.0/mlflow/users/list",
+        "GET /api/3.0/mlflow/users/permissions/list",  # job-beta's: no grant on alpha's experiment
         "POST /api/3.0/mlflow/users/permissions/grant",
     ]
+
+
+def test_an_experiment_another_jobs_user_made_first_is_refused(mlflow):
+    """Any user may create an experiment and MLflow makes its creator MANAGE it: job alpha's user
+    makes `dev/beta` before beta's user exists. Beta's provisioning finds it held by alpha and stops,
+    granting nothing; before, it took the experiment as it was and alpha kept MANAGE on beta's runs."""
+    admin = Api(mlflow.uri, *ADMIN)
+    provision(admin, "job-alpha", "pw-1", "dev/alpha")
+    Api(mlflow.uri, "job-alpha", "pw-1").call(
+        "POST", "/api/2.0/mlflow/experiments/create", {"name": "dev/beta"}
+    )
+    with pytest.raises(Taken) as err:
+        provision(admin, "job-beta", "pw-2", "dev/beta")
+    assert str(err.value) == (
+        "experiment dev/beta (2) already exists and job-alpha holds MANAGE on it, so it is not job-beta's own: "
+        "another job's user made it first; delete the experiment (as the admin) or rename the job"
+    )
+    assert not [g for g in mlflow.grants if g[0] == "job-beta"]
 
 
 def test_any_other_error_stops_the_job(mlflow):
