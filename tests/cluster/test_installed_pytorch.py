@@ -13,7 +13,9 @@ PyTorchJob. The device plugins' pods on the p5 nodes make those nodes advertise 
 interfaces (support/cluster/kwok.py DevicePlugins), so the PyTorchJob that Kueue admits binds there.
 
 Before it, a stack whose namespace holds a user's ServiceAccount of a name it would make stops with one
-sentence and creates nothing. After it, team B's stack (the same config, its own namespace) reuses
+sentence and creates nothing. Team A's stack is first brought up by the release before this one
+(support/cluster/previous_release.py) and then upgraded by this checkout's `up` on the same state:
+the operators and their CRDs are the same objects after, and the one relaunch is named first. After it, team B's stack (the same config, its own namespace) reuses
 team A's operators and the cluster's Kueue; its queues, flavors and runtime carry its own name, so
 both stacks' jobs are admitted, each on its own quota. Then: a second `up` of team A changes nothing,
 and team A's `destroy` removes what it installed but leaves every CRD it applied (`retained_crds`, the
@@ -34,6 +36,7 @@ from support.cluster.harness import OWN_CLUSTER_GROUP, Cluster
 from support.cluster.installed import install_cluster
 from support.cluster.manifest_mirror import filled_mirror
 from support.cluster.objects import admitted_jobs
+from support.cluster.previous_release import previous_source
 from support.cluster.stacks import planned
 
 from conventions import STACK_LABEL, SYSTEM_GROUP
@@ -61,7 +64,14 @@ def config_selector(config: dict) -> dict[str, str]:
 
 class InstalledStack:
     def __init__(
-        self, cluster: Cluster, directory, chart_repository: str, mirror, stack: str, namespace: str
+        self,
+        cluster: Cluster,
+        directory,
+        chart_repository: str,
+        mirror,
+        stack: str,
+        namespace: str,
+        previous_release=None,
     ):
         config = existing_config(cluster)
         config["trainstack:existingCluster"]["namespace"] = namespace
@@ -74,6 +84,12 @@ class InstalledStack:
         self.cluster = cluster
         self.engine = Engine(directory, cluster.bin_dir, stack, cluster.objects)
         self.engine.configure(config)
+        if previous_release is not None:  # brought up by the release before, then upgraded
+            self.previous = Engine(
+                directory, cluster.bin_dir, stack, cluster.objects, source=previous_release
+            )
+            self.previous.configure(config)
+            self.engine.detector = self.previous.detector
 
     @property
     def namespace(self) -> str:
@@ -88,11 +104,14 @@ def installed(tmp_path_factory):
         for namespace in ("training", TEAM_B):  # the cluster owner's, given to each team
             cluster.objects.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
-        def stack_of(name: str, namespace: str) -> InstalledStack:
+        def stack_of(name: str, namespace: str, previous_release=None) -> InstalledStack:
             folder = tmp_path_factory.mktemp(name)
-            return InstalledStack(cluster, folder, installing.charts.url, mirror, name, namespace)
+            return InstalledStack(
+                cluster, folder, installing.charts.url, mirror, name, namespace, previous_release
+            )
 
-        stack = stack_of("installed-pytorch", "training")
+        previous = previous_source(tmp_path_factory.mktemp("previous-release"))
+        stack = stack_of("installed-pytorch", "training", previous)
         stack.team_b = stack_of(TEAM_B, TEAM_B)
         stack.refused = stack_of("refused", "training")
         system = next(n for n in stack.plan.nodes if n.group == SYSTEM_GROUP)
@@ -122,6 +141,51 @@ def test_a_users_object_of_a_name_the_stack_makes_stops_its_up_before_anything_i
     assert not cluster.objects.list("v1", "Secret", "kuberay-system")  # no release, nothing at all
     assert not cluster.objects.get("v1", "Namespace", "kubeflow")
     cluster.core.delete_namespaced_service_account("job-llama-1b-fsdp", "training")
+
+
+def operator_uids(cluster) -> dict:
+    """The uid of each operator Deployment the stack installs and of the CRDs it applies."""
+    found = {
+        name: cluster.objects.get("apps/v1", "Deployment", name, namespace)
+        for namespace, name in (("kubeflow", "training-operator"), ("kuberay-system", "kuberay-operator"))
+    }
+    found |= {
+        crd: cluster.objects.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        for crd in KEPT_CRDS
+    }
+    return {key: o and o["metadata"]["uid"] for key, o in found.items()}
+
+
+def replaced(outcome) -> list[str]:
+    """The resources an operation replaces, as its output names them (`+-<type>: (replace)`)."""
+    return [line.strip() for line in outcome.output.splitlines() if line.strip().endswith("(replace)")]
+
+
+def test_the_previous_release_installs_the_operators_and_its_job_runs(installed):
+    """Team A's stack as the release before this one brought it up: the upgrade below starts here."""
+    outcome = installed.previous("up")
+    assert outcome.returncode == 0, str(outcome) + "\n" + "\n".join(installed.pods.errors[-5:])
+    (job,) = installed.config["trainstack:jobs"]
+    cluster = installed.cluster
+    cluster.wait(
+        "the PyTorchJob admitted", lambda: job["name"] in admitted_jobs(cluster.objects, "training"), 120
+    )
+    installed.before_upgrade = operator_uids(cluster)
+    assert None not in installed.before_upgrade.values(), installed.before_upgrade
+
+
+def test_the_upgrade_keeps_the_operators_and_their_crds_and_names_its_one_relaunch(installed):
+    """This release's `up` on the same state: no operator installed again and no CRD replaced (their
+    uids: the CRDs move to the provider that takes kept ones over, which replaces nothing), and the
+    one replacement the preview names first is the 1b job, whose checkpoints this release saves by
+    time (`--checkpoint-every 0`)."""
+    outcome = installed.engine("preview")
+    assert outcome.returncode == 0, str(outcome)
+    assert replaced(outcome) == ["+-kubernetes:kubeflow.org/v1:PyTorchJob: (replace)"], outcome.output[-4000:]
+    outcome = installed.engine("up")
+    assert outcome.returncode == 0, str(outcome) + "\n" + "\n".join(installed.pods.errors[-5:])
+    assert outcome.changes.get("replace", 0) <= 1 and not outcome.changes.get("delete"), outcome.changes
+    assert operator_uids(installed.cluster) == installed.before_upgrade
 
 
 def test_up_installs_the_operators_whose_programs_admit_and_run_the_pytorchjob(installed):
