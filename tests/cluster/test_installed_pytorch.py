@@ -78,6 +78,9 @@ class InstalledStack:
         config["trainstack:operators"] = {
             "chartRepository": chart_repository,
             "manifestMirror": str(mirror),
+            # Off for both releases: the previous one installed Trainer whatever the jobs, and its
+            # webhooks take the training operator's port here (pods.FLAG_LISTENERS).
+            "trainer": {"enabled": False},
         }
         self.config = config
         self.plan = planned(stack, config)
