@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -30,6 +31,9 @@ class ArtifactBucketArgs:
     build_context_retention_days: int
     protect: bool
     fence: BucketFence | None = None  # with CI: only the stack's principals reach the bucket
+    # The stack's FSx file systems linked to the bucket, which the fence lets in by their own roles;
+    # made after the bucket (planes/storage.py), so an Output resolved then (stacks/created.py).
+    fsx_file_system_ids: pulumi.Input[list[str]] | None = None
 
 
 class ArtifactBucket(pulumi.ComponentResource):
@@ -100,7 +104,11 @@ class ArtifactBucket(pulumi.ComponentResource):
         self.policy = aws.s3.BucketPolicy(
             f"{name}-tls-only",
             bucket=self.bucket.id,
-            policy=self.bucket.arn.apply(lambda arn: bucket_policy(arn, args.fence)),
+            policy=pulumi.Output.all(self.bucket.arn, args.fsx_file_system_ids or []).apply(
+                lambda a: bucket_policy(
+                    a[0], args.fence and dataclasses.replace(args.fence, fsx_file_system_ids=tuple(a[1]))
+                )
+            ),
             # A Deny policy cannot be written before the public access block settles.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.public_access_block]),
         )

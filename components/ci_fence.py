@@ -235,11 +235,17 @@ def boundary_policy(fence: Fence) -> dict:
     return {"Version": "2012-10-17", "Statement": [allow, *stack_fence(fence)]}
 
 
-# FSx for Lustre reads and writes a linked bucket as its per-file-system service-linked role, which
-# carries no tag of the stack.
-FSX_LINKED_ROLE = (
-    "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"
-)
+# FSx for Lustre reads and writes a linked bucket as a service-linked role of the file system's own
+# (`AWSServiceRoleForFSxS3Access_<file system id>`), which carries no tag of the stack.
+FSX_LINKED_ROLE_PATH = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+
+
+def fsx_linked_role(account_id: str, file_system_id: str) -> str:
+    """The role one file system reads and writes its linked bucket as: named by its id, so a policy
+    lets in the stack's own file system and no other in the account."""
+    return f"arn:aws:iam::{account_id}:{FSX_LINKED_ROLE_PATH}AWSServiceRoleForFSxS3Access_{file_system_id}"
+
+
 # What only the stack's deploy role may do to its bucket: lose data for good (versions, the bucket)
 # or change what keeps it (policy, lifecycle, versioning, encryption, object lock).
 BUCKET_GUARD_ACTIONS = [
@@ -261,6 +267,7 @@ class BucketFence:
     iam_path: str  # /trainstack/<stack>/: every role the stack creates, and only those
     deploy_role_arn: str
     break_glass_role_arn: str  # a person's way in: the bootstrap `up` and repairs
+    fsx_file_system_ids: tuple[str, ...] = ()  # the stack's FSx file systems linked to the bucket
 
 
 def bucket_fence(fence: BucketFence, bucket_arn: str) -> list[dict]:
@@ -269,7 +276,7 @@ def bucket_fence(fence: BucketFence, bucket_arn: str) -> list[dict]:
     stack's deploy role may create one (ci_fence IamOnlyInOurPath). Not by tags: a role's tags are
     set by whoever creates it, and a key in another case reads as the same tag."""
     resources = [bucket_arn, f"{bucket_arn}/*"]
-    fsx = f"arn:aws:iam::{fence.account_id}:{FSX_LINKED_ROLE}"
+    fsx = [fsx_linked_role(fence.account_id, i) for i in fence.fsx_file_system_ids]
     ours = f"arn:aws:iam::{fence.account_id}:role{fence.iam_path}*"
     return [
         {
@@ -278,7 +285,7 @@ def bucket_fence(fence: BucketFence, bucket_arn: str) -> list[dict]:
             "Principal": "*",
             "Action": "s3:*",
             "Resource": resources,
-            "Condition": {"ArnNotLike": {"aws:PrincipalArn": [ours, fence.break_glass_role_arn, fsx]}},
+            "Condition": {"ArnNotLike": {"aws:PrincipalArn": [ours, fence.break_glass_role_arn, *fsx]}},
         },
         {
             "Sid": "OnlyTheDeployRoleLosesOrReconfigures",

@@ -23,6 +23,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.bucket import CHECKPOINT_PREFIX, DATASET_PREFIX, ArtifactBucket
+from components.ci_fence import fsx_linked_role
 from components.cluster import Cluster
 from components.pod_identity import EksAccess, pod_identity
 from conventions import PART_OF
@@ -50,10 +51,9 @@ def lustre_client_script() -> str:
     return "#!/bin/bash\nset -euo pipefail\ndnf install -y lustre-client\nmodprobe lustre\n"
 
 
-def fsx_key_statement(account_id: str, region: str) -> dict:
-    """What a KMS-encrypted bucket's key must allow FSx's per-file-system service-linked role (by
-    name pattern: the role exists only once the file system is linked)."""
-    role = f"arn:aws:iam::{account_id}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+def fsx_key_statement(account_id: str, region: str, file_system_id: str) -> dict:
+    """What a KMS-encrypted bucket's key must allow the file system's own service-linked role (by its
+    exact name: the role exists only once the file system is linked), through S3 only."""
     return {
         "Sid": "FSxLustreLinkedBucket",
         "Effect": "Allow",
@@ -61,7 +61,7 @@ def fsx_key_statement(account_id: str, region: str) -> dict:
         "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
         "Resource": "*",
         "Condition": {
-            "ArnLike": {"aws:PrincipalArn": f"{role}AWSServiceRoleForFSxS3Access_*"},
+            "ArnEquals": {"aws:PrincipalArn": fsx_linked_role(account_id, file_system_id)},
             "StringEquals": {"kms:CallerAccount": account_id, "kms:ViaService": f"s3.{region}.amazonaws.com"},
         },
     }
@@ -139,20 +139,22 @@ class FsxCheckpoints(pulumi.ComponentResource):
                 aws.kms.KeyPolicy(
                     f"{name}-bucket-key",
                     key_id=args.bucket.kms_key.key_id,
-                    policy=json.dumps(
-                        {
-                            "Version": "2012-10-17",
-                            "Statement": [
-                                {
-                                    "Sid": "AccountAdministers",
-                                    "Effect": "Allow",
-                                    "Principal": {"AWS": f"arn:aws:iam::{args.account_id}:root"},
-                                    "Action": "kms:*",
-                                    "Resource": "*",
-                                },
-                                fsx_key_statement(args.account_id, args.region),
-                            ],
-                        }
+                    policy=self.file_system.id.apply(
+                        lambda fs_id: json.dumps(
+                            {
+                                "Version": "2012-10-17",
+                                "Statement": [
+                                    {
+                                        "Sid": "AccountAdministers",
+                                        "Effect": "Allow",
+                                        "Principal": {"AWS": f"arn:aws:iam::{args.account_id}:root"},
+                                        "Action": "kms:*",
+                                        "Resource": "*",
+                                    },
+                                    fsx_key_statement(args.account_id, args.region, fs_id),
+                                ],
+                            }
+                        )
                     ),
                     opts=child,
                 )
@@ -170,7 +172,8 @@ class FsxCheckpoints(pulumi.ComponentResource):
                 "auto_export_policy": {"events": EXPORT_EVENTS},
                 "auto_import_policy": {"events": IMPORT_EVENTS},
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=repository_deps),
+            # Linked once the bucket's policy lets the file system's role in (its fence names it).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*repository_deps, args.bucket.policy]),
         )
         # The CSI driver's controller only provisions file systems dynamically; the static volume
         # below needs no FSx call, but the add-on wants its service account's identity.

@@ -47,7 +47,13 @@ def registry_args(cfg: StackConfig) -> ImageRegistryArgs:
     )
 
 
-def build_plane(cfg: StackConfig, account: Account, ci: GitHubCiAccess | None = None) -> BuildPlane:
+def build_plane(
+    cfg: StackConfig,
+    account: Account,
+    ci: GitHubCiAccess | None = None,
+    fsx_file_system_ids: pulumi.Input[list[str]] | None = None,
+) -> BuildPlane:
+    """`fsx_file_system_ids`: the stack's FSx file systems the bucket's fence lets in (made later)."""
     bucket = ArtifactBucket(
         "artifacts",
         ArtifactBucketArgs(
@@ -56,6 +62,7 @@ def build_plane(cfg: StackConfig, account: Account, ci: GitHubCiAccess | None = 
             build_context_retention_days=cfg.storage.build_context_retention_days,
             protect=cfg.storage.protect,
             fence=ci_bucket_fence(cfg, account, ci),
+            fsx_file_system_ids=fsx_file_system_ids,
         ),
         account.opts,
     )

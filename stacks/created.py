@@ -12,6 +12,8 @@ Each plane gets only what it needs from the one before; each returns the stack o
 
 from __future__ import annotations
 
+import pulumi
+
 from account_checks.world import World
 from config import StackConfig
 from planes.account import account_checks, aws_account
@@ -38,10 +40,14 @@ def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
     ci = ci_access(cfg, account)
     # Every role from here on carries the CI fence's boundary (CI may create no role without it).
     account = account.with_boundary(ci.boundary if ci else None)
-    build = build_plane(cfg, account, ci)
+    # The bucket's fence names the FSx file system's own linked role, and that file system comes
+    # after the cluster: its id reaches the bucket's policy once the storage plane made it.
+    fsx_ids, resolve_fsx_ids = pulumi.deferred_output()
+    build = build_plane(cfg, account, ci, fsx_ids)
     check_mounted_files(cfg, build, world)
     compute = compute_plane(cfg, account, facts, build.bucket, ci)
     storage = shared_storage(cfg, account, facts, compute.own, compute.pod_identity, build.bucket)
+    resolve_fsx_ids(pulumi.Output.from_input([storage.fsx.file_system.id] if storage and storage.fsx else []))
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)

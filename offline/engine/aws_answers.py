@@ -119,9 +119,13 @@ def _launch_template(_r: NewResource) -> dict[str, Any]:
     return {"latestVersion": 1, "defaultVersion": 1}
 
 
-def _file_system_id(r: NewResource) -> str:
+def file_system_id(resource_name: str) -> str:
     """FSx names a file system fs-<17 hex>, its DNS name after it, and a mount name of its own."""
-    return f"fs-0{hashlib.sha1(r.resource_name.encode()).hexdigest()[:16]}"
+    return f"fs-0{hashlib.sha1(resource_name.encode()).hexdigest()[:16]}"
+
+
+def _file_system_id(r: NewResource) -> str:
+    return file_system_id(r.resource_name)
 
 
 def _lustre(r: NewResource) -> dict[str, Any]:

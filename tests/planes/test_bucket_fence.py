@@ -12,6 +12,8 @@ import pytest
 from support.iam_eval import Request, decide
 from support.plans import BREAK_GLASS, ci_config, plan
 
+from offline.engine.aws_answers import file_system_id
+
 ACCOUNT = "123456789012"
 JOB = "llama-1b-fsdp"
 PROD_DEPLOY = f"arn:aws:iam::{ACCOUNT}:role/trainstack/prod/trainstack-prod-github-deploy"
@@ -112,12 +114,44 @@ def test_prods_job_reads_and_writes_its_checkpoints_and_no_untagged_principal_do
     admin = [{"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}]
     untagged = principal(f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin", None)
     assert decide(admin, Request("s3:GetObject", own, untagged), None, bucket_policy(prod)) == "deny"
-    fsx = principal(
+    # No FSx in this stack: no file system's linked role gets in (another stack's either).
+    fsx = principal(fsx_role("fs-0123"), None)
+    assert decide(admin, Request("s3:PutObject", own, fsx), None, bucket_policy(prod)) == "deny"
+
+
+def fsx_role(file_system_id: str) -> str:
+    return (
         f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
-        "AWSServiceRoleForFSxS3Access_fs-0123",
-        None,
+        f"AWSServiceRoleForFSxS3Access_{file_system_id}"
     )
-    assert decide(admin, Request("s3:PutObject", own, fsx), None, bucket_policy(prod)) == "allow"
+
+
+def test_only_the_stacks_own_file_system_reaches_its_bucket():
+    """Before: every FSx linked role of the account got in (`AWSServiceRoleForFSxS3Access_*`), so
+    another stack's file system, linked to this bucket, read prod's checkpoints. Now the fence names
+    the stack's own file system's role, by its id, once the file system exists; the key likewise."""
+    p5 = {"name": "p5", "instanceType": "p5.48xlarge", "nodeCount": 2, "efa": True, "placementGroup": True}
+    fsx = {"enabled": True, "storageCapacityGiB": 2400, "throughputPerTiB": 250, "nodeGroups": ["p5"]}
+    run = plan(
+        "prod",
+        ci=ci_config(accountMode="shared", environment="prod"),
+        gpuNodeGroups=[p5],
+        storage={"encryption": "KMS", "protect": True, "fsx": fsx},
+    )
+    (file_system,) = run.by_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    own_id = file_system_id(file_system.name)  # as FSx names it: the offline engine answers so
+    checkpoint = f"{bucket_arn(run)}/checkpoints/{JOB}/step_00000100/.metadata"
+    admin = [{"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}]
+    for fs_id, expected in ((own_id, "allow"), ("fs-0another0stack", "deny")):
+        who = principal(fsx_role(fs_id), None)
+        assert decide(admin, Request("s3:PutObject", checkpoint, who), None, bucket_policy(run)) == expected
+    key = {
+        s["Sid"]: s for s in json.loads(run.one("aws:kms/keyPolicy:KeyPolicy").inputs["policy"])["Statement"]
+    }
+    assert key["FSxLustreLinkedBucket"]["Condition"]["ArnEquals"] == {"aws:PrincipalArn": fsx_role(own_id)}
+    # The association is made once the bucket's policy lets the file system's role in.
+    association = run.one("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+    assert run.one("aws:s3/bucketPolicy:BucketPolicy").urn in association.dependencies
 
 
 def test_the_bucket_tells_principals_apart_by_their_path_not_their_tags(prod):
@@ -144,8 +178,6 @@ def test_the_bucket_tells_principals_apart_by_their_path_not_their_tags(prod):
             "aws:PrincipalArn": [
                 f"arn:aws:iam::{ACCOUNT}:role/trainstack/prod/*",
                 BREAK_GLASS,
-                f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
-                "AWSServiceRoleForFSxS3Access_*",
             ]
         }
     }

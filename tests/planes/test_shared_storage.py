@@ -16,6 +16,7 @@ from support.plans import plan, policy_of, stack_values
 from account_checks import AccountCheckError
 from config import parse_config
 from offline.cost import hourly_cost
+from offline.engine.aws_answers import file_system_id
 from offline.plan import manifest_of
 from offline.scheduling import JOB_TYPES, referenced_objects
 from offline.timeline import critical_path, until_training
@@ -99,8 +100,9 @@ def test_the_association_links_checkpoints_to_the_bucket_both_ways(fsx_plan):
     statements = {s["Sid"]: s for s in json.loads(policy.inputs["policy"])["Statement"]}
     assert statements["AccountAdministers"]["Principal"] == {"AWS": "arn:aws:iam::123456789012:root"}
     fsx = statements["FSxLustreLinkedBucket"]
-    assert fsx["Condition"]["ArnLike"]["aws:PrincipalArn"].endswith(
-        "s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"
+    (file_system,) = fsx_plan.by_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    assert fsx["Condition"]["ArnEquals"]["aws:PrincipalArn"].endswith(
+        f"s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_{file_system_id(file_system.name)}"
     )
     plain = plan("prod", gpuNodeGroups=[P5], jobs=[], storage=storage(encryption="SSE-S3"))
     assert not plain.by_type("aws:kms/keyPolicy:KeyPolicy")
