@@ -74,3 +74,31 @@ def test_a_file_the_metadata_names_outside_the_step_is_refused_before_anything_i
         )
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
     assert checkpoint.complete_steps(root) == []
+
+
+def test_a_checkpoints_files_are_fetched_several_at_once_and_its_marker_last(s3, tmp_path, monkeypatch):
+    """A restart's fetch: every file of the step in flight together (before, one after another, the
+    node's network idle between files), through one shared client, and the marker only once all of
+    them landed, so a fetch cut short leaves the step incomplete on the volume."""
+    import threading
+
+    names = [f"__{rank}_0.distcp" for rank in range(4)]
+    for name in [*names, checkpoint.MARKER]:
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/step_00000100/{name}", Body=name.encode())
+    together = threading.Barrier(len(names), timeout=10)  # passes only with every file in flight at once
+    clients, order = set(), []
+    real = storage.download_file
+
+    def download(bucket, key, dest, s3_client=None):
+        if not key.endswith(checkpoint.MARKER):
+            clients.add(id(s3_client))
+            together.wait()
+        real(bucket, key, dest, s3_client)
+        order.append(key.rsplit("/", 1)[-1])
+
+    monkeypatch.setattr(storage, "download_file", download)
+    checkpoint.fetch_files(tmp_path, f"s3://{BUCKET}/{PREFIX}", 100, names)
+    assert order[-1] == checkpoint.MARKER and sorted(order[:-1]) == names
+    assert len(clients) == 1 and None not in clients
+    step = checkpoint.step_dir(tmp_path, 100)
+    assert sorted(p.name for p in step.iterdir()) == sorted([*names, checkpoint.MARKER])

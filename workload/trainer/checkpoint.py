@@ -181,14 +181,16 @@ def fetch_files(root: Path, s3_uri: str, step: int, names: list[str]) -> None:
     names come from the step's metadata, which whoever can write the prefix wrote: each must land
     inside the directory (storage.local_path), all checked before anything is written. Each file
     lands whole (storage.download_file renames it into place); the marker comes last, so a fetch
-    cut short leaves the step incomplete on this volume, to be completed next time."""
+    cut short leaves the step incomplete on this volume, to be completed next time. The files come
+    several at once (storage.download_files), the marker after all of them."""
     path = step_dir(root, step)
     bucket, prefix = storage.split_s3_uri(s3_uri)
     step_prefix = f"{prefix}/{path.name}"
     targets = {name: storage.local_path(path, bucket, step_prefix, f"{step_prefix}/{name}") for name in names}
-    for name, target in [*targets.items(), (MARKER, path / MARKER)]:
-        if not target.is_file():
-            storage.download_file(bucket, f"{step_prefix}/{name}", target)
+    missing = [(f"{step_prefix}/{name}", target) for name, target in targets.items() if not target.is_file()]
+    storage.download_files(bucket, missing)
+    if not (path / MARKER).is_file():
+        storage.download_file(bucket, f"{step_prefix}/{MARKER}", path / MARKER)
 
 
 def install_copy(root: Path, source: Path) -> int:

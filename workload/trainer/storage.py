@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
@@ -10,6 +11,9 @@ from boto3.s3.transfer import TransferConfig
 
 # Checkpoint shards are large: multipart with several threads.
 TRANSFER = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=8)
+# Files fetched at once (a restart's checkpoint, a dataset's shards): one at a time left a node's
+# network idle between files, most of a restart's fetch for many small shards.
+FILES_IN_FLIGHT = 8
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
@@ -23,11 +27,27 @@ def client():
     return boto3.client("s3")
 
 
-def download_file(bucket: str, key: str, dest: Path) -> None:
+def download_file(bucket: str, key: str, dest: Path, s3=None) -> None:
+    """One object to `dest`, whole or not at all (it lands under a `.part` name, then is renamed)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".part")
-    client().download_file(bucket, key, str(tmp), Config=TRANSFER)
+    (s3 or client()).download_file(bucket, key, str(tmp), Config=TRANSFER)
     os.replace(tmp, dest)
+
+
+def download_files(bucket: str, wanted: list[tuple[str, Path]]) -> None:
+    """Each (key, target), FILES_IN_FLIGHT at a time, through one client (a boto3 client is safe to
+    share between threads; making one per thread is not); the first failure is raised once every
+    started download has ended."""
+    if not wanted:
+        return
+    s3 = client()
+    with ThreadPoolExecutor(
+        max_workers=min(FILES_IN_FLIGHT, len(wanted)), thread_name_prefix="s3-fetch"
+    ) as pool:
+        started = [pool.submit(download_file, bucket, key, target, s3) for key, target in wanted]
+    for done in started:
+        done.result()
 
 
 def upload_dir(local: Path, bucket: str, prefix: str, skip: set[str] = frozenset()) -> list[str]:
@@ -113,6 +133,4 @@ def download_prefix(bucket: str, prefix: str, dest: Path) -> None:
         for o in page.get("Contents", [])
     ]
     targets = {key: local_path(dest, bucket, prefix, key) for key in keys}
-    for key, target in targets.items():
-        if target is not None:
-            download_file(bucket, key, target)
+    download_files(bucket, [(key, target) for key, target in targets.items() if target is not None])
