@@ -50,8 +50,8 @@ class ClusterInventory:
     refused: tuple[str, ...] = ()  # the paths the identity may not read (403)
 
     def hidden(self, kind: str) -> tuple[str, ...]:
-        """The lists of `kind` that were refused: where the identity could not see it."""
-        return tuple(p for p in self.refused if p.split("/")[-1] == RESOURCES[kind])
+        """The lists of a workload `kind` that were refused: where the identity could not see it."""
+        return tuple(p for p in self.refused if p.split("/")[-1] == WORKLOADS[kind][1])
 
     def unseen(self, kind: str, crds: tuple[str, ...]) -> tuple[str, ...]:
         """The refused reads an operator could hide in: lists of its workload `kind`, its `crds`."""
@@ -180,13 +180,6 @@ def _items(listed: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 # The workloads an operator runs as, by kind: their API group and version, and resource.
 WORKLOADS = {"Deployment": ("apps/v1", "deployments"), "DaemonSet": ("apps/v1", "daemonsets")}
-RESOURCES = {
-    **{kind: resource for kind, (_, resource) in WORKLOADS.items()},
-    "CustomResourceDefinition": "customresourcedefinitions",
-    "Node": "nodes",
-    "Secret": "secrets",
-    "ConfigMap": "configmaps",
-}
 
 
 def table_rows(kind: str, table: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -79,7 +79,7 @@ TEAM = "team-reader"
 # right the API server is asked for; a namespace-scoped identity holds none of them.
 CLUSTER_WIDE = (
     "create resourceflavors.kueue.x-k8s.io (cluster-wide); create clusterqueues.kueue.x-k8s.io (cluster-wide); "
-    "create clustertrainingruntimes.trainer.kubeflow.org (cluster-wide)"
+    "create clustertrainingruntimes.trainer.kubeflow.org (cluster-wide); patch namespaces (cluster-wide)"
 )
 
 
