@@ -10,6 +10,7 @@ and the AWS credentials and region of the job."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +27,13 @@ def start(codebuild: Any, project: str, commit: str, backend: str) -> str:
         environmentVariablesOverride=[{"name": "PULUMI_BACKEND_URL", "value": backend, "type": "PLAINTEXT"}],
     )["build"]
     return build["id"]
+
+
+def running_builds(codebuild: Any, project: str) -> list[str]:
+    """The project's builds still in progress (its limit is one: StartBuild refuses a second)."""
+    ids = codebuild.list_builds_for_project(projectName=project, sortOrder="DESCENDING")["ids"][:10]
+    builds = codebuild.batch_get_builds(ids=ids)["builds"] if ids else []
+    return [b["id"] for b in builds if not b.get(DONE)]
 
 
 def new_log_lines(logs: Any, build: dict, token: str | None) -> tuple[list[str], str | None]:
@@ -53,8 +61,17 @@ def run(codebuild: Any, logs: Any, env: dict[str, str], say: Callable[[str], Non
             "S3 backend only (ci.runner: codebuild, docs/ci.md)"
         )
         return 1
+    busy = running_builds(codebuild, project)
+    if busy:
+        say(
+            f"::error::{project} is still running build {busy[0]} (a cancelled deploy's `pulumi up` goes on in "
+            "CodeBuild, and the project runs one at a time): wait for it, or stop it with aws codebuild "
+            f"stop-build --id {busy[0]} and run this job again"
+        )
+        return 1
     build_id = start(codebuild, project, commit, backend)
     say(f"build {build_id} of {project} at {commit[:12]}")
+    stop_on_cancel(codebuild, build_id, say)
     token = None
     while True:
         (build,) = codebuild.batch_get_builds(ids=[build_id])["builds"]
@@ -77,6 +94,19 @@ def run(codebuild: Any, logs: Any, env: dict[str, str], say: Callable[[str], Non
         f"::error::build {build_id} ended {status} in its {failed.get('phaseType', 'last')} phase: {why or 'see its log above'}"
     )
     return 1
+
+
+def stop_on_cancel(codebuild: Any, build_id: str, say: Callable[[str], None]) -> None:
+    """A cancelled job (GitHub sends SIGINT, then SIGTERM) stops its build instead of leaving a
+    `pulumi up` running that nobody follows and that holds the project's one build."""
+
+    def stop(signum, _frame) -> None:
+        say(f"::warning::job cancelled: stopping build {build_id} (its `pulumi up` ends where it is)")
+        codebuild.stop_build(id=build_id)
+        sys.exit(128 + signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
 
 
 if __name__ == "__main__":

@@ -175,13 +175,17 @@ class ClusterReader:
                 return None
             raise self._error(err, "GET", path) from None
 
-    def allowed(self, verb: str, group: str, resource: str, namespace: str | None = None) -> bool:
+    def allowed(
+        self, verb: str, group: str, resource: str, namespace: str | None = None, name: str | None = None
+    ) -> bool:
         """Whether the cluster lets the stack's identity `verb` a `resource` of API `group` (in
-        `namespace`, or cluster-wide), as it answers a SelfSubjectAccessReview (authorization.k8s.io/v1:
+        `namespace`, or cluster-wide; `name`: one object), as it answers a SelfSubjectAccessReview (authorization.k8s.io/v1:
         any authenticated user may ask it, through system:basic-user)."""
         attributes = {"verb": verb, "group": group, "resource": resource}
         if namespace is not None:
             attributes["namespace"] = namespace
+        if name is not None:
+            attributes["name"] = name
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",

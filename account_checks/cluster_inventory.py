@@ -4,7 +4,8 @@ A SageMaker HyperPod cluster runs the training operator and both device plugins 
 many clusters run KubeRay or Kueue. The stack reads (through cluster_access, with its timeouts) only
 what the operators' decisions need: the CRDs the stack's jobs and queues use, by name; the
 Deployments and DaemonSets in every namespace (an operator runs wherever its owner put it) as the
-server's table of them (name, labels, images: no pod spec, so no env value leaves the cluster), and
+server's table of them (metadata and images, no pod spec; an annotation may still copy one, such as
+kubectl's last-applied-configuration, which the metadata brings), and
 whole only those that run an operator's image; where the identity may not list them cluster-wide (a
 namespace-scoped role), in the namespaces the stack concerns (kube-system, its releases', its own), and
 what it may not read is kept (`refused`) for the decisions to say; Helm's

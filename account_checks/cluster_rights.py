@@ -19,10 +19,12 @@ class Right:
     group: str  # "" for the core API
     resource: str
     namespace: str | None = None  # None: cluster-wide
+    name: str | None = None  # one object's; None: any
 
     @property
     def named(self) -> str:
         resource = f"{self.resource}.{self.group}" if self.group else self.resource
+        resource += f"/{self.name}" if self.name else ""
         return f"{self.verb} {resource} {f'in {self.namespace}' if self.namespace else '(cluster-wide)'}"
 
 
@@ -40,6 +42,6 @@ def check_rights(reader: ClusterReader, rights: list[Right], why: str) -> None:
     """Stops (ClusterRightsError) naming every right of `rights` the cluster denies; `why`: what
     they are for, as a clause ("make the stack's queues and jobs")."""
     unique = list(dict.fromkeys(rights))
-    denied = [r for r in unique if not reader.allowed(r.verb, r.group, r.resource, r.namespace)]
+    denied = [r for r in unique if not reader.allowed(r.verb, r.group, r.resource, r.namespace, r.name)]
     if denied:
         raise ClusterRightsError(reader.stack, reader.address, why, denied)

@@ -32,7 +32,9 @@ from domain.network import PrivateNetwork
 DEPLOY_IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
 DEPLOY_COMPUTE = "BUILD_GENERAL1_SMALL"
 LOG_RETENTION_DAYS = 30
-BUILD_TIMEOUT_MINUTES = 240  # the deploy role's session: a first `up` with an EKS cluster takes ~30 min
+# A first `up` with an EKS cluster takes ~30 min; under the deploy job's 4-hour session, which the job
+# polls the build with.
+BUILD_TIMEOUT_MINUTES = 180
 PULUMI_RELEASES = "https://github.com/pulumi/pulumi/releases/download"
 
 

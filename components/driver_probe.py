@@ -4,8 +4,8 @@ A node's driver cannot be read before the node exists (a group that scales from 
 plan time) and GPU feature discovery, which labels it, is off in the device-plugin charts and needs
 Node Feature Discovery beside it; so a Job runs the probe (workload/trainer/driver_probe.py, standard
 library only, given to `python3 -c` whole, so it needs nothing of the trainer in the image) in the
-job's own image on a node of the group, reading the loaded kernel module's version from the node's
-`/sys/module`, and the image's own CUDA release (`CUDA_VERSION`). It asks for no GPU (the group's GPUs may all be
+job's own image on a node of the group, reading the loaded kernel module's version from `/sys/module` (the
+node's kernel, as every container sees it), and the image's own CUDA release (`CUDA_VERSION`). It asks for no GPU (the group's GPUs may all be
 training) and runs with NVIDIA_VISIBLE_DEVICES=void, so the NVIDIA runtime starts it like any
 container even where the driver is too old for the image.
 
@@ -31,7 +31,9 @@ from domain.drivers import least_driver_table
 from domain.placement import Placement
 
 PROBE_LABEL = "trainstack.dev/driver-probe"
-MODULE_DIR = "/host/sys/module"
+# The kernel is the node's: a container's sysfs shows its loaded modules, no host path needed (so a
+# namespace under Pod Security "baseline", which refuses hostPath volumes, takes the probe too).
+MODULE_DIR = "/sys/module"
 # A container the NVIDIA runtime starts as runc would: no GPU, no NVIDIA_REQUIRE_CUDA check.
 NO_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
 # The probe's source, run as it is in the job's image: any image with python3, the trainer's or not.
@@ -98,13 +100,7 @@ class DriverProbe(pulumi.ComponentResource):
                                     },
                                 ],
                                 "resources": RESOURCES,
-                                "volumeMounts": [
-                                    {"name": "sys-module", "mountPath": MODULE_DIR, "readOnly": True}
-                                ],
                             }
-                        ],
-                        "volumes": [
-                            {"name": "sys-module", "hostPath": {"path": "/sys/module", "type": "Directory"}}
                         ],
                     },
                 },

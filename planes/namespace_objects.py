@@ -109,19 +109,26 @@ def api_resource(kind: str) -> tuple[str, str]:
 
 
 def stack_rights(cfg: StackConfig) -> list[Right]:
-    """The rights the stack's own objects take: creating each kind it makes in its namespace (a
-    dataset's Job only where a bucket holds the data: an EKS stack), its queues and flavors (and a
-    TrainJob group's runtime) cluster-wide, and patching the namespace itself."""
+    """The rights the stack's own objects take: creating and patching each kind it makes in its
+    namespace (a dataset's Job only where a bucket holds the data: an EKS stack) and its queues and
+    flavors (and a TrainJob group's runtime) cluster-wide, and patching the namespace itself."""
     made = training_namespace_objects(cfg)
     if not cfg.existing_cluster.uses_aws:
         made = [(kind, name) for kind, name in made if kind != "Job"]
-    rights = [Right("create", *api_resource(kind), cfg.training_namespace) for kind, _ in made]
     cluster_wide = ["ResourceFlavor", "ClusterQueue"]
     if any(j.kind == "TrainJob" for j in cfg.jobs):
         cluster_wide.append("ClusterTrainingRuntime")
+    # Created with a POST, changed later by server-side apply (a patch): both, for each kind.
+    rights = [
+        Right(verb, *api_resource(kind), namespace)
+        for kind, namespace in [
+            *((kind, cfg.training_namespace) for kind, _ in made),
+            *((kind, None) for kind in cluster_wide),
+        ]
+        for verb in ("create", "patch")
+    ]
     # The training namespace is applied as a patch there (components/pod_identity.py NamespacePatch).
-    namespace = Right("patch", "", "namespaces")
-    return [*rights, *(Right("create", *api_resource(kind)) for kind in cluster_wide), namespace]
+    return [*rights, Right("patch", "", "namespaces", name=cfg.training_namespace)]
 
 
 def check_stack_rights(cfg: StackConfig, account: Account | None, world: World) -> None:

@@ -34,20 +34,25 @@ from stack_outputs import StackOutputs
 def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
     account = aws_account(cfg)
     facts = account_checks(cfg, account, world)
-    own_cluster_relaunches(
-        cfg, facts.running, world
-    )  # a job whose kind changed is named, not silently replaced
+    own_cluster_relaunches(cfg, facts.running, world)  # a job whose kind changed is named first
     ci = ci_access(cfg, account)
     # Every role from here on carries the CI fence's boundary (CI may create no role without it).
     account = account.with_boundary(ci.boundary if ci else None)
     # The bucket's fence names the FSx file system's own linked role, and that file system comes
-    # after the cluster: its id reaches the bucket's policy once the storage plane made it.
+    # after the cluster: its id reaches the bucket's policy once the storage plane made it. Resolved
+    # whatever happens in between: the SDK waits for every Output before it ends, so an unresolved
+    # one would hang a run that stops with an error instead of showing it.
     fsx_ids, resolve_fsx_ids = pulumi.deferred_output()
-    build = build_plane(cfg, account, ci, fsx_ids)
-    check_mounted_files(cfg, build, world)
-    compute = compute_plane(cfg, account, facts, build.bucket, ci)
-    storage = shared_storage(cfg, account, facts, compute.own, compute.pod_identity, build.bucket)
-    resolve_fsx_ids(pulumi.Output.from_input([storage.fsx.file_system.id] if storage and storage.fsx else []))
+    made: list[pulumi.Output[str]] = []
+    try:
+        build = build_plane(cfg, account, ci, fsx_ids)
+        check_mounted_files(cfg, build, world)
+        compute = compute_plane(cfg, account, facts, build.bucket, ci)
+        storage = shared_storage(cfg, account, facts, compute.own, compute.pod_identity, build.bucket)
+        if storage and storage.fsx:
+            made.append(storage.fsx.file_system.id)
+    finally:
+        resolve_fsx_ids(pulumi.Output.from_input(made))
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
     tracking = tracking_plane(cfg, account, build, compute)

@@ -77,9 +77,19 @@ def test_credentials_the_cluster_does_not_accept_end_with_one_sentence(cluster, 
 TEAM = "team-reader"
 # What the local template's stack makes cluster-wide (its TrainJob group's runtime among them), as a
 # right the API server is asked for; a namespace-scoped identity holds none of them.
-CLUSTER_WIDE = (
-    "create resourceflavors.kueue.x-k8s.io (cluster-wide); create clusterqueues.kueue.x-k8s.io (cluster-wide); "
-    "create clustertrainingruntimes.trainer.kubeflow.org (cluster-wide); patch namespaces (cluster-wide)"
+CLUSTER_WIDE = "; ".join(
+    [
+        *(
+            f"{verb} {resource} (cluster-wide)"
+            for resource in (
+                "resourceflavors.kueue.x-k8s.io",
+                "clusterqueues.kueue.x-k8s.io",
+                "clustertrainingruntimes.trainer.kubeflow.org",
+            )
+            for verb in ("create", "patch")
+        ),
+        f"patch namespaces/{TEAM} (cluster-wide)",
+    ]
 )
 
 
@@ -120,7 +130,10 @@ def test_a_user_the_cluster_does_not_authorize_is_told_every_right_it_lacks(clus
     user = {"client-certificate": str(nobody.cert), "client-key": str(nobody.key)}
     address = kubeconfig(cluster, tmp_path / "kubeconfig", user)
     message = rights_refused(address)
-    assert message.startswith(rights_prefix(address) + f"create localqueues.kueue.x-k8s.io in {TEAM}; ")
+    assert message.startswith(
+        rights_prefix(address)
+        + f"create localqueues.kueue.x-k8s.io in {TEAM}; patch localqueues.kueue.x-k8s.io in {TEAM}; "
+    )
     assert message.endswith(f"; {CLUSTER_WIDE}{ALLOWED}")
     for namespaced in (
         "trainjobs.trainer.kubeflow.org",
@@ -180,7 +193,7 @@ def team_user(cluster, tmp_path):
 def test_a_namespace_scoped_identity_is_read_in_its_namespace_and_told_what_it_lacks(team_user):
     """No 403 sentence: the cluster-wide lists it may not make are kept as refused and its own
     namespace is read instead, where the workload that runs an operator's image is read whole and
-    any other as the server's table row (no pod spec, so no env value); the rights it lacks are the
+    any other as the server's table row (no pod spec, so no env value set by the API); the rights it lacks are the
     cluster-wide creates alone."""
     inventory = read_operators(live_clients(lambda: None), team_user, "reader", TEAM)
     assert {"/apis/apps/v1/deployments", "/apis/apps/v1/daemonsets", "/api/v1/nodes"} <= set(

@@ -195,3 +195,31 @@ def test_the_nightly_schedule_lives_in_the_stacks_group(prod):
     assert schedule.inputs["groupName"] == "trainstack-prod"
     (fenced,) = [s for s in boundary(prod)["Statement"] if s["Sid"] == "OnlyOurSchedules"]
     assert fenced["NotResource"] == "arn:aws:scheduler:*:*:schedule/trainstack-prod/*"
+
+
+def test_a_run_that_stops_before_the_file_system_is_made_still_ends_with_its_error(monkeypatch):
+    """The bucket's policy waits on a deferred Output (the file system's id), and the SDK waits for
+    every Output before a run ends: one left unresolved by an error in between hung the run. The
+    error is raised, within a bound that only a hang would reach."""
+    import threading
+
+    import stacks.created
+
+    def fails(*_args, **_kwargs):
+        raise RuntimeError("the compute plane stopped")
+
+    monkeypatch.setattr(stacks.created, "compute_plane", fails)
+    ended: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            plan("prod", ci=ci_config(accountMode="shared", environment="prod"))
+            ended.append(None)
+        except BaseException as err:
+            ended.append(err)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(120)
+    assert len(ended) == 1, "the run did not end"
+    assert "the compute plane stopped" in str(ended[0])

@@ -6,7 +6,9 @@ answer as CodeBuild's StartBuild and BatchGetBuilds and CloudWatch Logs' GetLogE
 from __future__ import annotations
 
 import importlib.util
+import time
 
+import pytest
 from support.paths import ROOT
 
 spec = importlib.util.spec_from_file_location("in_vpc_up", ROOT / ".github" / "in_vpc_up.py")
@@ -44,14 +46,24 @@ class Logs:
 
 
 class CodeBuild:
-    def __init__(self, states: list[dict]):
-        self.states, self.started = states, []
+    def __init__(self, states: list[dict], earlier: list[dict] | None = None):
+        self.states, self.started, self.stopped = states, [], []
+        self.earlier = earlier or []  # the project's builds before this job's
+
+    def list_builds_for_project(self, projectName, sortOrder):
+        return {"ids": [b["id"] for b in self.earlier]}
+
+    def stop_build(self, id):
+        self.stopped.append(id)
+        return {"build": {"id": id}}
 
     def start_build(self, **ask):
         self.started.append(ask)
         return {"build": {"id": "trainstack-prod-github-runner:b-1", "buildStatus": "IN_PROGRESS"}}
 
     def batch_get_builds(self, ids):
+        if ids and ids[0].endswith(":earlier"):
+            return {"builds": self.earlier}
         state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
         return {"builds": [{"id": ids[0], "logs": LOGS, **state}]}
 
@@ -122,4 +134,40 @@ def test_a_pulumi_cloud_backend_is_refused_before_any_build():
     assert said == [
         "::error::PULUMI_BACKEND_URL is empty: the in-VPC deploy runs on the self-managed S3 backend only "
         "(ci.runner: codebuild, docs/ci.md)"
+    ]
+
+
+def test_a_build_still_running_is_named_and_none_is_started():
+    """The project runs one build at a time: a cancelled deploy's build going on is said, with the
+    command that stops it, instead of StartBuild's refusal as a traceback."""
+    earlier = [{"id": "trainstack-prod-github-runner:earlier", "buildComplete": False}]
+    said, codebuild = [], CodeBuild([{"buildComplete": True, "buildStatus": "SUCCEEDED"}], earlier)
+    code = in_vpc_up.run(codebuild, Logs([]), dict(ENV), said.append, sleep=lambda _: None)
+    assert (code, codebuild.started) == (1, [])
+    assert said == [
+        "::error::trainstack-prod-github-runner is still running build trainstack-prod-github-runner:earlier (a "
+        "cancelled deploy's `pulumi up` goes on in CodeBuild, and the project runs one at a time): wait for it, "
+        "or stop it with aws codebuild stop-build --id trainstack-prod-github-runner:earlier and run this job again"
+    ]
+
+
+def test_a_cancelled_job_stops_its_build():
+    """GitHub cancels a step with SIGINT, then SIGTERM: the build is stopped, not left running."""
+    import os
+    import signal
+
+    said, codebuild = [], CodeBuild([])
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        in_vpc_up.stop_on_cancel(codebuild, "trainstack-prod-github-runner:b-1", said.append)
+        with pytest.raises(SystemExit) as ended:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the signal arrives before this ends
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert codebuild.stopped == ["trainstack-prod-github-runner:b-1"]
+    assert said == [
+        "::warning::job cancelled: stopping build trainstack-prod-github-runner:b-1 (its `pulumi up` ends where it is)"
     ]

@@ -5,7 +5,8 @@ sentence, instead of pods the container runtime refuses to start and Kueue's wai
 evicting and requeueing the job in a loop.
 
 The driver is read from the kernel (`/sys/module/nvidia/version`, the loaded module's version, which
-is the driver's), through the node's `/sys/module` mounted read-only: no GPU is asked for, so the probe
+is the driver's: the module declares MODULE_VERSION; a container's sysfs shows the node's kernel): no
+GPU is asked for, so the probe
 neither waits for the group's GPUs nor needs the CUDA its image may not get (the pod runs with
 NVIDIA_VISIBLE_DEVICES=void, so the NVIDIA runtime does not check NVIDIA_REQUIRE_CUDA). The image's
 CUDA release is its `CUDA_VERSION`, as NVIDIA's CUDA images set it (the probe runs in the job's own
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cuda", help="the job's image's CUDA release (X.Y or unknown); default: this image's"
     )
-    parser.add_argument("--module-dir", type=Path, default=Path("/host/sys/module"))
+    parser.add_argument("--module-dir", type=Path, default=Path("/sys/module"))
     parser.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
     args = parser.parse_args(argv)
     node = os.environ.get("NODE_NAME", "(unknown)")
