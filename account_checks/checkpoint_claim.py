@@ -74,11 +74,8 @@ def check_checkpoint_claim(connect: KubeClients, address: ClusterAddress, cfg: S
     name = cfg.existing_cluster.checkpoint_claim
     if name is None:
         return
-    reader = ClusterReader(connect, address, cfg.stack)
-    try:
+    with ClusterReader(connect, address, cfg.stack) as reader:
         claim = read_claim(reader, cfg.training_namespace, name)
-    finally:
-        reader.close()
     problems = claim_problems(cfg, claim)
     if problems:
         raise CheckpointClaimError(cfg.stack, problems)

@@ -226,3 +226,9 @@ class ClusterReader:
 
     def close(self) -> None:
         self.api.close()
+
+    def __enter__(self) -> ClusterReader:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()

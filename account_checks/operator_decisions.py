@@ -43,6 +43,7 @@ from domain.operators import (
     KUEUE_DEFAULT_FRAMEWORKS,
     RELEASES,
     TRAINING_OPERATOR_DEPLOYMENT,
+    HelmChart,
 )
 
 
@@ -151,11 +152,13 @@ def read_operators(
 ) -> ClusterInventory:
     """What the cluster runs of the operators, read through the client `connect` makes; in the
     stack's `namespace`, an earlier release's ownership record."""
-    reader = ClusterReader(connect, address, stack)
-    try:
+    with ClusterReader(connect, address, stack) as reader:
         return read_cluster(reader, CRD_NAMES, OPERATOR_IMAGES, (SIGNS["kueue"].image,), namespace)
-    finally:
-        reader.close()
+
+
+def release_of(key: str) -> HelmChart | None:
+    """The Helm release an operator comes in (JobSet in Trainer's); None for the training operator."""
+    return RELEASES.get("trainer" if key == "jobset" else key)
 
 
 def mode_key(key: str) -> str:
@@ -268,7 +271,7 @@ def _own_name(key: str, inventory: ClusterInventory) -> tuple[str, dict[str, str
     """What the cluster holds at the stack's own name for this operator (its Helm release, Trainer's
     for JobSet, its subchart; or the training operator's Deployment), as a sentence names it, and its
     labels."""
-    chart = RELEASES.get("trainer" if key == "jobset" else key)
+    chart = release_of(key)
     if chart is not None:
         release = inventory.helm_releases().get((chart.namespace, chart.release))
         return (f"Helm release {release.name} in {release.namespace}", release.labels) if release else None
@@ -303,7 +306,7 @@ def _kept_crd(key: str, crd: dict[str, Any]) -> bool:
     meta = crd["metadata"]
     if all((meta.get("labels") or {}).get(k) == v for k, v in PART_OF.items()):
         return True
-    chart = RELEASES.get("trainer" if key == "jobset" else key)
+    chart = release_of(key)
     annotations = meta.get("annotations") or {}
     return chart is not None and (
         annotations.get(HELM_RELEASE_ANNOTATION),
@@ -539,7 +542,7 @@ def install_rights(decisions: dict[str, OperatorDecision]) -> list[Right]:
         if d.action != "install":
             continue
         signs = SIGNS[d.key]
-        chart = RELEASES.get("trainer" if d.key == "jobset" else d.key)
+        chart = release_of(d.key)
         namespace = chart.namespace if chart else TRAINING_OPERATOR_DEPLOYMENT[0]
         rights.append(Right("create", "apps", f"{signs.kind.lower()}s", namespace))
         if signs.crds:
@@ -558,8 +561,5 @@ def check_install_rights(
     rights = install_rights(decisions)
     if not rights:
         return
-    reader = ClusterReader(connect, address, stack)
-    try:
+    with ClusterReader(connect, address, stack) as reader:
         check_rights(reader, rights, "install the operators it decided to install")
-    finally:
-        reader.close()

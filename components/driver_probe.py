@@ -4,10 +4,11 @@ A node's driver cannot be read before the node exists (a group that scales from 
 plan time) and GPU feature discovery, which labels it, is off in the device-plugin charts and needs
 Node Feature Discovery beside it; so a Job runs the probe (workload/trainer/driver_probe.py, standard
 library only, given to `python3 -c` whole, so it needs nothing of the trainer in the image) in the
-job's own image on a node of the group, reading the loaded kernel module's version from `/sys/module` (the
-node's kernel, as every container sees it), and the image's own CUDA release (`CUDA_VERSION`). It asks for no GPU (the group's GPUs may all be
-training) and runs with NVIDIA_VISIBLE_DEVICES=void, so the NVIDIA runtime starts it like any
-container even where the driver is too old for the image.
+job's own image on a node of the group. It reads the loaded kernel module's version from
+`/sys/module` (the node's kernel, as every container sees it) and the image's own CUDA release
+(`CUDA_VERSION`). It asks for no GPU (the group's GPUs may all be training) and runs with
+NVIDIA_VISIBLE_DEVICES=void, so the NVIDIA runtime starts it like any container even where the
+driver is too old for the image.
 
 pulumi-kubernetes waits for a Job to complete and fails the `up` with its container's termination
 message where it fails (the provider's job await and pod checker), so the job that depends on it is

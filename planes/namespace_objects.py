@@ -134,13 +134,9 @@ def stack_rights(cfg: StackConfig) -> list[Right]:
 def check_stack_rights(cfg: StackConfig, account: Account | None, world: World) -> None:
     """Stops (ClusterRightsError) before anything is read or registered where the stack's identity may
     not make what the stack makes on a cluster it did not create."""
-    reader = ClusterReader(
-        world.kubernetes_clients(world.session(cfg)), cluster_address(cfg, account), cfg.stack
-    )
-    try:
+    connect = world.kubernetes_clients(world.session(cfg))
+    with ClusterReader(connect, cluster_address(cfg, account), cfg.stack) as reader:
         check_rights(reader, stack_rights(cfg), "make the stack's queues and jobs")
-    finally:
-        reader.close()
 
 
 def other_kinds(cfg: StackConfig) -> list[tuple[str, str, str, str]]:
@@ -160,11 +156,8 @@ def own_cluster_relaunches(cfg: StackConfig, running: RunningCluster | None, wor
         endpoint=running.endpoint, ca_data=running.ca_data, eks_cluster_name=running.name, region=cfg.region
     )
     try:
-        reader = ClusterReader(world.kubernetes_clients(world.session(cfg)), address, cfg.stack)
-        try:
+        with ClusterReader(world.kubernetes_clients(world.session(cfg)), address, cfg.stack) as reader:
             lines = relaunches(reader, cfg, other_kinds(cfg))
-        finally:
-            reader.close()
     except ClusterReadError as err:
         pulumi.log.warn(
             f"EKS cluster {running.name} could not be read to name the jobs this `up` relaunches under another "
@@ -181,10 +174,8 @@ def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World
     namespace and cluster-wide, is read and found free or its own. Stops (NamespaceObjectsError)
     before anything is registered otherwise. A job of the stack's that runs under another kind than
     configured is named as a relaunch (a warning) before the `up` replaces it."""
-    reader = ClusterReader(
-        world.kubernetes_clients(world.session(cfg)), cluster_address(cfg, account), cfg.stack
-    )
-    try:
+    connect = world.kubernetes_clients(world.session(cfg))
+    with ClusterReader(connect, cluster_address(cfg, account), cfg.stack) as reader:
         renames = {} if keeps_earlier_names(reader, cfg, group_queues(cfg)) else cluster_renames(cfg)
         wanted = [(kind, name, COLLECTIONS[kind]) for kind, name in training_namespace_objects(cfg)]
         cluster_wide = [
@@ -193,6 +184,4 @@ def shared_cluster_names(cfg: StackConfig, account: Account | None, world: World
         check_namespace_objects(reader, cfg, wanted, cluster_wide)
         for line in relaunches(reader, cfg, other_kinds(cfg)):
             pulumi.log.warn(line)
-    finally:
-        reader.close()
     return renames

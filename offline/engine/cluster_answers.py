@@ -25,8 +25,9 @@ from urllib.parse import urlparse
 from kubernetes import client
 from kubernetes.client import rest
 
+from account_checks.cluster_access import ACCESS_REVIEW_PATH
+
 FACT_PREFIX = "cluster-objects:"
-ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 # The resources the stack lists, by the path segment the API names them with.
 RESOURCES = {
     "customresourcedefinitions": "CustomResourceDefinition",
