@@ -38,6 +38,11 @@ def owned_name(cfg: StackConfig, name: str) -> str:
     return in_shared_namespace(cfg.stack, name) if cfg.existing_cluster.named else name
 
 
+def probes_driver(cfg: StackConfig, node_group: str) -> bool:
+    """Whether a job on `node_group` is cleared by a driver probe first: a GPU group's are."""
+    return any(g.name == node_group and g.gpu for g in cfg.gpu_node_groups)
+
+
 def driver_probe_name(cfg: StackConfig, job: str) -> str:
     """The Job that clears `job`'s node group's driver (components/driver_probe.py)."""
     return fit(owned_name(cfg, f"{job}-driver"), JOB_NAME_MAX)
@@ -158,7 +163,7 @@ def jobs_plane(
         data = datasets[j.dataset] if j.dataset else None
         extra += [data.job] if data else []
         image = j.image or (build.verl_image_uri if j.verl else build.image_uri)
-        if group is not None and placement.gpus:  # its nodes' driver, before the job is registered
+        if probes_driver(cfg, j.node_group):  # its nodes' driver, before the job is registered
             probe = DriverProbe(
                 f"driver-{j.name}",
                 DriverProbeArgs(

@@ -29,7 +29,7 @@ from conventions import (
 )
 from domain.topology import NETWORK_LAYERS, topology_name
 from planes.account import Account
-from planes.jobs import driver_probe_name, owned_name
+from planes.jobs import driver_probe_name, owned_name, probes_driver
 from planes.operators import cluster_address
 from planes.tracking import CREDENTIALS_SECRET
 
@@ -65,10 +65,9 @@ def training_namespace_objects(cfg: StackConfig) -> list[tuple[str, str]]:
     external = cfg.tracking.enabled and cfg.tracking.mode == "external"
     if external and (cfg.tracking_token or cfg.tracking_password):
         found.append(("Secret", CREDENTIALS_SECRET))
-    gpu_groups = {g.name for g in cfg.gpu_node_groups if g.gpu}
     for j in cfg.jobs:
         found += [(j.kind, j.name), ("ServiceAccount", job_service_account(j.name))]
-        if j.node_group in gpu_groups:
+        if probes_driver(cfg, j.node_group):
             found.append(("Job", driver_probe_name(cfg, j.name)))
         found += [("NetworkPolicy", a.name) for a in KINDS[j.kind].allows(j.name)]
         if j.environment and cfg.secret_job_env:
