@@ -32,6 +32,7 @@ from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, PART_OF, S
 from domain.operators import (
     INSTANCE_TYPE_NODE_LABEL,
     RELEASES,
+    TRAINING_OPERATOR_CERT_SECRET,
     TRAINING_OPERATOR_DEPLOYMENT,
     HelmChart,
     kuberay_crd_files,
@@ -205,16 +206,24 @@ def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
     return merged
 
 
-def on_system_nodes(system_selector: dict[str, str], owner: str | None = None):
-    """A resource transform that runs the training operator's Deployment on the system nodes and,
-    on a cluster the stack did not create, labels it with the stack's name (`owner`)."""
+def training_operator_bundle(system_selector: dict[str, str], owner: str | None = None):
+    """A resource transform on the training operator's bundle. It runs the operator's Deployment on
+    the system nodes and, on a cluster the stack did not create, labels it with the stack's name
+    (`owner`). It drops the webhook certificate Secret's empty `data`: the API server stores an
+    empty map as none, so the state's live object has no `data` while the inputs hold `{}`;
+    pulumi-kubernetes diffs the new inputs against the live object pruned to the old inputs
+    (provider.go Diff) and `data` of a Secret forces a replacement (diff.go), so every `up` without
+    a refresh would delete the certificate the operator's rotator wrote."""
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-        if args.type_ != "kubernetes:apps/v1:Deployment":
-            return None
         props = args.props
         meta = props.get("metadata") or {}
-        if (meta.get("namespace"), meta.get("name")) != TRAINING_OPERATOR_DEPLOYMENT:
+        named = (meta.get("namespace"), meta.get("name"))
+        if args.type_ == "kubernetes:core/v1:Secret" and named == TRAINING_OPERATOR_CERT_SECRET:
+            return pulumi.ResourceTransformResult(
+                props={k: v for k, v in props.items() if k != "data"}, opts=args.opts
+            )
+        if args.type_ != "kubernetes:apps/v1:Deployment" or named != TRAINING_OPERATOR_DEPLOYMENT:
             return None
         patched = copy.deepcopy(props)
         pod_spec = patched.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
@@ -277,7 +286,7 @@ class ClusterOperators(pulumi.ComponentResource):
                     parent=self,
                     provider=args.provider,
                     depends_on=[*filter(None, [args.system_nodes])],
-                    transforms=[on_system_nodes(args.system_selector, args.owner), *crd_transforms],
+                    transforms=[training_operator_bundle(args.system_selector, args.owner), *crd_transforms],
                 ),
             )
         self.register_outputs(

@@ -113,8 +113,11 @@ def training_operator_location(hyperpod: bool, ref: str | None, mirror: str | No
     return source.mirrored(mirror, ref) if mirror else source.url(ref)
 
 
-# The training operator's bundle (kustomize, TRAINING_OPERATOR): its Deployment.
+# The training operator's bundle (kustomize, TRAINING_OPERATOR): its Deployment, and the Secret its
+# overlay's secretGenerator makes with no sources (`data: {}`) for the operator's certificate
+# rotator to fill.
 TRAINING_OPERATOR_DEPLOYMENT = ("kubeflow", "training-operator")
+TRAINING_OPERATOR_CERT_SECRET = ("kubeflow", "training-operator-webhook-cert")
 
 # KubeRay's CRDs, as its chart's crds/ holds them (1.7.x): Helm installs crds/ once and never
 # upgrades them, so the stack applies them itself, from the commit the chart's tag names

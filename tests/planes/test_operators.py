@@ -12,7 +12,7 @@ import yaml
 from support.paths import shared_dir
 from support.plans import plan
 
-from components.operators import on_system_nodes
+from components.operators import training_operator_bundle
 from config.schema import ConfigError
 from domain.operators import RELEASES, TRAINING_OPERATOR
 from offline.plan import manifest_of
@@ -211,7 +211,7 @@ def test_kuberay_and_training_operator_run_on_system_nodes(prod_plan):
     system_labels = prod_plan.one(NG, "eks-system").inputs["labels"]
     assert releases(prod_plan)["kuberay-operator"].inputs["values"]["nodeSelector"] == system_labels
     (directory,) = prod_plan.by_type(DIRECTORY)
-    assert [t.__qualname__ for t in directory.transforms] == ["on_system_nodes.<locals>.transform"]
+    assert [t.__qualname__ for t in directory.transforms] == ["training_operator_bundle.<locals>.transform"]
     # The upstream Deployment as the overlay renders it, patched by the transform the program attached.
     deployment = {
         "apiVersion": "apps/v1",
@@ -235,9 +235,9 @@ def test_kuberay_and_training_operator_run_on_system_nodes(prod_plan):
     )
     assert transform(other) is None
     # On a cluster the stack did not create, its described system nodes.
-    assert on_system_nodes({"pool": "cpu"})(args).props["spec"]["template"]["spec"]["nodeSelector"] == {
-        "pool": "cpu"
-    }
+    assert training_operator_bundle({"pool": "cpu"})(args).props["spec"]["template"]["spec"][
+        "nodeSelector"
+    ] == {"pool": "cpu"}
 
 
 def value_paths(values: Any, prefix: str = "") -> list[str]:
@@ -359,3 +359,34 @@ def test_crds_are_applied_over_helms_field_manager():
         custom=True, type_="kubernetes:core/v1:ConfigMap", name="x", props={}, opts=pulumi.ResourceOptions()
     )
     assert force_crd_apply(other) is None
+
+
+def test_the_webhook_certificate_secret_is_applied_without_its_empty_data(prod_plan):
+    """The overlay's secretGenerator makes the Secret with `data: {}`, which the API server stores as
+    none: kept in the inputs, every `up` without a refresh would see `data` added and replace the
+    Secret, deleting the certificate the operator's rotator wrote."""
+    (directory,) = prod_plan.by_type(DIRECTORY)
+    (transform,) = directory.transforms
+    generated = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "training-operator-webhook-cert", "namespace": "kubeflow"},
+        "type": "Opaque",
+        "data": {},
+    }
+    args = pulumi.ResourceTransformArgs(
+        custom=True,
+        type_="kubernetes:core/v1:Secret",
+        name="operators-training-operator:kubeflow/training-operator-webhook-cert",
+        props=generated,
+        opts=pulumi.ResourceOptions(),
+    )
+    assert transform(args).props == {k: v for k, v in generated.items() if k != "data"}
+    someone_elses = pulumi.ResourceTransformArgs(
+        custom=True,
+        type_="kubernetes:core/v1:Secret",
+        name="x",
+        props={**generated, "metadata": {"name": "other", "namespace": "kubeflow"}},
+        opts=pulumi.ResourceOptions(),
+    )
+    assert transform(someone_elses) is None

@@ -9,8 +9,9 @@ the CLI does the rest as for any program. A stack operation runs in its own proc
 
     python -m support.cluster.engine up|preview|unchanged|destroy|refresh WORK_DIR STACK
 
-`unchanged` is `pulumi preview --refresh --expect-no-changes`: it fails where the cluster, read again,
-differs from the state or the program would change anything. WORK_DIR holds Pulumi.yaml and
+`unchanged` is `pulumi preview --expect-no-changes`, then the same with `--refresh`: it fails where
+the program would change anything against the state, as the next `up` runs, or against the cluster
+read again. WORK_DIR holds Pulumi.yaml and
 Pulumi.STACK.yaml, and stands for the project's directory, where the provider runs what the program
 names by a relative path (`./tools/helm-keep-on-uninstall`); the environment names the backend and passphrase
 (`Engine.env`). Prints one JSON line: the operation's change summary."""
@@ -72,9 +73,11 @@ def run(operation: str, work_dir: str, stack_name: str) -> dict:
         result = stack.preview(color="never", on_output=print, diff=True)
         return {"changes": result.change_summary}
     if operation == "unchanged":
-        result = stack.preview(
-            color="never", on_output=print, diff=True, refresh=True, expect_no_changes=True
-        )
+        # As CI's next `up` runs (no refresh: the state's live objects), then with the cluster read again.
+        for refresh in (False, True):
+            result = stack.preview(
+                color="never", on_output=print, diff=True, refresh=refresh, expect_no_changes=True
+            )
         return {"changes": result.change_summary}
     if operation == "destroy":
         result = stack.destroy(color="never", on_output=print)
