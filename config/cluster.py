@@ -158,6 +158,14 @@ class ClusterConfig:
         "conditions that node auto repair acts on.",
         True,
     )
+    fence_hung_nodes_after_seconds: int = setting(
+        "fenceHungNodesAfterSeconds",
+        "A GPU node not Ready this long (60-3600 s; 0: off) while a job's pod is stuck Terminating on it is "
+        "fenced: its Auto Scaling group replaces the instance and the node is tainted out-of-service, so "
+        "the gang restarts on other nodes instead of waiting for node repair (30 min). Needs the stack's "
+        "image (image.builder codebuild or docker).",
+        180,
+    )
     gpu_metrics: bool = setting(
         "gpuMetrics",
         "The CloudWatch observability add-on (Container Insights, DCGM exporter on GPU nodes): GPU and EFA "
@@ -168,6 +176,9 @@ class ClusterConfig:
 
 def check_cluster(c: ClusterConfig, r: Reader) -> None:
     k = f"{PROJECT}:cluster"
+    fence = c.fence_hung_nodes_after_seconds
+    if fence != 0 and not 60 <= fence <= 3600:
+        r.problem(f"{k}.fenceHungNodesAfterSeconds", fence, "out of range", "0 (off) or 60-3600")
     if not (c.endpoint_public_access or c.endpoint_private_access):
         r.problem(
             f"{k}.endpointPrivateAccess",

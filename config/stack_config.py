@@ -107,6 +107,14 @@ class StackConfig:
             return self.existing_cluster.system_nodes.count
         return self.cluster.system_node_group.desired_size
 
+    @property
+    def fenced_after_seconds(self) -> int:
+        """How long a hung GPU node holds a job's pods before the stack's fence acts
+        (components/node_fence.py); 0 where it runs no fence: a cluster it did not create, no GPU
+        group, no image of its own to run it in, or the setting off."""
+        runs = not self.existing_cluster.named and bool(self.gpu_node_groups) and self.image.builder != "none"
+        return self.cluster.fence_hung_nodes_after_seconds if runs else 0
+
     def autoscaled(self, group: GpuNodeGroupConfig) -> bool:
         """The cluster autoscaler sizes the group per job from its minNodes; else it keeps every node."""
         return (

@@ -127,7 +127,7 @@ def training_model_lines(cfg, job_name: str, start_minutes: float = 0.0) -> list
         saves,
         *kept,
         step_line(step, link, nodes, f"; goodput {g.goodput:.1%}{bound}"),
-        faults_line(faults, g.goodput, estimate.goodput, group),
+        faults_line(faults, g.goodput, estimate.goodput, group, cfg.fenced_after_seconds),
         *warning,
         run_line(estimate, step, cost, modeled_goodput=True) + per_billion_tokens(estimate, nodes),
     ]
@@ -142,17 +142,22 @@ def per_billion_tokens(e: RunEstimate, nodes: int) -> str:
     )
 
 
-def faults_line(faults: Faults, saves_only: float, goodput: float, group) -> str:
-    """How often the gang meets a fault, what each costs, the goodput with them, and Young's interval
-    for this save cost (domain/faults.py)."""
+def faults_line(faults: Faults, saves_only: float, goodput: float, group, fenced_after_s: int) -> str:
+    """How often the gang meets a fault, what each costs, the goodput with them, Young's interval
+    for this save cost (domain/faults.py), and how long a hung node holds the gang's restart."""
     best = faults.best_interval_s
+    hung = (
+        f"; a hung node is fenced after {_span(fenced_after_s)} (cluster.fenceHungNodesAfterSeconds)"
+        if fenced_after_s
+        else "; a hung node holds the restart until its owner's repair replaces it (30 min with EKS node repair)"
+    )
     return (
         f"faults: ~1 per {_span(faults.mtbf_s)} of this gang ({group.faults_per_million_gpu_hours:g} per "
         f"million GPU-hours: faultsPerMillionGpuHours), each ~{_span(faults.lost_s)} lost (the collective "
         f"timeout {_span(faults.detect_s)}, a restart {_span(faults.restart_s)} assumed, half an interval "
         f"done again); goodput {goodput:.1%} with faults, {saves_only:.1%} without; the interval that "
         f"loses least for saves of {_duration(faults.save_s)} is {_span(best)} of training (Young; "
-        f"--checkpoint-minutes {max(1, round(best / 60))} in args)"
+        f"--checkpoint-minutes {max(1, round(best / 60))} in args){hung}"
     )
 
 

@@ -126,7 +126,9 @@ def checkpoints(
     keep = {"keep": cfg.storage.checkpoints_kept, "keep_every": cfg.storage.checkpoint_keep_every}
     if home == "fsx" and storage is not None and storage.fsx is not None:
         # The file system exports to S3 itself: no per-rank upload, and a relaunch finds them there.
-        return Checkpoints(claim=storage.fsx.claim_name, sub_path=f"{CHECKPOINT_PREFIX}{job}", **keep)
+        return Checkpoints(
+            claim=storage.fsx.claim_name, sub_path=f"{CHECKPOINT_PREFIX}{job}", node_data_cache=True, **keep
+        )
     if home == "claim" and e.checkpoint_claim:
         # The kubelet creates the sub-directory on the claim's volume when it is missing.
         return Checkpoints(claim=e.checkpoint_claim, sub_path=f"{CHECKPOINT_PREFIX}{job}", **keep)
@@ -136,4 +138,5 @@ def checkpoints(
         uri = f"{e.s3.uri.rstrip('/')}/{CHECKPOINT_PREFIX}{job}/"
         return Checkpoints(uri, e.s3.credentials_secret, **keep)
     uri = pulumi.Output.concat("s3://", build.bucket.bucket_name, f"/{CHECKPOINT_PREFIX}{job}/")
-    return Checkpoints(uri, **keep)
+    # On the stack's own cluster, its nodes keep the dataset cache.
+    return Checkpoints(uri, node_data_cache=not e.named, **keep)

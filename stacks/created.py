@@ -5,6 +5,7 @@
       ->  shared storage (FSx for Lustre, datasets through Mountpoint)
       ->  operators plane (device plugins, training operator, KubeRay)
       ->  queueing plane (Kueue queues per node group, cluster autoscaler)
+      ->  health plane (the fence that lets a gang restart past a hung GPU node)
       ->  tracking plane (MLflow)  ->  jobs plane (each job of its kind, queued)
 
 Each plane gets only what it needs from the one before; each returns the stack outputs it owns.
@@ -21,6 +22,7 @@ from planes.build import build_plane
 from planes.ci import ci_access, ci_outputs, ci_runner
 from planes.compute import compute_plane
 from planes.datasets import check_mounted_files, datasets_plane
+from planes.health import health_plane
 from planes.jobs import jobs_plane
 from planes.namespace_objects import own_cluster_relaunches
 from planes.operators import operators_plane
@@ -55,6 +57,7 @@ def created_stack(cfg: StackConfig, world: World) -> StackOutputs:
         resolve_fsx_ids(pulumi.Output.from_input(made))
     operators = operators_plane(cfg, compute)
     queues = queueing_plane(cfg, compute, operators)
+    health_plane(cfg, account, build, compute)
     tracking = tracking_plane(cfg, account, build, compute)
     datasets = datasets_plane(cfg, build, compute)
     jobs = jobs_plane(cfg, build, compute, operators, queues, tracking, datasets, storage)

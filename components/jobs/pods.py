@@ -23,6 +23,11 @@ from domain.retention import cadence_args
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
+# Where the default trainer caches datasets it downloads (trainer.flags' --data-cache default, which
+# a test holds equal), and the node's directory that holds them across pods. An entry is keyed by
+# the object's ETag and the older one removed (trainer.data.resolve_dataset): one copy a dataset.
+DATA_CACHE_DIR = "/tmp/trainstack-data"
+NODE_DATA_CACHE = "/var/lib/trainstack/data-cache"
 # Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
 TERMINATION_GRACE_SECONDS = 600
 # How long torchrun (the pod's PID 1, trainer.launch) waits for its workers to save and exit after
@@ -102,6 +107,10 @@ class Checkpoints:
     sub_path: str | None = None  # the job's directory in it
     keep: int = 3  # the default trainer keeps the newest `keep` (storage.checkpointsKept)
     keep_every: int = 0  # and every multiple of this step (storage.checkpointKeepEvery)
+    # The trainer's dataset cache on the node's disk (NODE_DATA_CACHE), so the job's next pod on the
+    # node starts without the download; only where the stack owns the nodes (Pod Security's
+    # baseline, which a shared cluster may enforce, refuses host paths).
+    node_data_cache: bool = False
 
     def volume(self) -> dict[str, Any]:
         if self.claim:
@@ -120,8 +129,8 @@ class Checkpoints:
         pod's own volume (mirrored to S3) and none."""
         if self.host_path:
             root, job = posixpath.split(self.host_path)
-            return Checkpoints(host_path=root), job
-        return Checkpoints(claim=self.claim), self.sub_path
+            return Checkpoints(host_path=root, node_data_cache=self.node_data_cache), job
+        return Checkpoints(claim=self.claim, node_data_cache=self.node_data_cache), self.sub_path
 
 
 @dataclass(frozen=True)
@@ -285,12 +294,18 @@ def volumes(
     placement: Placement, checkpoints: Checkpoints, datasets_claim: str | None = None
 ) -> tuple[list[dict], list[dict]]:
     """(volumes, mounts): /dev/shm in memory, checkpoints on the node's disk (mirrored to S3), a
-    shared file system or the nodes' shared path; the bucket's datasets read-only, when mounted."""
+    shared file system or the nodes' shared path; the dataset cache on the node's disk where the
+    stack owns the nodes; the bucket's datasets read-only, when mounted."""
     vols = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}},
         checkpoints.volume(),
     ]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, checkpoints.mount()]
+    if checkpoints.node_data_cache:
+        vols.append(
+            {"name": "data-cache", "hostPath": {"path": NODE_DATA_CACHE, "type": "DirectoryOrCreate"}}
+        )
+        mounts.append({"name": "data-cache", "mountPath": DATA_CACHE_DIR})
     if datasets_claim:
         vols.append(
             {"name": "datasets", "persistentVolumeClaim": {"claimName": datasets_claim, "readOnly": True}}

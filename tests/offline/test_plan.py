@@ -61,6 +61,13 @@ def test_plan_exits_zero_and_writes_files(planned):
     expected = sorted(
         [
             "admissioncheck-trainstack-provisioning.yaml",
+            # The hung-node fence (components/node_fence.py); its Events go where a Node's do.
+            "clusterrole-trainstack-node-fence.yaml",
+            "clusterrolebinding-trainstack-node-fence.yaml",
+            "deployment-training-trainstack-node-fence.yaml",
+            "role-default-trainstack-node-fence.yaml",
+            "rolebinding-default-trainstack-node-fence.yaml",
+            "serviceaccount-training-trainstack-node-fence.yaml",
             f"clusterqueue-trainstack-{group}.yaml",
             "clusterqueue-trainstack-system.yaml",
             f"clustertrainingruntime-trainstack-{group}.yaml",
@@ -184,6 +191,7 @@ def test_resources_json_shape(planned):
         "trainstack:compute:JobIdentity",
         "trainstack:network_policy:NamespacePolicies",
         "trainstack:compute:ClusterAutoscalerIdentity",
+        "trainstack:health:NodeFence",
     }
 
 

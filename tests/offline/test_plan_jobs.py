@@ -225,7 +225,19 @@ def test_the_plan_counts_faults_and_names_the_interval_that_loses_least():
         "~19.7 min lost (the collective timeout 1.7 min, a restart 3.0 min assumed, half an interval done "
         "again); goodput 94.7% with faults, 100.0% without"
     )
-    assert faults.endswith("is 1.9 min of training (Young; --checkpoint-minutes 2 in args)")
+    assert faults.endswith(
+        "is 1.9 min of training (Young; --checkpoint-minutes 2 in args); a hung node is fenced after "
+        "3.0 min (cluster.fenceHungNodesAfterSeconds)"
+    )
+    # With the fence off, the plan says what holds the gang instead.
+    cluster = json.loads(stack_values("prod")["trainstack:cluster"]) | {"fenceHungNodesAfterSeconds": 0}
+    unfenced = plan_lines(
+        "prod", "llama-1b-fsdp", gpuNodeGroups=groups, jobs=prod_jobs(steps=200_000), cluster=cluster
+    )
+    (faults,) = [line for line in unfenced if line.startswith("faults: ")]
+    assert faults.endswith(
+        "; a hung node holds the restart until its owner's repair replaces it (30 min with EKS node repair)"
+    )
     run = below[-1]
     assert ", goodput 94.7%)" in run and " per billion tokens (its 2 node(s) while they train" in run
     # The same run without faults' share: the default rate leaves it at the saves' goodput.

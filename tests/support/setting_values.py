@@ -97,6 +97,7 @@ TABLE = [
     Change(DEV, "cluster.systemNodeGroup.maxSize", 4),
     Change(DEV, "cluster.systemNodeGroup.diskSizeGiB", 100),
     Change(DEV, "cluster.nodeMonitoringAgent", False),
+    Change(DEV, "cluster.fenceHungNodesAfterSeconds", 600),
     Change(DEV, "cluster.gpuMetrics", True),
     Change(DEV, "gpuNodeGroups[0].name", "gpu2", NO_JOBS),
     Change(DEV, "gpuNodeGroups[0].instanceType", "g6.2xlarge"),

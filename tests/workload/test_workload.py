@@ -104,8 +104,20 @@ def test_dataset_from_s3_is_cached(tmp_path, fake_aws):
         s3.create_bucket(Bucket="data")
         s3.upload_file(str(local), "data", "datasets/tokens.bin")
         path = resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache")
-        assert path == tmp_path / "cache" / "datasets" / "tokens.bin"
+        etag = s3.head_object(Bucket="data", Key="datasets/tokens.bin")["ETag"].strip('"')
+        assert path == tmp_path / "cache" / "datasets" / "tokens.bin" / etag / "tokens.bin"
         assert path.read_bytes() == local.read_bytes()
+        # A later pod on the node (the cache is the node's) reads the same file, not a new download.
+        written = path.stat().st_mtime_ns
+        assert resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache") == path
+        assert path.stat().st_mtime_ns == written
+        # The object uploaded anew: fetched anew, the older copy gone.
+        other = write_synthetic_dataset(tmp_path / "other.bin", 10_000, 256, seed=1)
+        s3.upload_file(str(other), "data", "datasets/tokens.bin")
+        again = resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache")
+        assert again != path and again.read_bytes() == other.read_bytes()
+        assert not path.exists()
+        assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == ["tokens.bin"]
 
 
 def test_latest_complete_skips_torn_checkpoints(tmp_path):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import torch
@@ -156,11 +157,18 @@ class Prefetcher:
 
 
 def resolve_dataset(uri: str, cache_dir: Path) -> Path:
-    """A local path as it is; an s3:// object downloaded once into cache_dir (atomically)."""
+    """A local path as it is; an s3:// object downloaded once into cache_dir (atomically), under
+    its ETag: the cache may be the node's and outlive the pod (a restart reads it again without a
+    download), and an object uploaded anew under the same key is fetched anew, its older copy
+    removed."""
     if not uri.startswith("s3://"):
         return Path(uri)
     bucket, key = storage.split_s3_uri(uri)
-    local = cache_dir / key
+    versions = cache_dir / key
+    local = versions / storage.etag(bucket, key) / PurePosixPath(key).name
     if not local.exists():
         storage.download_file(bucket, key, local)
+    for older in versions.iterdir():
+        if older != local.parent and older.is_dir():
+            shutil.rmtree(older, ignore_errors=True)
     return local

@@ -40,12 +40,15 @@ def build_model(
     model = Transformer(MODEL_SIZES[name]).to(ctx.device)
     if float8:
         enable_float8(model, ctx.device)
-    if compile_blocks is None:
-        compile_blocks = ctx.device.type == "cuda"  # the default on GPUs, as torchtitan does
-    if compile_blocks:
+    if compiles(compile_blocks, ctx.device):
         compile_each_block(model)
     shard(model, ctx)
     return model
+
+
+def compiles(compile_blocks: bool | None, device: torch.device) -> bool:
+    """`--compile` as given; unset, on GPUs only, as torchtitan does."""
+    return device.type == "cuda" if compile_blocks is None else compile_blocks
 
 
 def float8_config(emulate: bool = False) -> Float8LinearConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,9 +29,10 @@ def client():
 
 
 def download_file(bucket: str, key: str, dest: Path, s3=None) -> None:
-    """One object to `dest`, whole or not at all (it lands under a `.part` name, then is renamed)."""
+    """One object to `dest`, whole or not at all: it lands under a `.part` name of this process's
+    own (two pods on a node may fetch the same object into a cache they share), then is renamed."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
     (s3 or client()).download_file(bucket, key, str(tmp), Config=TRANSFER)
     os.replace(tmp, dest)
 
@@ -74,13 +76,19 @@ def list_prefixes(bucket: str, prefix: str) -> list[str]:
     return found
 
 
-def read_text(bucket: str, key: str) -> str | None:
-    """A small object's text; None when there is none."""
+def read_bytes(bucket: str, key: str) -> bytes | None:
+    """An object's bytes, whole, in memory; None when there is none."""
     s3 = client()
     try:
-        return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except s3.exceptions.NoSuchKey:
         return None
+
+
+def read_text(bucket: str, key: str) -> str | None:
+    """A small object's text; None when there is none."""
+    found = read_bytes(bucket, key)
+    return None if found is None else found.decode()
 
 
 def write_text(text: str, bucket: str, key: str) -> None:
@@ -100,6 +108,11 @@ def delete_prefix(bucket: str, prefix: str) -> None:
 def delete_object(bucket: str, key: str) -> None:
     """Delete one object (a delete marker, on a versioned bucket); none there is no error."""
     client().delete_object(Bucket=bucket, Key=key)
+
+
+def etag(bucket: str, key: str) -> str:
+    """The object's ETag, without its quotes: a new upload under the same key has another."""
+    return client().head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
 
 
 def exists(bucket: str, key: str) -> bool:

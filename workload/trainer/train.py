@@ -25,13 +25,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, debug_dumps, mlflow_run, preflight, process
+from trainer import checkpoint, compile_cache, debug_dumps, mlflow_run, preflight, process
 from trainer.config import TrainConfig, parse_args
 from trainer.data import Prefetcher, TokenWindows, resolve_dataset, write_synthetic_dataset
 from trainer.distributed import DistContext, init_distributed, tighten_collective_timeout
 from trainer.metrics import Window, log, peak_flops, validation_loss
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, flops_per_token
-from trainer.parallelize import build_model, precompute_float8_scales
+from trainer.parallelize import build_model, compiles, precompute_float8_scales
 from trainer.resilience import (
     PREFLIGHT_EXIT_CODE,
     Agreement,
@@ -155,6 +155,15 @@ class Loop:
     ):
         self.cfg, self.ctx, self.report, self.on_checkpoint = cfg, ctx, report, on_checkpoint
         self.data, self.val = open_data(cfg, ctx)
+        # What an earlier run of the job compiled, loaded before this one compiles (at its first step).
+        self.compile_cache: str | None = None
+        self.compile_loaded = 0
+        self.compile_upload: threading.Thread | None = None
+        if compiles(cfg.compile, ctx.device):
+            self.compile_cache = compile_cache.cache_name(cfg.model, ctx.world_size, ctx.device, cfg.float8)
+            self.compile_loaded = compile_cache.load(
+                cfg.checkpoint_dir, cfg.s3_checkpoints or None, self.compile_cache
+            )
         self.model = build_model(cfg.model, ctx, cfg.compile, cfg.seed, cfg.float8)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -194,6 +203,20 @@ class Loop:
         self.watchdog = StepWatchdog(cfg.step_timeout, ctx.rank)
         self.tracker = mlflow_run.tracker_for(cfg, ctx.rank, ctx.world_size, self.start)
 
+    def keep_compiled(self) -> None:
+        """After the first step: what the compile found in the cache, and, where nothing was loaded,
+        rank 0's compiled work saved for the job's next run."""
+        saved = 0
+        if not self.compile_loaded and self.ctx.rank == 0:
+            saved, self.compile_upload = compile_cache.save(
+                self.cfg.checkpoint_dir, self.cfg.s3_checkpoints or None, self.compile_cache
+            )
+        log(
+            self.ctx,
+            {"event": "compile_cache", "loaded_bytes": self.compile_loaded, "saved_bytes": saved}
+            | compile_cache.lookups(),
+        )
+
     def run(self) -> dict:
         try:
             with collections_in_lockstep(self.cfg.gc_every):
@@ -210,6 +233,8 @@ class Loop:
         if self.pending is not None:
             self.finish(self.pending, last=True)
         self.store.settle_uploads()
+        if self.compile_upload is not None:
+            self.compile_upload.join()
         if self.step < self.cfg.steps:  # stopped by an agreed SIGTERM, its checkpoint saved
             raise Drained()
         return self.last_record
@@ -224,6 +249,8 @@ class Loop:
         if self.step == self.start + 1:  # compiled and warmed up: a long wait is now a dead peer
             tighten_collective_timeout(cfg.train_collective_timeout)
             log(self.ctx, {"event": "collective_timeout", "seconds": cfg.train_collective_timeout})
+            if self.compile_cache:
+                self.keep_compiled()
         if cfg.gc_every and self.step % cfg.gc_every == 0:
             gc.collect(1)
         every = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0

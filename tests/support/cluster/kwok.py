@@ -33,25 +33,34 @@ STAGES = (
     "pod/fast/pod-delete.yaml",
 )
 # The harness's own stages (files beside this one), after kwok's.
-OWN_STAGES = ("pod-exit-code.yaml",)
+OWN_STAGES = ("pod-exit-code.yaml", "pod-keeps-running.yaml")
 # The device plugins' image repositories (the last path element), and what each advertises.
 PLUGIN_REPOSITORIES = {"k8s-device-plugin": GPU_RESOURCE, "aws-efa-k8s-device-plugin": EFA_RESOURCE}
 
 
-def start_kwok(processes: Processes, kubeconfig: Path, probed: tuple[str, ...] = ()) -> None:
+def start_kwok(
+    processes: Processes,
+    kubeconfig: Path,
+    probed: tuple[str, ...] = (),
+    manages: str = "fake",
+    name: str = "kwok",
+):
     """kwok with its shipped fast stages; pods in the `probed` namespaces start Running but not Ready
-    (`probed_stages`): their readiness is the harness's, from their own readiness probes."""
+    (`probed_stages`): their readiness is the harness's, from their own readiness probes. It manages
+    the nodes annotated `KWOK_ANNOTATION: <manages>` (`node_object` makes them "fake"): a second kwok
+    of another value is the kubelet of its nodes alone, which a test can freeze (SIGSTOP) as a
+    kernel hang freezes a node's kubelet."""
     stages = module_dir("kwok", "sigs.k8s.io/kwok") / "kustomize" / "stage"
     configs = [stages / s for s in STAGES]
     configs += [Path(__file__).parent / s for s in OWN_STAGES]
     if probed:
         configs = probed_stages(configs, probed, processes.log_dir)
-    processes.start(
-        "kwok",
+    return processes.start(
+        name,
         [
             binary("kwok"),
             f"--kubeconfig={kubeconfig}",
-            f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+            f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={manages}",
             "--node-lease-duration-seconds=40",
             *[f"--config={c}" for c in configs],
         ],

@@ -36,6 +36,7 @@ import os
 import re
 import ssl
 import subprocess
+import sys
 import threading
 import urllib.parse
 import urllib.request
@@ -48,6 +49,7 @@ from kubernetes import client
 from support.cluster.binaries import binary
 from support.cluster.kwok import repository
 from support.cluster.processes import Processes
+from support.paths import ROOT
 
 # The end of an image's repository -> the program tools/cluster builds of that image's source.
 PROGRAMS = {
@@ -57,6 +59,10 @@ PROGRAMS = {
     "training-operator": "training-operator",  # ghcr.io/kubeflow/training-v1/training-operator
     "kuberay/operator": "kuberay-operator",  # quay.io/kuberay/operator
 }
+# The stack's training image (the tier's stacks name PREBUILT_IMAGE): a Python program of it runs as
+# this checkout's workload/ under the tests' interpreter.
+PYTHON_IMAGES = ("trainstack/trainer",)
+PYTHON = "python"
 EVERY_INTERFACE = re.compile(r"^(0\.0\.0\.0)?:(\d+)$")
 # The listeners of the programs that take them as flags, not from a config file, with their defaults
 # (every interface): training operator v1.9.4 cmd/training-operator.v1/main.go, KubeRay v1.6.2
@@ -82,6 +88,8 @@ KUBERAY_GATES = (
 
 def program_of(image: str) -> str:
     found = repository(image)
+    if any(found == end or found.endswith(f"/{end}") for end in PYTHON_IMAGES):
+        return PYTHON
     for end, program in PROGRAMS.items():
         if found == end or found.endswith(f"/{end}"):
             return program
@@ -165,13 +173,15 @@ class Running:
 
 class OperatorPods:
     def __init__(self, api: client.ApiClient, kubeconfig: Path, processes: Processes, directory: Path,
-                 namespaces: tuple[str, ...], period: float = 0.5):  # fmt: skip
+                 namespaces: tuple[str, ...], period: float = 0.5, cloud: dict[str, str] | None = None):  # fmt: skip
+        """`cloud`: the environment that points a pod's AWS SDK at the scenario's stand-in for AWS."""
         self.core = client.CoreV1Api(api)
         self.kubeconfig = yaml.safe_load(kubeconfig.read_text())
         self.processes = processes
         self.dir = directory
         self.namespaces = namespaces
         self.period = period
+        self.cloud = dict(cloud or {})
         self.running: dict[str, Running] = {}  # pod uid -> its process
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -275,6 +285,9 @@ class OperatorPods:
         # account's files above): its address, since nothing here proxies the `kubernetes` Service.
         server = urllib.parse.urlsplit(self.kubeconfig["clusters"][0]["cluster"]["server"])
         env = {"KUBERNETES_SERVICE_HOST": server.hostname, "KUBERNETES_SERVICE_PORT": str(server.port)}
+        env |= self.cloud
+        if program == PYTHON:
+            env["PYTHONPATH"] = str(ROOT / "workload")
         fields = {"metadata.namespace": namespace, "metadata.name": name, "status.podIP": ip,
                   "spec.serviceAccountName": pod.spec.service_account_name or "default"}  # fmt: skip
         for e in container.env or []:
@@ -292,7 +305,8 @@ class OperatorPods:
                 (staged / key).write_bytes(content)
             steps.append(f"mount -t tmpfs tmpfs {where} && cp -a {staged}/. {where}/")
         script = " && ".join([*steps, 'exec "$@"'])
-        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", binary(program), *args]
+        executable = sys.executable if program == PYTHON else binary(program)
+        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", executable, *args]
         process = f"{program}@{name}"
         proc = self.processes.start(process, argv, env)
         run = Running(process, namespace, name, ip, proc, secrets, static, _probe_of(container))
