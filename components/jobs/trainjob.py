@@ -89,7 +89,12 @@ class TrainJob(JobKind):
         if name not in args.shared:
             volume, _ = args.checkpoints.shared()
             runtime_args = RuntimeArgs(
-                args.placement, volume, args.datasets_claim, args.provider, args.operator
+                args.placement,
+                volume,
+                args.datasets_claim,
+                args.provider,
+                args.operator,
+                args.stop_grace_seconds,  # the group's, the same for each of its jobs
             )
             args.shared[name] = TrainingRuntime(f"runtime-{args.placement.group}", runtime_args)
         return [args.shared[name]]

@@ -8,11 +8,10 @@ import json
 import jsonpath_rfc9535 as jsonpath
 import pytest
 from support.jobs import RAYJOB, TRAINJOB, body, groups, job
-from support.manifests import worker_container
+from support.manifests import worker_container, worker_pod
 from support.plans import plan
 
 from components.jobs.kinds import KINDS
-from components.jobs.pods import TERMINATION_GRACE_SECONDS
 from components.jobs.training_job import wait_annotations
 
 # --- waiting ---------------------------------------------------------------------------------
@@ -103,7 +102,7 @@ def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):
     assert job(kinds_plan, "fsdp").options["customTimeouts"] == {
         "create": "90m",
         "update": "90m",
-        "delete": "15m",
+        "delete": "9m",  # the pods' grace (200 s: the group's stop) and 5 minutes
     }
     fixed = plan("dev", operators={"clusterAutoscaler": {"enabled": False}})
     assert job(fixed, "llama-tiny").options["customTimeouts"]["create"] == "30m"
@@ -193,13 +192,14 @@ def minutes(timeout: str) -> int:
 
 
 def test_deleting_any_job_waits_out_its_pods_grace_period(kinds_plan, prod_plan):
-    """pulumi-kubernetes deletes in the foreground, 10 minutes by default; training pods get
-    TERMINATION_GRACE_SECONDS to save and upload, and the operator tears down after that."""
-    kinds = {r.type.rsplit(":", 1)[1]: r for r in (*kinds_plan.resources, *prod_plan.resources) if r.custom}
-    for kind in ("PyTorchJob", "RayJob", "RayCluster"):
-        assert (
-            minutes(kinds[kind].options["customTimeouts"]["delete"]) * 60 >= TERMINATION_GRACE_SECONDS + 300
-        )
+    """pulumi-kubernetes deletes in the foreground, 10 minutes by default; training pods get their
+    grace (sized to their group's stop, domain/stop_grace.py; Kubernetes' 30 s where none is set)
+    to save and upload, and the operator tears down after that."""
+    for r in (*kinds_plan.resources, *prod_plan.resources):
+        if not r.custom or r.type.rsplit(":", 1)[1] not in ("PyTorchJob", "RayJob", "RayCluster"):
+            continue
+        grace = worker_pod(body(r)).get("terminationGracePeriodSeconds", 30)
+        assert minutes(r.options["customTimeouts"]["delete"]) * 60 >= grace + 300, r.name
 
 
 def test_a_changed_secret_value_relaunches_the_job_before_its_secret_goes(kinds_plan):

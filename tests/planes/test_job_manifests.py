@@ -13,7 +13,8 @@ from support.jobs import HF_TOKEN, SECRET_ENV, body, job
 from support.manifests import env_of, worker_container, worker_pod
 from support.plans import plan
 
-from components.jobs.pods import EFA_ENV, GPU_ENV, LAUNCHER_SHUTDOWN_SECONDS, TERMINATION_GRACE_SECONDS
+from components.jobs.pods import EFA_ENV, GPU_ENV, launcher_shutdown_seconds
+from domain.stop_grace import CEILING_S, FLOOR_S
 from offline.engine import SECRET_MASK
 from offline.plan import manifest_of
 
@@ -145,8 +146,9 @@ def test_a_drains_save_ends_inside_the_pods_grace_period(kinds_plan):
     the grace period, so torchrun's wait ends before it, with time for torchrun to exit retryable."""
     fsdp = body(job(kinds_plan, "fsdp"))
     shutdown = int(env_of(fsdp)["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])
-    assert shutdown == LAUNCHER_SHUTDOWN_SECONDS
-    assert 300 <= shutdown < worker_pod(fsdp)["terminationGracePeriodSeconds"] == TERMINATION_GRACE_SECONDS
+    grace = worker_pod(fsdp)["terminationGracePeriodSeconds"]
+    assert shutdown == launcher_shutdown_seconds(grace) < grace
+    assert FLOOR_S <= grace <= CEILING_S  # sized to the group's stop (tests/planes/test_stop_grace.py)
     # Ray's pods run no torchrun.
     assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in env_of(body(job(kinds_plan, "ray-l4")))
 
@@ -163,7 +165,7 @@ def test_placement_selectors_tolerations_requests_and_shm(kinds_plan):
         ("node.kubernetes.io/not-ready", "NoExecute", 60),
     }
     assert pod["serviceAccountName"] == "job-fsdp"  # its own (tests/planes/test_pod_identity.py)
-    assert pod["terminationGracePeriodSeconds"] >= 300  # the trainer saves on SIGTERM
+    assert pod["terminationGracePeriodSeconds"] >= FLOOR_S  # the trainer saves on SIGTERM
     requests = pod["containers"][0]["resources"]["requests"]
     assert (requests["cpu"], requests["memory"]) == (
         "182",

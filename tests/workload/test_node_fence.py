@@ -198,3 +198,27 @@ def test_an_instance_ec2_no_longer_knows_is_down(group):
 
 def test_the_component_grants_events_where_the_program_writes_them():
     assert GRANTED == EVENTS_NAMESPACE == events_role()["metadata"]["namespace"]
+
+
+class Draining(Instances):
+    """The group already terminating the instance (an EKS managed group's hook draining the node):
+    not asked again, and no taint while EC2 still reports it running."""
+
+    def __init__(self):
+        self.replaced: list[str] = []
+
+    def group_of(self, instance: str):
+        return ("eks-gpu-p5", "Terminating:Wait")
+
+    def state(self, instance: str) -> str:
+        return "running"
+
+    def replace(self, instance: str) -> None:
+        self.replaced.append(instance)
+
+
+def test_an_instance_its_group_is_already_terminating_is_not_asked_again():
+    cluster, instances = Cluster(), Draining()
+    said = fence(cluster, instances, node("n"), Hung("n", "i-0abc", 240.0, ("training/p",)))
+    assert instances.replaced == [] and cluster.taints == []
+    assert said == "node n: eks-gpu-p5 is replacing i-0abc (now running); tainted once it is down"

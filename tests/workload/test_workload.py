@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import boto3
 import numpy as np
@@ -28,7 +29,14 @@ from support.training import (
     torchrun,
 )
 from trainer import checkpoint
-from trainer.data import SYNTHETIC_RULES, TokenWindows, resolve_dataset, token_dtype, write_synthetic_dataset
+from trainer.data import (
+    STALE_SECONDS,
+    SYNTHETIC_RULES,
+    TokenWindows,
+    resolve_dataset,
+    token_dtype,
+    write_synthetic_dataset,
+)
 from trainer.model import FLOPS_CONVENTION, MODEL_SIZES, Transformer, flops_per_token, parameter_count
 from trainer.resilience import DRAINED_EXIT_CODE, RETRYABLE_EXIT_CODE
 
@@ -111,13 +119,22 @@ def test_dataset_from_s3_is_cached(tmp_path, fake_aws):
         written = path.stat().st_mtime_ns
         assert resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache") == path
         assert path.stat().st_mtime_ns == written
-        # The object uploaded anew: fetched anew, the older copy gone.
+        # The object uploaded anew: fetched anew; the older copy stays while a pod may still be
+        # opening it, and goes once it is stale, as does a download a killed pod left.
         other = write_synthetic_dataset(tmp_path / "other.bin", 10_000, 256, seed=1)
         s3.upload_file(str(other), "data", "datasets/tokens.bin")
         again = resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache")
         assert again != path and again.read_bytes() == other.read_bytes()
-        assert not path.exists()
-        assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == ["tokens.bin"]
+        assert path.exists()
+        left = again.with_name("tokens.bin.0123.part")
+        left.write_bytes(b"half")
+        hours_ago = time.time() - 2 * STALE_SECONDS
+        for old in (path.parent, left):
+            os.utime(old, (hours_ago, hours_ago))
+        assert resolve_dataset("s3://data/datasets/tokens.bin", tmp_path / "cache") == again
+        assert sorted(
+            str(p.relative_to(tmp_path)) for p in (tmp_path / "cache").rglob("*") if p.is_file()
+        ) == [str(again.relative_to(tmp_path))]
 
 
 def test_latest_complete_skips_torn_checkpoints(tmp_path):
@@ -352,6 +369,7 @@ def test_ray_train_trains_and_resumes(tmp_path):
 
     script = f"""
 import sys
+import time
 from trainer.ray_train import main
 common = ["--num-workers", "2", "--checkpoint-every", "10", "--log-every", "5",
           "--checkpoint-dir", {str(tmp_path / "ckpt")!r}, "--data-cache", {str(tmp_path / "data")!r},

@@ -7,10 +7,12 @@ exactly what an uninterrupted one would have, without saving loader state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
 import threading
+import time
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -156,19 +158,39 @@ class Prefetcher:
         self._thread.join(timeout=5)
 
 
+# A copy of an older upload, or a download a killed pod left, is removed once it is this old: a pod
+# still reading the older copy keeps its open file (Linux frees it at the last close), and one that
+# resolved it a moment ago has long opened it.
+STALE_SECONDS = 3600
+
+
 def resolve_dataset(uri: str, cache_dir: Path) -> Path:
     """A local path as it is; an s3:// object downloaded once into cache_dir (atomically), under
     its ETag: the cache may be the node's and outlive the pod (a restart reads it again without a
-    download), and an object uploaded anew under the same key is fetched anew, its older copy
-    removed."""
+    download), and an object uploaded anew under the same key is fetched anew. The ETag is read
+    again after the download: an upload in between would put new bytes under the old name, so the
+    download is redone. Older copies and left-over partial downloads go once STALE_SECONDS old."""
     if not uri.startswith("s3://"):
         return Path(uri)
     bucket, key = storage.split_s3_uri(uri)
     versions = cache_dir / key
-    local = versions / storage.etag(bucket, key) / PurePosixPath(key).name
-    if not local.exists():
+    for _ in range(3):
+        etag = storage.etag(bucket, key)
+        local = versions / etag / PurePosixPath(key).name
+        if local.exists():
+            break
         storage.download_file(bucket, key, local)
-    for older in versions.iterdir():
-        if older != local.parent and older.is_dir():
-            shutil.rmtree(older, ignore_errors=True)
+        if storage.etag(bucket, key) == etag:
+            break
+        local.unlink(missing_ok=True)  # replaced while it came down: fetch the new one
+    else:
+        raise RuntimeError(f"{uri} changed during each of 3 downloads; upload it once and start again")
+    now = time.time()
+    for old in [*versions.iterdir(), *local.parent.glob("*.part")]:
+        with contextlib.suppress(FileNotFoundError):  # another pod's cleanup got there first
+            if old != local.parent and now - old.stat().st_mtime > STALE_SECONDS:
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink()
     return local

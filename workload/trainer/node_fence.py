@@ -18,7 +18,8 @@ This controller is that someone, for the stack's GPU nodes on a cluster it creat
     terminates it and starts its replacement (TerminateInstanceInAutoScalingGroup, the desired
     capacity kept);
   - once EC2 reports the instance shutting down or gone, and not before (the taint's contract: the
-    node is down), the node is tainted out-of-service, annotated with why, and an Event on the node
+    node is down; an EKS managed group's termination hook drains the node first, which a hung node
+    times out), the node is tainted out-of-service, annotated with why, and an Event on the node
     says so. Pod
     GC then deletes its pods, the Job fails them, and JobSet restarts the gang on other nodes.
 A node that is not in an Auto Scaling group (HyperPod's, a self-managed one) is left alone and named.
@@ -155,8 +156,8 @@ class Kubernetes:
         return self.call("GET", f"/api/v1/pods?{query}")["items"]
 
     def taint(self, node: dict, why: str) -> None:
-        """Adds the out-of-service taint and the annotation; refused (409) if the node changed since
-        it was read, so no one else's taint is lost."""
+        """Adds the out-of-service taint and the annotation; refused (422, the patch's `test` failing)
+        if the node changed since it was read, so no one else's taint is lost."""
         taints = [*(node["spec"].get("taints") or []), OUT_OF_SERVICE_TAINT]
         patch = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
@@ -205,11 +206,13 @@ class Instances:
         self.autoscaling = session.client("autoscaling")
         self.ec2 = session.client("ec2")
 
-    def group_of(self, instance: str) -> str | None:
+    def group_of(self, instance: str) -> tuple[str, str] | None:
+        """The instance's Auto Scaling group and its lifecycle state there (InService,
+        Terminating:Wait while a termination hook drains it, ...); None outside any group."""
         found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[instance])[
             "AutoScalingInstances"
         ]
-        return found[0]["AutoScalingGroupName"] if found else None
+        return (found[0]["AutoScalingGroupName"], found[0]["LifecycleState"]) if found else None
 
     def state(self, instance: str) -> str:
         """EC2's state of the instance; "terminated" once EC2 no longer knows it."""
@@ -236,13 +239,17 @@ def fence(kube: Kubernetes, instances: Instances, node: dict, hung: Hung) -> str
         return f"node {hung.node} is hung but names no EC2 instance (providerID): left as it is"
     state = instances.state(hung.instance_id)
     if state not in STOPPED_STATES:
-        group = instances.group_of(hung.instance_id)
-        if group is None:
+        found = instances.group_of(hung.instance_id)
+        if found is None:
             return (
                 f"node {hung.node} ({hung.instance_id}) is hung but in no Auto Scaling group: left to its "
                 "owner; its pods stay Terminating until the node is repaired or deleted"
             )
-        instances.replace(hung.instance_id)
+        group, lifecycle = found
+        # Asked once: an EKS managed group's termination hook drains the node first, and EC2
+        # reports the instance running until the hook ends.
+        if not lifecycle.startswith("Terminating"):
+            instances.replace(hung.instance_id)
         state = instances.state(hung.instance_id)
         if state not in STOPPED_STATES:
             return f"node {hung.node}: {group} is replacing {hung.instance_id} (now {state}); tainted once it is down"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,10 +29,11 @@ def client():
 
 
 def download_file(bucket: str, key: str, dest: Path, s3=None) -> None:
-    """One object to `dest`, whole or not at all: it lands under a `.part` name of this process's
-    own (two pods on a node may fetch the same object into a cache they share), then is renamed."""
+    """One object to `dest`, whole or not at all: it lands under a `.part` name of its own (two pods
+    on a node, each its own PID namespace, may fetch the same object into a cache they share), then
+    is renamed."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
+    tmp = dest.with_name(f"{dest.name}.{uuid.uuid4().hex}.part")
     (s3 or client()).download_file(bucket, key, str(tmp), Config=TRANSFER)
     os.replace(tmp, dest)
 

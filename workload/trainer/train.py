@@ -160,7 +160,9 @@ class Loop:
         self.compile_loaded = 0
         self.compile_upload: threading.Thread | None = None
         if compiles(cfg.compile, ctx.device):
-            self.compile_cache = compile_cache.cache_name(cfg.model, ctx.world_size, ctx.device, cfg.float8)
+            self.compile_cache = compile_cache.cache_name(
+                cfg.model, ctx.world_size, ctx.device, cfg.float8, ctx.local_rank
+            )
             self.compile_loaded = compile_cache.load(
                 cfg.checkpoint_dir, cfg.s3_checkpoints or None, self.compile_cache
             )
@@ -204,17 +206,18 @@ class Loop:
         self.tracker = mlflow_run.tracker_for(cfg, ctx.rank, ctx.world_size, self.start)
 
     def keep_compiled(self) -> None:
-        """After the first step: what the compile found in the cache, and, where nothing was loaded,
-        rank 0's compiled work saved for the job's next run."""
+        """After the first step: what the compile found in the cache, and, where it missed, the
+        first node's ranks save what they compiled for the job's next run."""
+        found = compile_cache.lookups()
         saved = 0
-        if not self.compile_loaded and self.ctx.rank == 0:
+        first_node = self.ctx.rank == self.ctx.local_rank
+        if first_node and compile_cache.missed(found):
             saved, self.compile_upload = compile_cache.save(
                 self.cfg.checkpoint_dir, self.cfg.s3_checkpoints or None, self.compile_cache
             )
         log(
             self.ctx,
-            {"event": "compile_cache", "loaded_bytes": self.compile_loaded, "saved_bytes": saved}
-            | compile_cache.lookups(),
+            {"event": "compile_cache", "loaded_bytes": self.compile_loaded, "saved_bytes": saved} | found,
         )
 
     def run(self) -> dict:
