@@ -13,9 +13,10 @@ survivor's exit is timed; then the gang starts again on new pods twice:
 - cold: as before this change, nothing kept but the checkpoints (the compile cache removed from S3);
 - warm: with the compile cache the first run saved beside the checkpoints (trainer/compile_cache.py).
 
-Printed per restart: `detect` (the loss to the survivor's exit), `start` (the new pods' launch to the
+Printed: `detect` (the loss to the survivor's exit); per restart `start` (the new pods' launch to the
 trainer's start record: processes, rendezvous, the checkpoint fetched and loaded), `first step` (the
-start record to the first step's: compile and the step), and the total from the new pods' launch.
+start record to the first step's: Dynamo's trace, which no cache keeps, the compile and the step),
+the total from the new pods' launch, and rank 0's FX graphs found in the cache and compiled anew.
 On EKS the pods' scheduling, image pull and node (when one is replaced) come before `start`; the
 plan's timeline models those. Figures are printed, never asserted.
 """
@@ -53,6 +54,7 @@ def restart(tmp: Path, run: str, args: list[str], s3_uri: str) -> dict[str, floa
         job.start("node-1", rank=1)
         started, record = job.wait_for(lambda r: r.get("event") == "start", "the restart's start")
         stepped, _ = job.wait_for(lambda r: "loss" in r, "the restart's first step")
+        _, cache = job.wait_for(lambda r: r.get("event") == "compile_cache", "the compile cache's record")
         job.finish()
     finally:
         job.stop()
@@ -60,6 +62,7 @@ def restart(tmp: Path, run: str, args: list[str], s3_uri: str) -> dict[str, floa
         "resumed_from": record["resumed_from"],
         "start_s": started - launched,
         "step_s": stepped - started,
+        "graphs": f"{cache['fx_graph_hits']}/{cache['fx_graph_misses']}",
     }
 
 
@@ -105,7 +108,9 @@ def main() -> int:
         print(f"detect: the survivor exited {code} {detect:.1f} s after its peer was lost")
         saved = s3.list_objects_v2(Bucket="drill", Prefix=f"gang/{CACHE_DIR}/").get("Contents", [])
         blobs = {o["Key"]: s3.get_object(Bucket="drill", Key=o["Key"])["Body"].read() for o in saved}
-        print(f"{'restart':>8} {'resumed':>7} {'start s':>8} {'first step s':>13} {'total s':>8}")
+        print(
+            f"{'restart':>8} {'resumed':>7} {'start s':>8} {'first step s':>13} {'total s':>8} {'graphs hit/missed':>18}"
+        )
         for run in ("cold", "warm"):
             for key in blobs:
                 s3.delete_object(Bucket="drill", Key=key)
@@ -115,7 +120,10 @@ def main() -> int:
             steps = max(first.s3_steps()) + 2  # each restart trains two steps past S3's newest
             r = restart(Path(tmp), run, [*common, "--steps", str(steps)], s3_uri)
             total = r["start_s"] + r["step_s"]
-            print(f"{run:>8} {r['resumed_from']:>7} {r['start_s']:>8.1f} {r['step_s']:>13.1f} {total:>8.1f}")
+            print(
+                f"{run:>8} {r['resumed_from']:>7} {r['start_s']:>8.1f} {r['step_s']:>13.1f} {total:>8.1f} "
+                f"{r['graphs']:>18}"
+            )
     server.stop()
     return 0
 
