@@ -46,6 +46,9 @@ class JobSummary(TypedDict):
     logs: str
     dashboard: NotRequired[str]  # RayCluster only: port-forward to its head's dashboard
     experiment: NotRequired[str]  # with tracking: the MLflow experiment its runs land in
+    # The plan's modeled tokens/s on 1, 2, 4, ... nodes of its group (default trainer on GPUs only),
+    # which `trainstack estimate` scales a measured throughput by.
+    modeledTokensPerS: NotRequired[dict[str, float]]
 
 
 class Operators(TypedDict, total=False):

@@ -102,8 +102,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     est.add_argument(
         "--efficiency",
         type=fraction,
-        default=0.9,
-        help="throughput kept per doubling of nodes (default: %(default)g)",
+        help="throughput kept per doubling of nodes, instead of the plan's model "
+        "(default: the model; 0.9 where the stack has none for the job)",
     )
     est.add_argument(
         "--hourly-usd",

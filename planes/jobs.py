@@ -26,7 +26,9 @@ from conventions import (
 from domain.goodput import CheckpointPath
 from domain.model_facts import MODEL_SHAPES
 from domain.names import IAM_ROLE_NAME_MAX, JOB_NAME_MAX, PROJECT, eks_cluster_name, fit, node_group_name
+from domain.step_time import Link
 from domain.stop_grace import stop_grace_s
+from domain.throughput import modeled_tokens_per_s, node_counts
 from domain.topology import default_placement, pod_annotations
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
@@ -149,6 +151,31 @@ def group_stop_grace(cfg: StackConfig, group_name: str) -> int:
     )
 
 
+def modeled_scaling(cfg: StackConfig, job) -> dict[int, float] | None:
+    """The job's modeled tokens/s on 1, 2, 4, ... nodes of its group, up to the group's size: what
+    `trainstack estimate` scales a measurement by. None where the model does not know the job."""
+    group = next((g for g in cfg.gpu_node_groups if g.name == job.node_group), None)
+    if group is None or not job.runs_default_trainer or not group.instance.has_nvidia_gpus:
+        return None
+    instance, run = group.instance, job.trainer_run()
+    link = Link(instance.baseline_gbps, group.efa)
+    found = {
+        n: modeled_tokens_per_s(
+            job.model,
+            run.batch_size,
+            run.seq_len,
+            instance.gpu_model or "",
+            instance.gpus,
+            link,
+            run.compiled,
+            run.float8,
+            n,
+        )
+        for n in node_counts(max(group.node_count, job.nodes))
+    }
+    return None if None in found.values() else {n: v for n, v in found.items() if v is not None}
+
+
 def jobs_plane(
     cfg: StackConfig,
     build: BuildPlane,
@@ -241,6 +268,7 @@ def jobs_plane(
                     topology=topology,
                     shared=shared,
                     stop_grace_seconds=group_stop_grace(cfg, j.node_group),
+                    modeled_tokens_per_s=modeled_scaling(cfg, j),
                 ),
             )
         )

@@ -1,5 +1,7 @@
 """`trainstack estimate JOB --tokens 1e11`: time and cost to a token budget on 1, 2, 4, ... nodes,
-from the job's measured throughput (its latest metrics, or --tokens-per-s)."""
+from the job's measured throughput (its latest metrics, or --tokens-per-s), scaled to the other node
+counts by the plan's step model (the stack's outputs carry it per job), or by a share kept per
+doubling (--efficiency, or where the model does not know the job)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,12 @@ class Estimate:
     nodes: int  # that it was measured on
     rows: list[EstimateRow]
     unpriced: str | None = None  # the node group whose price is unknown
+    scaling: str = "efficiency"  # "model": the plan's step model; "efficiency": a share per doubling
+
+
+# Without the plan's model (an older stack's outputs, a job it does not model) or with
+# --efficiency: throughput kept per doubling of nodes.
+DEFAULT_EFFICIENCY = 0.9
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
@@ -47,8 +55,19 @@ def fetch(args: argparse.Namespace) -> Estimate:
     # The group cannot grow past its maximum, so a larger row would price nodes it never gets; outputs
     # without the group (a kubeconfig stack's) leave the table at the job's own size.
     largest = args.max_nodes or int(group.get("nodes", nodes))
-    rows = estimates.estimate(args.tokens, measured, nodes, per_node_usd, largest, args.efficiency)
-    return Estimate(measured, nodes, rows, None if per_node_usd is not None else job["nodeGroup"])
+    unpriced = None if per_node_usd is not None else job["nodeGroup"]
+    model = {int(n): v for n, v in (job.get("modeledTokensPerS") or {}).items()}
+    if args.efficiency is None and model:
+        rows = estimates.modeled(args.tokens, measured, nodes, per_node_usd, model, largest)
+        if rows is not None:
+            return Estimate(measured, nodes, rows, unpriced, "model")
+    efficiency = DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency
+    rows = estimates.estimate(args.tokens, measured, nodes, per_node_usd, largest, efficiency)
+    return Estimate(measured, nodes, rows, unpriced)
+
+
+def efficiency_of(args: argparse.Namespace) -> float:
+    return DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency
 
 
 def usd(cost: float | None) -> str:
@@ -63,15 +82,21 @@ def render(args: argparse.Namespace, estimate: Estimate, out: Output) -> int:
                 "job": args.job,
                 "tokens": args.tokens,
                 "measured": {"tokensPerS": measured, "nodes": nodes},
-                "efficiencyPerDoubling": args.efficiency,
+                "scaling": estimate.scaling,
+                **(
+                    {"efficiencyPerDoubling": efficiency_of(args)} if estimate.scaling == "efficiency" else {}
+                ),
                 "rows": [asdict(r) for r in rows],
             }
         )
         return 0
-    out.line(
-        f"{args.tokens:.3g} tokens, measured {measured:,.0f} tokens/s on {nodes} node(s), "
-        f"{args.efficiency:.0%} scaling efficiency per doubling"
+    scaled = (
+        "other node counts scaled by the plan's step model (compute, FSDP's traffic over the link, "
+        "the launch floor)"
+        if estimate.scaling == "model"
+        else f"{efficiency_of(args):.0%} scaling efficiency per doubling"
     )
+    out.line(f"{args.tokens:.3g} tokens, measured {measured:,.0f} tokens/s on {nodes} node(s), {scaled}")
     out.line(f"{'NODES':>6} {'TOKENS/S':>14} {'HOURS':>10} {'COST':>12}")
     for r in rows:
         out.line(f"{r.nodes:>6} {r.tokens_per_s:>14,.0f} {r.hours:>10.1f} {usd(r.cost_usd):>12}")

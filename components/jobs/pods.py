@@ -220,6 +220,8 @@ class TrainingJobArgs:
     data: list[pulumi.Input[str]] = field(default_factory=list)  # --data, --val-data of a named dataset
     # Its group's pods' grace: sized to what stopping takes (planes/jobs.py group_stop_grace).
     stop_grace_seconds: int = TERMINATION_GRACE_SECONDS
+    # Its modeled tokens/s per node count (planes/jobs.py modeled_scaling), for `trainstack estimate`.
+    modeled_tokens_per_s: dict[int, float] | None = None
     head_selector: dict[str, str] = field(default_factory=dict)  # Ray heads: the system nodes
     tracking: JobTracking | None = None  # MLflow, when the stack has a tracking server
     prep_image: pulumi.Input[str] | None = None  # the stack's image: prepares a VERL job's data

@@ -97,4 +97,8 @@ class TrainingJob(pulumi.ComponentResource):
         }
         if args.tracking is not None:
             self.summary["experiment"] = args.tracking.experiment
+        if args.modeled_tokens_per_s:
+            self.summary["modeledTokensPerS"] = {
+                str(n): round(v) for n, v in args.modeled_tokens_per_s.items()
+            }
         self.register_outputs({"summary": self.summary})

@@ -61,6 +61,26 @@ def test_estimate_table(tmp_path):
     assert code == 0 and "measured 1,000,000 tokens/s on 2 node(s)" in text
 
 
+def test_estimate_scales_by_the_plans_model_where_the_outputs_carry_it(tmp_path):
+    """The stack exports each job's modeled tokens/s per node count (planes/jobs.py modeled_scaling):
+    the measurement is scaled by its ratios, not by a flat share per doubling; --efficiency asks for
+    the flat rule."""
+    outputs = json.loads(json.dumps(OUTPUTS))
+    outputs["jobs"]["fsdp"]["modeledTokensPerS"] = {"1": 800_000, "2": 1_500_000, "4": 2_400_000}
+    argv = ("estimate", "fsdp", "--tokens", "1e12", "--tokens-per-s", "1e6", "--max-nodes", "4", "--json")
+    code, out = run(healthy(), tmp_path, *argv, outputs=outputs)
+    data = json.loads(out)
+    assert code == 0 and data["scaling"] == "model" and "efficiencyPerDoubling" not in data
+    rows = {r["nodes"]: r["tokensPerS"] for r in data["rows"]}
+    assert rows == pytest.approx({1: 1e6 * 0.8 / 1.5, 2: 1e6, 4: 1e6 * 2.4 / 1.5})
+    code, text = run(healthy(), tmp_path, *argv[:-1], outputs=outputs)
+    assert "other node counts scaled by the plan's step model" in text.splitlines()[0]
+    code, out = run(healthy(), tmp_path, *argv, "--efficiency", "0.9", outputs=outputs)
+    data = json.loads(out)
+    assert data["scaling"] == "efficiency" and data["efficiencyPerDoubling"] == 0.9
+    assert {r["nodes"]: r["tokensPerS"] for r in data["rows"]}[1] == pytest.approx(1e6 / 2 / 0.9)
+
+
 def test_a_job_on_a_type_without_a_known_price_costs_unknown(tmp_path):
     """An `ml.` group's nodes have no price in the stack's outputs (hourlyUsd null)."""
     unpriced = {**OUTPUTS, "jobs": {"fsdp": {**OUTPUTS["jobs"]["fsdp"], "hourlyUsd": None}}}
