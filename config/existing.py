@@ -15,6 +15,7 @@ from config.schema import Reader, setting
 from conventions import TRAINING_NAMESPACE
 
 _EKS_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]{0,99}")
+_HYPERPOD_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}")
 _S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?")
 # A label key (optional DNS prefix, then a name) and value, as Kubernetes validates them.
@@ -62,6 +63,13 @@ class ExistingClusterConfig:
         "An EKS cluster in the stack's region to deploy onto (not created or changed).",
         None,
     )
+    hyper_pod_cluster_name: str | None = setting(
+        "hyperPodClusterName",
+        "A SageMaker HyperPod cluster orchestrated by EKS, by its own name: before anything is registered "
+        "the stack asks SageMaker (DescribeCluster) for its EKS cluster and its instance groups' types; "
+        "instead of eksClusterName.",
+        None,
+    )
     kubeconfig: str | None = setting(
         "kubeconfig",
         "Path to a kubeconfig file of the cluster to deploy onto (kind, any cluster); no AWS is used.",
@@ -107,7 +115,16 @@ class ExistingClusterConfig:
 
     @property
     def named(self) -> bool:
-        return self.eks_cluster_name is not None or self.kubeconfig is not None
+        return (
+            self.eks_cluster_name is not None
+            or self.hyper_pod_cluster_name is not None
+            or self.kubeconfig is not None
+        )
+
+    @property
+    def on_eks(self) -> bool:
+        """An EKS cluster, by its name or its HyperPod cluster's."""
+        return self.eks_cluster_name is not None or self.hyper_pod_cluster_name is not None
 
     @property
     def uses_aws(self) -> bool:
@@ -152,9 +169,28 @@ def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
         r.problem(
             f"{k}.namespace", e.namespace, "not a namespace the stack can own", "a DNS label, not kube-*"
         )
-    if e.eks_cluster_name is not None and e.kubeconfig is not None:
+    given = [
+        key
+        for key, value in (
+            ("eksClusterName", e.eks_cluster_name),
+            ("hyperPodClusterName", e.hyper_pod_cluster_name),
+            ("kubeconfig", e.kubeconfig),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
         r.problem(
-            k, "eksClusterName and kubeconfig", "names two clusters", "one of eksClusterName or kubeconfig"
+            k,
+            " and ".join(given),
+            f"names {len(given)} clusters",
+            "one of eksClusterName, hyperPodClusterName or kubeconfig",
+        )
+    if e.hyper_pod_cluster_name is not None and not _HYPERPOD_NAME.fullmatch(e.hyper_pod_cluster_name):
+        r.problem(
+            f"{k}.hyperPodClusterName",
+            e.hyper_pod_cluster_name,
+            "not a SageMaker HyperPod cluster name",
+            "1-63 letters, digits and hyphens, starting and ending with a letter or digit",
         )
     if e.eks_cluster_name is not None and not _EKS_NAME.fullmatch(e.eks_cluster_name):
         r.problem(
@@ -178,8 +214,13 @@ def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
         ("kindClusterName", e.kind_cluster_name),
     )
     for name, value in eks_only:
-        if value is not None and e.eks_cluster_name is None:
-            r.problem(f"{k}.{name}", value, "only with eksClusterName (Pod Identity is EKS's)", "unset")
+        if value is not None and not e.on_eks:
+            r.problem(
+                f"{k}.{name}",
+                value,
+                "only with eksClusterName or hyperPodClusterName (Pod Identity is EKS's)",
+                "unset",
+            )
     for name, value in kubeconfig_only:
         if value is not None and e.kubeconfig is None:
             r.problem(
@@ -193,7 +234,7 @@ def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
             f"{k}.podRoleArn", e.pod_role_arn, "not an IAM role ARN", "arn:aws:iam::<account>:role/<name>"
         )
     if e.checkpoint_claim is not None:
-        if e.eks_cluster_name is None and e.kubeconfig is None:
+        if not e.named:
             r.problem(
                 f"{k}.checkpointClaim",
                 e.checkpoint_claim,

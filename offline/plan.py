@@ -263,9 +263,16 @@ def checkpoint_warnings(cfg, jobs: list[str]) -> list[str]:
 
 
 def named_cluster_fact(cfg, facts: dict) -> dict:
-    """The offline account holds the EKS cluster a stack names (1.36, three AZs), unless a fact
-    says otherwise: planning an existing-cluster stack needs no fact of its own."""
+    """The offline account holds the EKS cluster a stack names (1.36, three AZs), and the HyperPod
+    cluster it names by its own name (orchestrated by `<name>-eks`, an instance group per GPU node
+    group), unless a fact says otherwise: planning an existing-cluster stack needs no fact of its own."""
     name = cfg.existing_cluster.eks_cluster_name
+    hyperpod = cfg.existing_cluster.hyper_pod_cluster_name
+    if hyperpod is not None:
+        key = f"hyperpod-cluster:{hyperpod}"
+        groups = {g.name: g.instance_type for g in cfg.gpu_node_groups}
+        facts = {key: {"eksCluster": f"{hyperpod}-eks", "instanceGroups": groups}, **facts}
+        name = facts[key]["eksCluster"]
     key = f"eks-cluster:{name}"
     if name is None or key in facts:
         return facts

@@ -22,6 +22,9 @@ answers, so a test or a user can see each failure:
     log-group:/aws/eks/trainstack-dev/cluster: {}  # a log group that exists, and its tags
     instance-topology:p5: [[nn-a, nn-b, nn-c], [nn-a, nn-b, nn-d]]  # DescribeInstanceTopology's
         # NetworkNodes of the group's instances at its largest size, top layer first
+    hyperpod-cluster:ml-cluster: {eksCluster: sagemaker-test-cluster,
+        instanceGroups: {workers: ml.g5.8xlarge}}  # SageMaker's DescribeCluster (status: InService,
+                                                   # or another ClusterStatus; eksCluster: null is Slurm)
 
 Reservations, source credentials and the IAM roles under /trainstack/ are read with boto3 (Pulumi
 has no data source for them):
@@ -70,6 +73,7 @@ FACT_KINDS = (
     "log-group:/<name>",
     "cluster-objects:<cluster>",
     "instance-topology:<node group>",
+    "hyperpod-cluster:<name>",
 )
 
 
@@ -140,6 +144,11 @@ def check_facts(facts: dict[str, Any]) -> dict[str, Any]:
                 isinstance(v, dict) and {"name", "path", "principal"} <= set(v) for v in value
             ):
                 raise FactError(f"account fact {key} = {value!r}: a list of maps with name, path, principal")
+        elif kind == "hyperpod-cluster":
+            if not isinstance(value, dict) or not {"eksCluster", "instanceGroups"} <= set(value):
+                raise FactError(
+                    f"account fact {key} = {value!r}: a map with eksCluster, instanceGroups (and status)"
+                )
         elif kind == "eks-cluster":
             if not isinstance(value, dict) or not {"version", "zones"} <= set(value):
                 raise FactError(f"account fact {key} = {value!r}: a map with version, zones (and nodeGroups)")
@@ -386,6 +395,34 @@ class OfflineAccount:
             found.append(row)
         return _Response(200), {"CapacityReservations": found}
 
+    def _describe_hyperpod_cluster(self, context: dict[str, Any], **_) -> tuple[_Response, dict]:
+        """SageMaker's DescribeCluster of a HyperPod cluster, as the API shapes it."""
+        name = context[_PARAMS]["ClusterName"]
+        fact = self.facts.get(f"hyperpod-cluster:{name}")
+        if fact is None:
+            return _Response(400), {
+                "Error": {"Code": "ResourceNotFound", "Message": f"Cluster with name {name} not found"}
+            }
+        arn = f"arn:aws:sagemaker:{self.region}:123456789012:cluster/{name}"
+        answer: dict[str, Any] = {
+            "ClusterArn": arn,
+            "ClusterName": name,
+            "ClusterStatus": fact.get("status", "InService"),
+            "InstanceGroups": [
+                {
+                    "InstanceGroupName": group,
+                    "InstanceType": instance_type,
+                    "CurrentCount": 1,
+                    "TargetCount": 1,
+                }
+                for group, instance_type in fact["instanceGroups"].items()
+            ],
+        }
+        if fact["eksCluster"]:
+            eks = f"arn:aws:eks:{self.region}:123456789012:cluster/{fact['eksCluster']}"
+            answer["Orchestrator"] = {"Eks": {"ClusterArn": eks}}
+        return _Response(200), answer
+
     def _list_source_credentials(self, **_) -> tuple[_Response, dict]:
         present = self.facts.get("source-credential:github", "present") == "present"
         arn = f"arn:aws:codebuild:{self.region}:123456789012:token/github"
@@ -435,6 +472,7 @@ class OfflineAccount:
             ("before-call.ec2.DescribeCapacityReservations", self._describe_capacity_reservations),
             ("before-call.codebuild.ListSourceCredentials", self._list_source_credentials),
             ("before-call.iam.ListRoles", self._list_roles),
+            ("before-call.sagemaker.DescribeCluster", self._describe_hyperpod_cluster),
         ]
         handlers.BUILTIN_HANDLERS.extend(added)
         try:

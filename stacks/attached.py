@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pulumi
 
+from account_checks.hyperpod_cluster import resolve_hyperpod
 from account_checks.world import World
 from components.ownership import labelled_as_stack, scoped_cluster_names
 from config import StackConfig
@@ -24,6 +25,8 @@ from stack_outputs import StackOutputs
 
 
 def attached_stack(cfg: StackConfig, world: World) -> StackOutputs:
+    # A HyperPod cluster by its own name: its EKS cluster, asked of SageMaker first.
+    cfg = resolve_hyperpod(cfg, world.session(cfg))
     account = aws_account(cfg) if cfg.existing_cluster.uses_aws else None
     if account is not None:
         existing_cluster_checks(cfg, account, world)

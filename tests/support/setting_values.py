@@ -239,6 +239,10 @@ ACTS_ELSEWHERE: dict[str, str] = {
     "(account_checks/operator_decisions.py): another mode either plans the same or stops the program",
     "trainstack:gpuNodeGroups[].hourlyUsd": "the price the stack's outputs give each job while it runs "
     "(jobs.<job>.hourlyUsd, components/jobs/training_job.py) and the plan's cost lines (offline/cost.py)",
+    "trainstack:existingCluster.hyperPodClusterName": "SageMaker's DescribeCluster before anything is "
+    "registered, whose EKS cluster the stack then deploys onto as by eksClusterName "
+    "(account_checks/hyperpod_cluster.py; tests/offline/test_hyperpod_by_name.py: the same plan, and each "
+    "answer it cannot deploy onto stops it)",
     "trainstack:ci.accountMode": "the line `pulumi up` and the plan print on whether the environment has an "
     "account of its own (planes/ci.py account_mode_line), and the account check that stops a perEnvironment "
     "stack whose account holds another stack's roles (account_checks/account_mode.py, "

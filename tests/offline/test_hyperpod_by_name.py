@@ -1,0 +1,87 @@
+"""A HyperPod cluster named by its own name (`existingCluster.hyperPodClusterName`,
+account_checks/hyperpod_cluster.py): SageMaker's DescribeCluster, answered here by the offline
+account as the API shapes it, gives the EKS cluster the stack deploys onto and the types its
+instance groups run. The plan is then the template's, cluster for cluster; a name SageMaker does
+not know, a Slurm cluster, one not yet in service and a group of a type HyperPod does not run each
+stop the program with one sentence before anything is registered."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.cluster_objects import as_facts, hyperpod_dependencies
+from support.paths import ROOT
+
+from config import parse_config
+from config.schema import ConfigError
+from offline.engine import run_program
+from offline.stack_file import read_stack_file
+
+EKS = "sagemaker-test-cluster"
+EKS_FACT = {f"eks-cluster:{EKS}": {"version": "1.33", "zones": ["us-east-1a", "us-east-1b"]}}
+HYPERPOD = {
+    "hyperpod-cluster:ml-cluster": {"eksCluster": EKS, "instanceGroups": {"workers": "ml.g5.8xlarge"}}
+}
+
+
+def by_name(values: dict[str, str], name: str = "ml-cluster") -> dict[str, str]:
+    existing = json.loads(values["trainstack:existingCluster"])
+    existing.pop("eksClusterName")
+    return {**values, "trainstack:existingCluster": json.dumps({**existing, "hyperPodClusterName": name})}
+
+
+@pytest.fixture(scope="module")
+def template():
+    values, secret_keys = read_stack_file(ROOT / "Pulumi.hyperpod.yaml")
+    return values, secret_keys, {**EKS_FACT, **as_facts(EKS, hyperpod_dependencies())}
+
+
+def test_by_its_own_name_the_plan_is_the_one_by_its_eks_clusters_name(template):
+    values, secret_keys, facts = template
+    named = run_program("hyperpod", by_name(values), secret_keys, facts={**facts, **HYPERPOD})
+    eks = run_program("hyperpod", values, secret_keys, facts=facts)
+    assert sorted((r.type, r.name) for r in named.resources) == sorted(
+        (r.type, r.name) for r in eks.resources
+    )
+    assert named.outputs["clusterName"] == EKS
+    (report,) = [m for m in named.messages if m.startswith("Cluster operators")]
+    assert "reuse" in report  # what HyperPod already runs is read on its EKS cluster
+
+
+@pytest.mark.parametrize(
+    "fact, said",
+    [
+        (None, "no HyperPod cluster named ml-cluster in this region (aws sagemaker list-clusters lists them)"),
+        ({"eksCluster": None, "instanceGroups": {"workers": "ml.g5.8xlarge"}},
+         "HyperPod cluster ml-cluster is orchestrated by Slurm, not EKS: trainstack deploys onto EKS"),
+        ({"eksCluster": EKS, "instanceGroups": {"workers": "ml.g5.8xlarge"}, "status": "Creating"},
+         "HyperPod cluster ml-cluster is Creating; deploy once it is InService"),
+        ({"eksCluster": EKS, "instanceGroups": {"workers": "ml.p5.48xlarge", "cpu": "ml.m5.2xlarge"}},
+         "gpuNodeGroups[0] (g5) is ml.g5.8xlarge, which no instance group of ml-cluster runs (its instance "
+         "groups: cpu (ml.m5.2xlarge), workers (ml.p5.48xlarge)); set its instanceType to one of them"),
+    ],
+)  # fmt: skip
+def test_what_sagemaker_answers_that_the_stack_cannot_deploy_onto_stops_it_with_a_sentence(
+    template, fact, said
+):
+    values, secret_keys, facts = template
+    given = {**facts, **({"hyperpod-cluster:ml-cluster": fact} if fact else {})}
+    with pytest.raises(Exception) as err:
+        run_program("hyperpod", by_name(values), secret_keys, facts=given)
+    assert str(err.value) == (
+        f"stack 'hyperpod': trainstack:existingCluster.hyperPodClusterName: {said}; nothing was created"
+    ), str(err.value)
+
+
+def test_one_cluster_is_named_once(template):
+    values, secret_keys, _ = template
+    existing = json.loads(values["trainstack:existingCluster"]) | {"hyperPodClusterName": "ml-cluster"}
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            "hyperpod", {**values, "trainstack:existingCluster": json.dumps(existing)}, frozenset(secret_keys)
+        )
+    (problem,) = [str(p) for p in err.value.problems if "names 2 clusters" in str(p)]
+    assert problem.startswith(
+        'trainstack:existingCluster = "eksClusterName and hyperPodClusterName": names 2 clusters'
+    ), problem
