@@ -33,12 +33,14 @@ def suspended(job: dict) -> bool:
 
 def apart(objects: list[dict], suffix: str) -> list[dict]:
     """The stack's namespaced objects in namespaces of its own (`<namespace>-<suffix>`), so that no
-    stack waits for another's to be deleted; cluster-wide ones are applied over the last stack's."""
+    stack waits for another's to be deleted; cluster-wide ones, and those in a namespace the stack
+    does not make (the node fence's events Role in `default`), are applied over the last stack's."""
+    made = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
     for obj in objects:
         meta = obj["metadata"]
         if obj["kind"] == "Namespace":
             meta["name"] = f"{meta['name']}-{suffix}"
-        elif meta.get("namespace"):
+        elif meta.get("namespace") in made:
             meta["namespace"] = f"{meta['namespace']}-{suffix}"
     return objects
 

@@ -243,10 +243,13 @@ def test_a_drain_then_two_lost_nodes_each_resume_the_job_from_the_right_checkpoi
         job.lose("worker-0")
         assert job.exit_code("worker-1-second-replacement") == RETRYABLE_EXIT_CODE
         assert "the rendezvous store (127.0.0.1:" in job.log("worker-1-second-replacement")
+        # Read now: rank 0 went with worker-0 and its survivor has exited, so nothing puts a marker
+        # up until the recreated pods run (read after their start, a loaded machine can let their
+        # first save land first).
+        newest.append(job.s3_steps()[-1])
         job.start("worker-0-replacement", hosts_store=True)
         job.start("worker-1-recreated")
         job.wait_for_resume(runs)
-        newest.append(job.s3_steps()[-1])
         assert job.finish() == {"worker-0-replacement": 0, "worker-1-recreated": 0}
     finally:
         job.stop()
