@@ -24,17 +24,16 @@ plan's timeline models those. Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import boto3
-from moto.server import ThreadedMotoServer
 from support.node_drill import TwoNodeJob
 from trainer.compile_cache import CACHE_DIR
+
+from benchmarks.s3_on_loopback import BUCKET, s3_on_loopback
 
 CHECKPOINT_EVERY = 4
 
@@ -66,26 +65,13 @@ def restart(tmp: Path, run: str, args: list[str], s3_uri: str) -> dict[str, floa
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="tiny")
-    a = p.parse_args()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the S3 server's line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
+def measure(model: str) -> None:
+    """The first run, the loss, then the cold and the warm restart, printed."""
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="drill")
-    s3_uri = "s3://drill/gang"
+    s3_uri = f"s3://{BUCKET}/gang"
     common = [
         "--model",
-        a.model,
+        model,
         "--compile",
         "--log-every",
         "1",
@@ -93,7 +79,7 @@ def main() -> int:
         str(CHECKPOINT_EVERY),
     ]
     common += ["--collective-timeout", "60", "--train-collective-timeout", "20"]
-    print(f"a TrainJob's gang of 2 pods x 1 CPU process (gloo), {a.model} model, compiled; S3 on loopback")
+    print(f"a TrainJob's gang of 2 pods x 1 CPU process (gloo), {model} model, compiled; S3 on loopback")
     with tempfile.TemporaryDirectory() as tmp:
         first = gang(Path(tmp), "first", [*common, "--steps", "1000"], s3_uri)
         try:
@@ -106,17 +92,17 @@ def main() -> int:
         finally:
             first.stop()
         print(f"detect: the survivor exited {code} {detect:.1f} s after its peer was lost")
-        saved = s3.list_objects_v2(Bucket="drill", Prefix=f"gang/{CACHE_DIR}/").get("Contents", [])
-        blobs = {o["Key"]: s3.get_object(Bucket="drill", Key=o["Key"])["Body"].read() for o in saved}
+        saved = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"gang/{CACHE_DIR}/").get("Contents", [])
+        blobs = {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in saved}
         print(
             f"{'restart':>8} {'resumed':>7} {'start s':>8} {'first step s':>13} {'total s':>8} {'graphs hit/missed':>18}"
         )
         for run in ("cold", "warm"):
             for key in blobs:
-                s3.delete_object(Bucket="drill", Key=key)
+                s3.delete_object(Bucket=BUCKET, Key=key)
             if run == "warm":
                 for key, blob in blobs.items():
-                    s3.put_object(Bucket="drill", Key=key, Body=blob)
+                    s3.put_object(Bucket=BUCKET, Key=key, Body=blob)
             steps = max(first.s3_steps()) + 2  # each restart trains two steps past S3's newest
             r = restart(Path(tmp), run, [*common, "--steps", str(steps)], s3_uri)
             total = r["start_s"] + r["step_s"]
@@ -124,7 +110,14 @@ def main() -> int:
                 f"{run:>8} {r['resumed_from']:>7} {r['start_s']:>8.1f} {r['step_s']:>13.1f} {total:>8.1f} "
                 f"{r['graphs']:>18}"
             )
-    server.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="tiny")
+    a = p.parse_args()
+    with s3_on_loopback():
+        measure(a.model)
     return 0
 
 

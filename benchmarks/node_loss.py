@@ -24,16 +24,13 @@ lost steps are trained again at the given step time. The figures are printed, ne
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-import boto3
-from moto.server import ThreadedMotoServer
 from support.node_drill import TwoNodeJob
 
+from benchmarks.s3_on_loopback import s3_on_loopback
 from components.jobs.pods import NODE_LOSS_TOLERATIONS
 from domain.catalog import ADDED_LAYERS_COMPRESSED_GB, BASE_IMAGE_COMPRESSED_GB, image_pull_minutes
 from offline.timeline import GPU_NODE_JOIN_MINUTES, NODE_CHECK_MINUTES, POD_START_MINUTES
@@ -81,37 +78,26 @@ def main() -> int:
     print(f"node loss one step before a checkpoint, {a.model} model, 2 nodes x 1 CPU process (gloo)")
     print("each pod its own checkpoint directory, S3 (moto's server on loopback) shared")
     print(f"{'interval':>8} {'reached':>7} {'resumed':>7} {'lost':>5} {'resume s':>9} {'recover s':>9}")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the S3 server's line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    boto3.client("s3").create_bucket(Bucket="drill")
-    for interval in a.intervals:
-        with tempfile.TemporaryDirectory() as tmp:
-            r = drill(interval, a.model, Path(tmp), f"s3://drill/interval-{interval}")
-        print(
-            f"{r['interval']:>8} {r['reached']:>7} {r['resumed_from']:>7} {r['steps_lost']:>5} "
-            f"{r['resume_s']:>9.1f} {r['recover_s']:>9.1f}"
-        )
+    with s3_on_loopback():
+        for interval in a.intervals:
+            with tempfile.TemporaryDirectory() as tmp:
+                r = drill(interval, a.model, Path(tmp), f"s3://drill/interval-{interval}")
+            print(
+                f"{r['interval']:>8} {r['reached']:>7} {r['resumed_from']:>7} {r['steps_lost']:>5} "
+                f"{r['resume_s']:>9.1f} {r['recover_s']:>9.1f}"
+            )
 
-    pull = image_pull_minutes(BASE_IMAGE_COMPRESSED_GB["runtime"] + ADDED_LAYERS_COMPRESSED_GB)
-    replace = EVICTION_MINUTES + GPU_NODE_JOIN_MINUTES + pull + POD_START_MINUTES + NODE_CHECK_MINUTES
-    print(
-        f"\nOn EKS (modelled): eviction {EVICTION_MINUTES:g} + node {GPU_NODE_JOIN_MINUTES:g} + image pull "
-        f"{pull:.1f} + start {POD_START_MINUTES + NODE_CHECK_MINUTES:g} = {replace:.1f} min before training "
-        f"resumes (checkpoint load not counted), then the lost steps at {a.gpu_step_seconds:g} s each:"
-    )
-    for interval in a.eks_intervals:
-        worst = replace + interval * a.gpu_step_seconds / 60
-        mean = replace + interval / 2 * a.gpu_step_seconds / 60
-        print(f"  every {interval:>4} steps: {mean:.1f} min on average, {worst:.1f} min at worst")
-    server.stop()
+        pull = image_pull_minutes(BASE_IMAGE_COMPRESSED_GB["runtime"] + ADDED_LAYERS_COMPRESSED_GB)
+        replace = EVICTION_MINUTES + GPU_NODE_JOIN_MINUTES + pull + POD_START_MINUTES + NODE_CHECK_MINUTES
+        print(
+            f"\nOn EKS (modelled): eviction {EVICTION_MINUTES:g} + node {GPU_NODE_JOIN_MINUTES:g} + image pull "
+            f"{pull:.1f} + start {POD_START_MINUTES + NODE_CHECK_MINUTES:g} = {replace:.1f} min before training "
+            f"resumes (checkpoint load not counted), then the lost steps at {a.gpu_step_seconds:g} s each:"
+        )
+        for interval in a.eks_intervals:
+            worst = replace + interval * a.gpu_step_seconds / 60
+            mean = replace + interval / 2 * a.gpu_step_seconds / 60
+            print(f"  every {interval:>4} steps: {mean:.1f} min on average, {worst:.1f} min at worst")
     return 0
 
 

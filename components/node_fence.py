@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.pod_identity import EksAccess, pod_identity
+from components.pod_identity import EksAccess, autoscaling_group_arns, pod_identity
 from conventions import GPU_NODE_LABEL, PART_OF
 
 NAME = "trainstack-node-fence"
@@ -46,10 +46,7 @@ def fence_policy(region: str, account_id: str, group_names: list[str]) -> dict:
                 "Sid": "ReplaceTheStacksGpuNodes",
                 "Effect": "Allow",
                 "Action": REPLACE_ACTION,
-                "Resource": [
-                    f"arn:aws:autoscaling:{region}:{account_id}:autoScalingGroup:*:autoScalingGroupName/{g}"
-                    for g in group_names
-                ],
+                "Resource": autoscaling_group_arns(region, account_id, group_names),
             },
         ],
     }

@@ -310,13 +310,18 @@ def autoscaler_policy(region: str, account_id: str, group_names: list[str]) -> d
                 "Sid": "ScaleTheStacksGroups",
                 "Effect": "Allow",
                 "Action": list(AUTOSCALER_WRITE_ACTIONS),
-                "Resource": [
-                    f"arn:aws:autoscaling:{region}:{account_id}:autoScalingGroup:*:autoScalingGroupName/{g}"
-                    for g in group_names
-                ],
+                "Resource": autoscaling_group_arns(region, account_id, group_names),
             },
         ],
     }
+
+
+def autoscaling_group_arns(region: str, account_id: str, group_names: list[str]) -> list[str]:
+    """The groups by name, whatever their id (IAM's ARN form for an Auto Scaling group)."""
+    return [
+        f"arn:aws:autoscaling:{region}:{account_id}:autoScalingGroup:*:autoScalingGroupName/{g}"
+        for g in group_names
+    ]
 
 
 @dataclass(frozen=True)
