@@ -49,6 +49,11 @@ def _headers() -> dict[str, str]:
 
 
 def _call(uri: str, path: str, timeout: float, query: dict | None = None, body: dict | None = None) -> dict:
+    if uri.startswith("arn:"):  # SageMaker's managed MLflow: SigV4 through its plugin, not plain HTTP
+        raise TrackingUnavailable(
+            f"the stack tracks in SageMaker's managed MLflow ({uri}): open the run from SageMaker Studio, "
+            "or read it with mlflow and the sagemaker-mlflow plugin"
+        )
     url = f"{uri.rstrip('/')}/api/2.0/mlflow/{path}"
     if query:
         url += "?" + urllib.parse.urlencode(query)

@@ -125,12 +125,15 @@ class TrainingPodIdentity(pulumi.ComponentResource):
         self.namespace_name = args.namespace
         self.register_outputs({"roleArn": self.role_arn})
 
-    def job_identity(self, job: str, role_name: str, reads: tuple[str, ...] = ()) -> JobIdentity:
+    def job_identity(
+        self, job: str, role_name: str, reads: tuple[str, ...] = (), tracking_arn: str | None = None
+    ) -> JobIdentity:
         """The service account `job`'s pods run as, with (on EKS) its own role: a role the user
-        brought, or one that reaches the job's own checkpoints, the datasets and its `reads` only."""
+        brought, or one that reaches the job's own checkpoints, the datasets, its `reads` and the
+        SageMaker MLflow resource it logs to only."""
         return JobIdentity(
             f"{self._name}-{job}",
-            JobIdentityArgs(self._args, self.namespace, job, role_name, reads),
+            JobIdentityArgs(self._args, self.namespace, job, role_name, reads, tracking_arn),
             pulumi.ResourceOptions(parent=self),
         )
 
@@ -158,6 +161,7 @@ class JobIdentityArgs:
     job: str
     role_name: str  # the stack's role for this job, fixed (IAM names are unique in the account)
     reads: tuple[str, ...] = ()  # other S3 locations it may read (jobs[].s3Read)
+    tracking_arn: str | None = None  # a SageMaker managed MLflow resource it logs to (tracking.uri)
 
 
 class JobIdentity(pulumi.ComponentResource):
@@ -193,7 +197,7 @@ class JobIdentity(pulumi.ComponentResource):
                 name,
                 f"Pods of the trainstack job {args.job} (EKS Pod Identity)",
                 pulumi.Output.all(pods.bucket_arn, pods.kms_key_arn).apply(
-                    lambda a: json.dumps(job_policy(a[0], a[1], args.job, args.reads))
+                    lambda a: json.dumps(job_policy(a[0], a[1], args.job, args.reads, args.tracking_arn))
                 ),
                 pods.eks,
                 args.namespace.metadata["name"],
@@ -247,11 +251,19 @@ def read_statements(reads: tuple[str, ...]) -> list[dict]:
     return statements
 
 
-def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str, reads: tuple[str, ...] = ()) -> dict:
+def job_policy(
+    bucket_arn: str,
+    kms_key_arn: str | None,
+    job: str,
+    reads: tuple[str, ...] = (),
+    tracking_arn: str | None = None,
+) -> dict:
     """What one job's pods do in the bucket: read and write its own checkpoints/<job>/, read
     datasets/, nothing else; and read the other locations of its `reads`. Another job's checkpoints
     are out of reach (a job could otherwise delete them, or plant a `.metadata` that torch unpickles
-    on that job's resume), and so are build contexts, which the nightly image build reads."""
+    on that job's resume), and so are build contexts, which the nightly image build reads. With a
+    SageMaker managed MLflow resource as the tracking URI, its MLflow API on that resource alone
+    (the sagemaker-mlflow plugin signs for the service `sagemaker-mlflow`)."""
     own = f"{CHECKPOINT_PREFIX}{job}/"
     statements = [
         {
@@ -275,6 +287,15 @@ def job_policy(bucket_arn: str, kms_key_arn: str | None, job: str, reads: tuple[
             "Resource": f"{bucket_arn}/{DATASET_PREFIX}*",
         },
     ]
+    if tracking_arn:
+        statements.append(
+            {
+                "Sid": "TrackInSageMakerMlflow",
+                "Effect": "Allow",
+                "Action": ["sagemaker-mlflow:*"],
+                "Resource": tracking_arn,
+            }
+        )
     return {
         "Version": "2012-10-17",
         "Statement": [*statements, *bucket_key_statements(kms_key_arn), *read_statements(reads)],

@@ -15,6 +15,7 @@ from config.schema import Reader, setting
 from conventions import TRAINING_NAMESPACE
 
 _EKS_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]{0,99}")
+NUMBERS = {2: "two", 3: "three"}
 _HYPERPOD_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}")
 _S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?")
@@ -182,7 +183,7 @@ def check_existing_cluster(e: ExistingClusterConfig, r: Reader) -> None:
         r.problem(
             k,
             " and ".join(given),
-            f"names {len(given)} clusters",
+            f"names {NUMBERS[len(given)]} clusters",
             "one of eksClusterName, hyperPodClusterName or kubeconfig",
         )
     if e.hyper_pod_cluster_name is not None and not _HYPERPOD_NAME.fullmatch(e.hyper_pod_cluster_name):

@@ -16,6 +16,10 @@ from config.schema import Reader, setting
 
 KEY = f"{PROJECT}:tracking"
 EXPERIMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/-]{0,199}")
+# A SageMaker managed MLflow tracking server, which the image's sagemaker-mlflow plugin reaches with
+# the pod's AWS identity, signing for the service sagemaker-mlflow (its auth_provider.py; an
+# mlflow-app signs for `sagemaker`, whose actions the jobs' roles are not given).
+SAGEMAKER_MLFLOW_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:mlflow-tracking-server/\S+")
 # `scheme://userinfo@host...`: credentials written into the URI itself.
 USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
 # RDS instance classes a tracking server's PostgreSQL runs on (one small server per stack).
@@ -44,7 +48,9 @@ class TrackingConfig:
     uri: str = setting(
         "uri",
         "An existing MLflow server's URI (mode external): https://, or http:// without credentials; "
-        "never user:password@ (use username and trackingPassword).",
+        "never user:password@ (use username and trackingPassword). Or a SageMaker managed MLflow "
+        "tracking server's ARN: the jobs' roles may then use it (sagemaker-mlflow:*), and the image's "
+        "sagemaker-mlflow plugin signs each call with the pod's identity.",
         "",
     )
     username: str = setting(
@@ -60,6 +66,11 @@ class TrackingConfig:
     @property
     def enabled(self) -> bool:
         return self.mode != "none"
+
+    @property
+    def sagemaker_arn(self) -> str | None:
+        """The SageMaker managed MLflow resource `uri` names, if it names one."""
+        return self.uri if self.mode == "external" and SAGEMAKER_MLFLOW_ARN.fullmatch(self.uri) else None
 
     def experiment_name(self, stack: str) -> str:
         return self.experiment or stack
@@ -77,9 +88,21 @@ def check_tracking(t: TrackingConfig, has_token: bool, has_password: bool, exist
             "credentials in the URI would be stored and handed to every pod in clear",
             "the URI without user:password@, and tracking.username with the secret trackingPassword",
         )
-    elif t.mode == "external" and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", t.uri):
+    elif t.sagemaker_arn and (has_token or has_password or t.username):
+        given = "trackingToken" if has_token else "trackingPassword" if has_password else "tracking.username"
         r.problem(
-            f"{KEY}.uri", t.uri or None, "mode external needs the server's URI", "https://mlflow.example.com"
+            f"{KEY}.uri",
+            t.uri,
+            f"SageMaker's MLflow signs each call with the pod's AWS identity, not {given}",
+            f"the ARN without {given}",
+        )
+    elif t.mode == "external" and not t.sagemaker_arn and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", t.uri):
+        r.problem(
+            f"{KEY}.uri",
+            t.uri or None,
+            "mode external needs the server's URI",
+            "https://mlflow.example.com, or a SageMaker MLflow ARN "
+            "(arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>)",
         )
     elif t.mode == "external" and t.uri.startswith("http://") and (has_token or has_password):
         secret = "trackingToken" if has_token else "trackingPassword"

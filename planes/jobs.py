@@ -209,7 +209,10 @@ def jobs_plane(
         layers = group_network_layers(cfg, group) if group is not None else 0
         topology = pod_annotations(j.placement or default_placement(placement.efa > 0), layers)
         identity = pods.job_identity(
-            j.name, fit(f"{PROJECT}-{cfg.stack}-job-{j.name}", IAM_ROLE_NAME_MAX), j.s3_read
+            j.name,
+            fit(f"{PROJECT}-{cfg.stack}-job-{j.name}", IAM_ROLE_NAME_MAX),
+            j.s3_read,
+            cfg.tracking.sagemaker_arn,
         )
         # Device plugins: a job's pods need the GPUs and EFA interfaces advertised.
         extra = [

@@ -81,7 +81,7 @@ def test_one_cluster_is_named_once(template):
         parse_config(
             "hyperpod", {**values, "trainstack:existingCluster": json.dumps(existing)}, frozenset(secret_keys)
         )
-    (problem,) = [str(p) for p in err.value.problems if "names 2 clusters" in str(p)]
+    (problem,) = [str(p) for p in err.value.problems if "names two clusters" in str(p)]
     assert problem.startswith(
-        'trainstack:existingCluster = "eksClusterName and hyperPodClusterName": names 2 clusters'
+        'trainstack:existingCluster = "eksClusterName and hyperPodClusterName": names two clusters'
     ), problem
