@@ -41,7 +41,10 @@ def test_every_argument_has_help_and_every_default_is_shown(command, capsys):
         assert "--tail TAIL only the last N lines of each pod (default: all)" in text
     assert "--timeout TIMEOUT seconds to wait for the cluster per call (default: 20)" in text
     if command == "estimate":
-        assert "throughput kept per doubling of nodes (default: 0.9)" in text
+        assert (
+            "throughput kept per doubling of nodes, instead of the plan's model (default: the model; 0.9 "
+            "where the stack has none for the job)"
+        ) in text
 
 
 def test_estimate_tabulates_only_up_to_the_groups_maximum(tmp_path):
