@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pulumi
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, NoCredentialsError
 
 from config import StackConfig
 from domain.names import PROJECT
@@ -35,12 +35,16 @@ class HyperPodCluster:
     name: str
     status: str
     eks_cluster_name: str | None  # None: not orchestrated by EKS (Slurm)
-    instance_types: dict[str, str]  # instance group -> its type
+    instance_types: dict[str, tuple[str, ...]]  # instance group -> its type (a flexible one's types)
 
 
 def describe(session: Callable[[], Any], name: str, stack: str) -> HyperPodCluster:
     try:
         found = session().client("sagemaker").describe_cluster(ClusterName=name)
+    except NoCredentialsError:
+        raise HyperPodClusterError(
+            stack, f"no AWS credentials to ask SageMaker about {name} (aws:profile, or AWS_* variables)"
+        ) from None
     except ClientError as err:
         code, said = err.response["Error"]["Code"], str(err).lower()
         if code.startswith("ResourceNotFound") or "not found" in said or "could not find" in said:
@@ -59,8 +63,15 @@ def describe(session: Callable[[], Any], name: str, stack: str) -> HyperPodClust
         name=name,
         status=found.get("ClusterStatus", ""),
         eks_cluster_name=arn.rpartition("/")[2] if arn else None,
-        instance_types={g["InstanceGroupName"]: g["InstanceType"] for g in found.get("InstanceGroups", [])},
+        instance_types={g["InstanceGroupName"]: group_types(g) for g in found.get("InstanceGroups", [])},
     )
+
+
+def group_types(group: dict[str, Any]) -> tuple[str, ...]:
+    """An instance group's type, or a flexible group's current ones (InstanceRequirements)."""
+    if group.get("InstanceType"):
+        return (group["InstanceType"],)
+    return tuple((group.get("InstanceRequirements") or {}).get("CurrentInstanceTypes") or ())
 
 
 def resolve_hyperpod(cfg: StackConfig, session: Callable[[], Any]) -> StackConfig:
@@ -79,10 +90,14 @@ def resolve_hyperpod(cfg: StackConfig, session: Callable[[], Any]) -> StackConfi
         raise HyperPodClusterError(
             cfg.stack, f"HyperPod cluster {name} is {cluster.status}; deploy once it is InService"
         )
-    runs = sorted(set(cluster.instance_types.values()))
+    runs = {t for types in cluster.instance_types.values() for t in types}
     for i, g in enumerate(cfg.gpu_node_groups):
-        if g.instance_type not in runs:
-            groups = ", ".join(f"{n} ({t})" for n, t in sorted(cluster.instance_types.items())) or "none"
+        # Only a group of a SageMaker type is HyperPod's; another is a node group of its EKS cluster.
+        if g.hyperpod and g.instance_type not in runs:
+            groups = (
+                ", ".join(f"{n} ({', '.join(t)})" for n, t in sorted(cluster.instance_types.items()))
+                or "none"
+            )
             raise HyperPodClusterError(
                 cfg.stack,
                 f"gpuNodeGroups[{i}] ({g.name}) is {g.instance_type}, which no instance group of {name} runs "

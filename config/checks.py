@@ -45,6 +45,30 @@ from domain.verl_fit import verl_fits
 _TAG_PUNCTUATION = set(" _.:/=+-@")
 
 
+def _check_sagemaker_mlflow(c: StackConfig, r: Reader) -> None:
+    """A SageMaker MLflow ARN is reached with the pods' AWS identity, through the training image's
+    plugin: not from a kubeconfig stack (its pods have no AWS identity) nor from the VERL image
+    (built without the plugin)."""
+    arn = c.tracking.sagemaker_arn
+    if arn is None:
+        return
+    if not c.existing_cluster.uses_aws:
+        r.problem(
+            f"{PROJECT}:tracking.uri",
+            arn,
+            "a kubeconfig stack's pods have no AWS identity to sign SageMaker's MLflow calls with",
+            "an https:// MLflow server",
+        )
+    for i, j in enumerate(c.jobs):
+        if j.verl:
+            r.problem(
+                f"{PROJECT}:jobs[{i}].verl",
+                j.name,
+                "the VERL image has no sagemaker-mlflow plugin, so it cannot log to tracking.uri's ARN",
+                "an https:// MLflow server as tracking.uri, or the job without verl",
+            )
+
+
 def check(c: StackConfig, r: Reader) -> None:
     """Value and cross-field rules. They run on every value that parsed (a malformed one keeps its
     default); problems about a malformed key, or rules leaning on malformed groups, stay quiet."""
@@ -77,6 +101,7 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_tracking(
         c.tracking, c.tracking_token is not None, c.tracking_password is not None, c.existing_cluster.named, r
     )
+    _check_sagemaker_mlflow(c, r)
     check_ci(c.ci, r)
     check_registry(c.registry, c.storage.protect, r)
     check_storage(c.storage, r)

@@ -408,14 +408,15 @@ class OfflineAccount:
             "ClusterArn": arn,
             "ClusterName": name,
             "ClusterStatus": fact.get("status", "InService"),
+            # A list of types is a flexible group's (InstanceRequirements, no InstanceType).
             "InstanceGroups": [
-                {
-                    "InstanceGroupName": group,
-                    "InstanceType": instance_type,
-                    "CurrentCount": 1,
-                    "TargetCount": 1,
-                }
-                for group, instance_type in fact["instanceGroups"].items()
+                {"InstanceGroupName": group, "CurrentCount": 1, "TargetCount": 1}
+                | (
+                    {"InstanceRequirements": {"CurrentInstanceTypes": list(types)}}
+                    if isinstance(types, list)
+                    else {"InstanceType": types}
+                )
+                for group, types in fact["instanceGroups"].items()
             ],
         }
         if fact["eksCluster"]:

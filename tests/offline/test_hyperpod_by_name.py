@@ -13,6 +13,7 @@ import pytest
 from support.cluster_objects import as_facts, hyperpod_dependencies
 from support.paths import ROOT
 
+from account_checks.hyperpod_cluster import resolve_hyperpod
 from config import parse_config
 from config.schema import ConfigError
 from offline.engine import run_program
@@ -72,6 +73,46 @@ def test_what_sagemaker_answers_that_the_stack_cannot_deploy_onto_stops_it_with_
     assert str(err.value) == (
         f"stack 'hyperpod': trainstack:existingCluster.hyperPodClusterName: {said}; nothing was created"
     ), str(err.value)
+
+
+def test_a_flexible_instance_group_answers_its_current_types(template):
+    """A flexible instance group has no InstanceType: its current types (InstanceRequirements)."""
+    values, secret_keys, facts = template
+    flexible = {"eksCluster": EKS, "instanceGroups": {"workers": ["ml.g5.12xlarge", "ml.g5.8xlarge"]}}
+    run = run_program(
+        "hyperpod", by_name(values), secret_keys, facts={**facts, "hyperpod-cluster:ml-cluster": flexible}
+    )
+    assert run.outputs["clusterName"] == EKS
+
+
+class SageMaker:
+    """A session whose SageMaker answers DescribeCluster with `answer`."""
+
+    def __init__(self, answer: dict):
+        self.answer = answer
+
+    def client(self, service: str):
+        assert service == "sagemaker"
+        return self
+
+    def describe_cluster(self, ClusterName: str) -> dict:
+        return self.answer
+
+
+def test_a_gpu_group_of_an_ec2_type_is_its_eks_clusters_not_hyperpods(template):
+    """Only a group of a SageMaker (`ml.`) type is looked for among the instance groups."""
+    values, secret_keys, _ = template
+    groups = json.loads(values["trainstack:gpuNodeGroups"])
+    eks_group = {"name": "g6", "instanceType": "g6.xlarge", "nodeCount": 1, "nodeSelector": {"pool": "g6"}}
+    given = {**by_name(values), "trainstack:gpuNodeGroups": json.dumps([*groups, eks_group])}
+    cfg = parse_config("hyperpod", given, frozenset(secret_keys))
+    answer = {
+        "ClusterStatus": "InService",
+        "Orchestrator": {"Eks": {"ClusterArn": f"arn:aws:eks:us-east-1:123456789012:cluster/{EKS}"}},
+        "InstanceGroups": [{"InstanceGroupName": "workers", "InstanceType": "ml.g5.8xlarge"}],
+    }
+    resolved = resolve_hyperpod(cfg, lambda: SageMaker(answer))
+    assert resolved.existing_cluster.eks_cluster_name == EKS
 
 
 def test_one_cluster_is_named_once(template):

@@ -54,6 +54,23 @@ def test_credentials_with_an_arn_are_refused_naming_the_key():
     assert "mode external needs the server's URI" in msg and "a SageMaker MLflow ARN" in msg
 
 
+def test_an_arn_needs_the_pods_aws_identity_and_the_training_images_plugin():
+    verl = {"name": "grpo", "kind": "RayJob", "nodeGroup": "gpu", "nodes": 1, "wait": "none",
+            "verl": {"algorithm": "grpo", "model": "Qwen/Qwen2.5-0.5B-Instruct"}}  # fmt: skip
+    found = problems(
+        tracking=TRACKING, gpuNodeGroups=[{"name": "gpu", "instanceType": "g6e.xlarge"}], jobs=[verl]
+    )
+    assert any(
+        m.startswith('trainstack:jobs[0].verl = "grpo": the VERL image has no sagemaker-mlflow plugin')
+        for m in found
+    ), found
+    found = problems(tracking=TRACKING, existingCluster={"kubeconfig": "kind.yaml"})
+    assert any(
+        m.startswith(f'trainstack:tracking.uri = "{ARN}": a kubeconfig stack\'s pods have no AWS identity')
+        for m in found
+    ), found
+
+
 def test_mlflow_resolves_the_arn_with_the_images_plugin(monkeypatch):
     """The image's lock holds sagemaker-mlflow (tests/workload/test_image_pins.py); as installed
     here, MLflow's store for the ARN is the plugin's, at the region's SageMaker MLflow host, and its

@@ -68,6 +68,17 @@ class RunIdStore:
             storage.upload_file(local, bucket, f"{prefix}/{RUN_ID_FILE}")
 
 
+def without_sagemaker_headers() -> None:
+    """The image's sagemaker-mlflow plugin (for a SageMaker MLflow ARN) registers a request header
+    provider that claims every request (its in_context() is always true) and fails on a tracking
+    URI that is not an ARN, so MLflow would log a warning on each call to any other server: it is
+    dropped from MLflow's registry for those."""
+    from mlflow.tracking.request_header import registry
+
+    found = registry._request_header_provider_registry
+    found._registry = [p for p in found._registry if not type(p).__module__.startswith("sagemaker_mlflow")]
+
+
 class Tracker:
     """Rank 0's MLflow run. `record` never blocks; `close` waits at most `close_timeout`."""
 
@@ -120,6 +131,8 @@ class Tracker:
             os.environ.setdefault(key, value)
         from mlflow.tracking import MlflowClient
 
+        if not self.uri.startswith("arn:"):
+            without_sagemaker_headers()
         return MlflowClient(tracking_uri=self.uri)
 
     def _open_run(self, client) -> str:
