@@ -79,6 +79,7 @@ class TrainerRun:
     compiled: bool  # on GPUs: the trainer compiles unless --no-compile
     # How long survivors wait in a collective with a dead peer, once the first step is done.
     collective_timeout_s: float
+    log_every: int = 10  # steps between the ranks' agreements (where a SIGTERM is heard)
 
 
 def _raise(message: str) -> None:
@@ -150,4 +151,5 @@ def read(model: str, steps: int, args: tuple[str, ...], ray: bool) -> TrainerRun
         float8=parsed.float8,
         compiled=parsed.compile is not False,
         collective_timeout_s=parsed.train_collective_timeout or parsed.collective_timeout,
+        log_every=parsed.log_every,
     )

@@ -3,14 +3,16 @@ stopping takes rather than to a fixed ten minutes.
 
 On SIGTERM (a relaunch, a drain, JobSet restarting the gang after a fault) torchrun forwards the
 signal, the ranks agree at their next agreement step to stop, save once more and exit. What that
-takes, at most:
-  - the wait for that agreement: AGREEMENT_WAIT_S to reach the step (assumed), and where a peer is
-    dead, the training collectives' timeout (`--train-collective-timeout`) before the survivors
-    give up;
-  - the last save, whole: staged, written to the node's disk and uploaded to S3 (domain/goodput.py),
-    twice over for what the model does not see;
+takes, at most (trainer.train Loop.run and CheckpointStore, workload/trainer/checkpoint.py):
+  - reaching that agreement: up to `--log-every` steps of the modeled step (at least
+    AGREEMENT_WAIT_S), and where a peer is dead, the training collectives' timeout
+    (`--train-collective-timeout`) before the survivors give up;
+  - the last save behind what is still in flight: the pending save's write and the earlier
+    upload, then that save's upload, then the last one staged, written and uploaded (the plan's
+    checkpoint model, domain/goodput.py): one stage, two writes, three uploads;
+  - the MLflow tracker's close (TRACKER_CLOSE_S: its queue's put and its thread's join);
   - torchrun's own exit after its workers' (LAUNCHER_EXIT_S), within the pod's grace.
-Bounded below by FLOOR_S and above by CEILING_S, the earlier fixed grace. A gang's restart waits for
+Bounded above by CEILING_S, the earlier fixed grace; the fixed terms alone make at least 150 s. A gang's restart waits for
 its old pods to go, so every second of grace a survivor does not need is a second the whole gang
 idles. Jobs the model does not know (a command, VERL, a CPU group) keep the ceiling."""
 
@@ -22,8 +24,8 @@ from domain.goodput import CheckpointPath, modeled_goodput
 from domain.model_facts import ModelShape
 
 AGREEMENT_WAIT_S = 60.0
+TRACKER_CLOSE_S = 60.0
 LAUNCHER_EXIT_S = 30
-FLOOR_S = 120
 CEILING_S = 600
 
 
@@ -33,12 +35,17 @@ def stop_grace_s(
     ranks_per_node: int,
     path: CheckpointPath,
     collective_timeout_s: float,
+    agreement_s: float = AGREEMENT_WAIT_S,
 ) -> int:
+    """`agreement_s`: `--log-every` steps of the modeled step (AGREEMENT_WAIT_S at least)."""
     save = modeled_goodput(shape, 0.0, world_size, ranks_per_node, 0, 0, path)
     needed = (
-        AGREEMENT_WAIT_S
+        max(AGREEMENT_WAIT_S, agreement_s)
         + collective_timeout_s
-        + 2 * (save.stage_s + save.write_s + save.upload_s)
+        + save.stage_s
+        + 2 * save.write_s
+        + 3 * save.upload_s
+        + TRACKER_CLOSE_S
         + LAUNCHER_EXIT_S
     )
-    return min(CEILING_S, max(FLOOR_S, 10 * math.ceil(needed / 10)))
+    return min(CEILING_S, 10 * math.ceil(needed / 10))

@@ -139,16 +139,26 @@ def group_stop_grace(cfg: StackConfig, group_name: str) -> int:
         return TERMINATION_GRACE_SECONDS
     instance = group.instance
     path = CheckpointPath(group.checkpoint_disk.write_gb_per_s, instance.baseline_gbps, uploads=home == "s3")
-    return max(
-        stop_grace_s(
-            MODEL_SHAPES[j.model],
-            max(1, j.nodes) * instance.gpus,
-            instance.gpus,
-            path,
-            j.trainer_run().collective_timeout_s,
+    graces = []
+    for j in on_group:
+        run, nodes = j.trainer_run(), max(1, j.nodes)
+        link = Link(instance.baseline_gbps, group.efa)
+        tokens_per_s = modeled_tokens_per_s(
+            j.model, run.batch_size, run.seq_len, instance.gpu_model or "", instance.gpus, link,
+            run.compiled, run.float8, nodes,
+        )  # fmt: skip
+        step_s = run.batch_size * run.seq_len * nodes * instance.gpus / tokens_per_s if tokens_per_s else 0.0
+        graces.append(
+            stop_grace_s(
+                MODEL_SHAPES[j.model],
+                nodes * instance.gpus,
+                instance.gpus,
+                path,
+                run.collective_timeout_s,
+                agreement_s=run.log_every * step_s,
+            )
         )
-        for j in on_group
-    )
+    return max(graces)
 
 
 def modeled_scaling(cfg: StackConfig, job) -> dict[int, float] | None:

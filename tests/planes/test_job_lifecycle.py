@@ -102,7 +102,7 @@ def test_wait_none_skips_await_and_timeouts_follow_config(kinds_plan):
     assert job(kinds_plan, "fsdp").options["customTimeouts"] == {
         "create": "90m",
         "update": "90m",
-        "delete": "9m",  # the pods' grace (200 s: the group's stop) and 5 minutes
+        "delete": "10m",  # the pods' grace (260 s: the group's stop) and 5 minutes, rounded up
     }
     fixed = plan("dev", operators={"clusterAutoscaler": {"enabled": False}})
     assert job(fixed, "llama-tiny").options["customTimeouts"]["create"] == "30m"
