@@ -121,16 +121,6 @@ def run_workers(argv: list[str]) -> int:
     return 0
 
 
-def exit_now(code: int) -> None:
-    """Exit with `code` and no interpreter teardown: the workers are gone, and what is left to tear
-    down (the rendezvous store's client threads) can abort the process on its way out after a
-    drain, turning a retryable 143 into -6 (seen once under load), which the operator reads as a
-    failure."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
     process.set_aside_startup_objects()
-    exit_now(main())
+    process.exit_now(main())

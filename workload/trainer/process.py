@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import sys
 
 
 def set_aside_startup_objects() -> None:
@@ -12,3 +14,23 @@ def set_aside_startup_objects() -> None:
     the one CPython runs at interpreter exit (Python/pylifecycle.c finalize_modules). About half a
     second of CPU at each process start and exit on this project's machines."""
     gc.freeze()
+
+
+def exit_now(code: int) -> None:
+    """Exit with `code` and no interpreter teardown: what is left to tear down (a rendezvous store's
+    or a process group's threads, once a peer is gone) can abort the process on its way out, turning
+    its exit code into -6 (SIGABRT; seen under load after a drain and after a refusal), which the
+    operator reads as another failure. Everything the run writes is flushed or joined before."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def exit_code(stop: SystemExit) -> int:
+    """The code a SystemExit stands for, its message printed as Python would."""
+    if stop.code is None:
+        return 0
+    if isinstance(stop.code, int):
+        return stop.code
+    print(stop.code, file=sys.stderr)
+    return 1

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -362,4 +361,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     process.set_aside_startup_objects()
-    sys.exit(main())
+    try:
+        done = main()
+    except SystemExit as stop:  # a refusal, a drain: its line is out; no teardown to abort the code
+        done = process.exit_code(stop)
+    process.exit_now(done)
