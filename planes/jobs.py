@@ -124,6 +124,15 @@ def network_policies(
     return found
 
 
+def job_tokens_per_s(group, job, nodes: int) -> float | None:
+    """A default-trainer job's modeled tokens/s on `nodes` nodes of its GPU group (the plan's model)."""
+    instance, run = group.instance, job.trainer_run()
+    return modeled_tokens_per_s(
+        job.model, run.batch_size, run.seq_len, instance.gpu_model or "", instance.gpus,
+        Link(instance.baseline_gbps, group.efa), run.compiled, run.float8, nodes,
+    )  # fmt: skip
+
+
 def group_stop_grace(cfg: StackConfig, group_name: str) -> int:
     """The grace of a group's job pods: the longest stop any of its jobs needs (domain/stop_grace.py),
     one value for the group, whose TrainJobs share a runtime. The ceiling where the model does not
@@ -142,11 +151,7 @@ def group_stop_grace(cfg: StackConfig, group_name: str) -> int:
     graces = []
     for j in on_group:
         run, nodes = j.trainer_run(), max(1, j.nodes)
-        link = Link(instance.baseline_gbps, group.efa)
-        tokens_per_s = modeled_tokens_per_s(
-            j.model, run.batch_size, run.seq_len, instance.gpu_model or "", instance.gpus, link,
-            run.compiled, run.float8, nodes,
-        )  # fmt: skip
+        tokens_per_s = job_tokens_per_s(group, j, nodes)
         step_s = run.batch_size * run.seq_len * nodes * instance.gpus / tokens_per_s if tokens_per_s else 0.0
         graces.append(
             stop_grace_s(
@@ -167,22 +172,7 @@ def modeled_scaling(cfg: StackConfig, job) -> dict[int, float] | None:
     group = next((g for g in cfg.gpu_node_groups if g.name == job.node_group), None)
     if group is None or not job.runs_default_trainer or not group.instance.has_nvidia_gpus:
         return None
-    instance, run = group.instance, job.trainer_run()
-    link = Link(instance.baseline_gbps, group.efa)
-    found = {
-        n: modeled_tokens_per_s(
-            job.model,
-            run.batch_size,
-            run.seq_len,
-            instance.gpu_model or "",
-            instance.gpus,
-            link,
-            run.compiled,
-            run.float8,
-            n,
-        )
-        for n in node_counts(max(group.node_count, job.nodes))
-    }
+    found = {n: job_tokens_per_s(group, job, n) for n in node_counts(max(group.node_count, job.nodes))}
     return None if None in found.values() else {n: v for n, v in found.items() if v is not None}
 
 
