@@ -82,6 +82,25 @@ GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}
 # How pods (device plugins, jobs) tolerate GPU_TAINT.
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
+# The health gate (components/health_gate.py; its program, workload/trainer/health_gate.py, holds
+# the same names, which a test keeps equal). A GPU node of a burnt-in group registers with the
+# startup taint: the cluster autoscaler takes a node with a taint of this prefix as still starting
+# (cluster-autoscaler FAQ, "startup taints"), so pending jobs still scale the group up, and drops it
+# from its node templates. The gate removes it once the node passed, or puts the NoExecute taint in
+# its place, valued by the fault's severity. Only the gate's own pods and the device plugins, which
+# give it the GPUs and EFA devices, tolerate the startup taint. EKS takes a node group taint's key of
+# at most 63 characters (API Taint), the autoscaler's prefix being 47 of them.
+AUTOSCALER_STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
+HEALTH_STARTUP_TAINT_KEY = f"{AUTOSCALER_STARTUP_TAINT_PREFIX}trainstack-gate"
+HEALTH_STARTUP_TAINT = {"key": HEALTH_STARTUP_TAINT_KEY, "value": "burn-in", "effect": "NO_SCHEDULE"}
+HEALTH_STARTUP_TOLERATION = {"key": HEALTH_STARTUP_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+HEALTH_FAILED_TAINT_KEY = "trainstack.dev/unhealthy"
+# On every GPU node of the stack's groups: burnIn or passive (its group's health mode); and, once
+# judged, passed or failed with the result as JSON.
+HEALTH_MODE_LABEL = "trainstack.dev/health-mode"
+HEALTH_LABEL = "trainstack.dev/health"
+HEALTH_RESULT_ANNOTATION = "trainstack.dev/health-result"
+
 # SageMaker HyperPod (EKS orchestrator; its `ml.` instance types, a group's `hyperpod` and its placement's):
 # its health agents label (and, when unhealthy, taint with the same key) its nodes, and its
 # job-auto-restart controller reads two PyTorchJob annotations (aws/sagemaker-hyperpod-cli,

@@ -37,6 +37,8 @@ from conventions import (
     GPU_PRESENT_LABEL,
     GPU_RESOURCE,
     GPU_TAINT,
+    HEALTH_MODE_LABEL,
+    HEALTH_STARTUP_TAINT,
     INSTANCE_TYPE_LABEL,
     NODE_GROUP_LABEL,
     NODE_TEMPLATE_TAG,
@@ -70,6 +72,7 @@ class GpuNodeGroupArgs:
     gpu: bool = True  # False: a CPU group (standard AMI, no GPU taint, labels or node-template GPUs)
     lustre_client: bool = False  # its jobs mount FSx for Lustre: install the client on the nodes
     auto_repair: bool = True  # EKS replaces a node the monitoring agent marks unhealthy
+    health_mode: str = "off"  # burnIn: nodes join with the health gate's startup taint; passive: watched
     # The root gp3 volume's, where a type has no NVMe instance store and checkpoints land on it.
     disk_throughput_mibps: int = CHECKPOINT_GP3_THROUGHPUT_MIBPS
     disk_iops: int = CHECKPOINT_GP3_IOPS
@@ -163,7 +166,19 @@ def gpu_labels(args: GpuNodeGroupArgs, gpu_model: str) -> dict[str, str]:
     }
     if args.efa:
         labels[EFA_LABEL] = "true"
+    if args.health_mode != "off":
+        labels[HEALTH_MODE_LABEL] = args.health_mode
     return labels
+
+
+def node_taints(args: GpuNodeGroupArgs) -> list[dict] | None:
+    """A GPU node repels what does not ask for GPUs; a burnt-in group's new node also everything
+    but the gate's burn-in until it passed. The startup taint stays out of the node-template tags:
+    the autoscaler drops such taints from its templates anyway, and would otherwise think a new
+    node never fits the jobs it scales up for."""
+    if not args.gpu:
+        return None
+    return [GPU_TAINT, HEALTH_STARTUP_TAINT] if args.health_mode == "burnIn" else [GPU_TAINT]
 
 
 def node_repair_config(max_nodes: int) -> dict:
@@ -302,7 +317,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # undo, or every `pulumi up` would take running jobs' nodes away.
             ignore_scaling_changes=True,
             labels=labels,
-            taints=[GPU_TAINT] if args.gpu else None,
+            taints=node_taints(args),
             # Only the cluster: GPU nodes join on their own, in parallel with the system nodes.
             opts=pulumi.ResourceOptions(
                 parent=self, transforms=[node_repair(args.node_count)] if args.auto_repair else None

@@ -22,7 +22,7 @@ from components.pod_identity import EksAccess, autoscaling_group_arns, pod_ident
 from conventions import GPU_NODE_LABEL, PART_OF
 
 NAME = "trainstack-node-fence"
-EVENTS_NAMESPACE = "default"  # workload/trainer/node_fence.py's, which a test holds equal
+EVENTS_NAMESPACE = "default"  # workload/trainer/kube_api.py's, which a test holds equal
 # The breaker: most of the GPU nodes fenced at once (at least one), as EKS node repair stops past
 # a share of a group.
 MAX_SHARE = 0.2
@@ -63,7 +63,7 @@ def cluster_role() -> dict[str, Any]:
 
 
 def events_role() -> dict[str, Any]:
-    """Events on a node go in `default` (trainer.node_fence EVENTS_NAMESPACE)."""
+    """Events on a node go in `default` (trainer.kube_api EVENTS_NAMESPACE)."""
     return {
         "metadata": {"name": NAME, "namespace": EVENTS_NAMESPACE, "labels": dict(PART_OF)},
         "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],

@@ -28,7 +28,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import EFA_LABEL, GPU_PRESENT_LABEL, GPU_TOLERATION, PART_OF, STACK_LABEL
+from conventions import (
+    EFA_LABEL,
+    GPU_PRESENT_LABEL,
+    GPU_TOLERATION,
+    HEALTH_STARTUP_TOLERATION,
+    PART_OF,
+    STACK_LABEL,
+)
 from domain.operators import (
     INSTANCE_TYPE_NODE_LABEL,
     RELEASES,
@@ -143,14 +150,16 @@ def nvidia_device_plugin_values() -> dict[str, Any]:
                 }
             }
         },
-        "tolerations": [GPU_TOLERATION],
+        # The health gate's burn-in needs the node's GPUs advertised before the node is let in.
+        "tolerations": [GPU_TOLERATION, HEALTH_STARTUP_TOLERATION],
     }
 
 
 def efa_device_plugin_values() -> dict[str, Any]:
-    # The chart matches every EFA instance type but tolerates nothing: add the GPU taint, and keep
-    # it to nodes whose group has EFA turned on.
-    return {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION]}
+    # The chart matches every EFA instance type but tolerates nothing: add the GPU taint and the
+    # health gate's (its burn-in counts the node's EFA devices), and keep it to nodes whose group
+    # has EFA turned on.
+    return {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION, HEALTH_STARTUP_TOLERATION]}
 
 
 def described_nvidia_values(groups: dict[str, dict[str, str]]) -> dict[str, Any]:

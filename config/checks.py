@@ -39,6 +39,7 @@ from domain.catalog import image_compressed_gb, image_pull_minutes
 from domain.job_kinds import KINDS, RAY_KINDS
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.model_facts import has_bf16_tensor_cores, has_float8_tensor_cores
+from domain.node_health import AUTOSCALER_NODE_STARTUP_MINUTES, DCGM_LEVELS, burn_in_minutes
 from domain.quota import QueueSpec, combined, job_demand, shortfall
 from domain.verl_fit import verl_fits
 
@@ -98,6 +99,7 @@ def _check_values(c: StackConfig, r: Reader, groups_sound: bool) -> None:
     check_manifest_mirror(c.operators, any(g.hyperpod for g in c.gpu_node_groups), r)
     check_queueing(c.queueing, r)
     _check_pods_ready(c, r)
+    _check_health(c, r)
     check_tracking(
         c.tracking, c.tracking_token is not None, c.tracking_password is not None, c.existing_cluster.named, r
     )
@@ -122,6 +124,59 @@ def _check_pods_ready(c: StackConfig, r: Reader) -> None:
             "start: Kueue would evict every job before it could run",
             f"{floor} or more",
         )
+
+
+def _check_health(c: StackConfig, r: Reader) -> None:
+    """A group's health gate runs where it can, with a DCGM level and floor in range, and a burn-in
+    that ends before the cluster autoscaler gives up on the node it added (it scales up again once a
+    node it added is not ready after its fixed 15 minutes) and before Kueue evicts the job waiting
+    for it."""
+    pull = image_pull_minutes(image_compressed_gb(c.image.base_image))
+    for i, g in enumerate(c.gpu_node_groups):
+        k, health = f"{PROJECT}:gpuNodeGroups[{i}].health", g.health
+        if health.dcgm_level not in DCGM_LEVELS:
+            r.problem(f"{k}.dcgmLevel", health.dcgm_level, "not a DCGM diagnostics level", "1, 2, 3 or 4")
+        if not 0.5 <= health.floor_fraction <= 0.95:
+            r.problem(f"{k}.floorFraction", health.floor_fraction, "out of range", "0.5-0.95")
+        if health.mode in (None, "off"):
+            continue
+        cannot = (
+            "the health gate runs on clusters the stack created (HyperPod gates its nodes with its own deep "
+            "health checks; another cluster's nodes are its owner's)"
+            if c.existing_cluster.named
+            else "a CPU group has no GPUs to check"
+            if not g.gpu
+            else "the gate runs in the stack's image, and image.builder is none"
+            if c.image.builder == "none"
+            else "the gate asks the node monitoring agent's DCGM host engine and reads its conditions, and "
+            "cluster.nodeMonitoringAgent is false"
+            if not c.cluster.node_monitoring_agent
+            else None
+        )
+        if cannot:
+            r.problem(f"{k}.mode", health.mode, cannot, "off")
+            continue
+        if health.mode != "burnIn" or g.facts is None or health.dcgm_level not in DCGM_LEVELS:
+            continue
+        gate = pull + burn_in_minutes(health.dcgm_level, g.instance)
+        if c.autoscaled(g) and g.min_nodes < g.node_count and gate > AUTOSCALER_NODE_STARTUP_MINUTES:
+            r.problem(
+                f"{k}.dcgmLevel",
+                health.dcgm_level,
+                f"the burn-in takes ~{gate:.0f} min on {g.instance_type} (the image pull included), past the "
+                f"{AUTOSCALER_NODE_STARTUP_MINUTES:.0f} min the cluster autoscaler waits for a node it added to "
+                "become ready before it adds another for the same pods",
+                "a lower level, or minNodes equal to nodeCount (the nodes are kept and burnt in once)",
+            )
+        elif gate + 1 > c.queueing.pods_ready_timeout_minutes:
+            r.problem(
+                f"{PROJECT}:queueing.podsReadyTimeoutMinutes",
+                c.queueing.pods_ready_timeout_minutes,
+                f"shorter than the ~{gate:.0f} min burn-in of a new {g.instance_type} node of group {g.name} "
+                "(the image pull included) plus a minute to start: Kueue would evict its jobs while their "
+                "nodes are still proving themselves",
+                f"{math.ceil(gate + 1)} or more, or a lower {k}.dcgmLevel",
+            )
 
 
 def _check_shared_storage(c: StackConfig, r: Reader) -> None:

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
+from config.health import GroupHealthConfig
 from config.names import LABEL, NAME_RULE, PROJECT
 from config.schema import Reader, setting
 from conventions import SYSTEM_GROUP
@@ -111,6 +112,11 @@ class GpuNodeGroupConfig:
         "EKS node auto repair: a node the monitoring agent marks unhealthy is replaced (one at a time; "
         "none while more than half the group is unhealthy; a one-node group's node too).",
         True,
+    )
+    health: GroupHealthConfig = setting(
+        "health",
+        "The health gate of the group's nodes (a burn-in before they train, a watch while they do).",
+        factory=GroupHealthConfig,
     )
     hourly_price: float | None = setting(
         "hourlyUsd",

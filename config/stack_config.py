@@ -18,6 +18,7 @@ from config.queueing import QueueingConfig
 from config.schema import setting
 from config.tracking import TrackingConfig
 from conventions import TRAINING_NAMESPACE
+from domain.node_health import HealthMode, default_mode
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,21 @@ class StackConfig:
         group, no image of its own to run it in, or the setting off."""
         runs = not self.existing_cluster.named and bool(self.gpu_node_groups) and self.image.builder != "none"
         return self.cluster.fence_hung_nodes_after_seconds if runs else 0
+
+    def health_mode(self, group: GpuNodeGroupConfig) -> HealthMode:
+        """The group's health gate (components/health_gate.py): as set, else by its family where the
+        gate can run: a cluster the stack created, a GPU group, the stack's own image to run the gate
+        in, and the node monitoring agent, whose DCGM host engine the burn-in asks and whose
+        conditions the watch reads."""
+        if group.health.mode is not None:
+            return group.health.mode
+        runs = (
+            not self.existing_cluster.named
+            and group.gpu
+            and self.image.builder != "none"
+            and self.cluster.node_monitoring_agent
+        )
+        return default_mode(group.instance_type) if runs else "off"
 
     def autoscaled(self, group: GpuNodeGroupConfig) -> bool:
         """The cluster autoscaler sizes the group per job from its minNodes; else it keeps every node."""

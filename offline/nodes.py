@@ -28,6 +28,7 @@ import yaml
 
 from config import PROJECT_ROOT
 from conventions import (
+    AUTOSCALER_STARTUP_TAINT_PREFIX,
     EFA_LABEL,
     EFA_RESOURCE,
     GPU_PRESENT_LABEL,
@@ -153,6 +154,8 @@ def eks_nodes(run: PlanRun) -> list[Node]:
         instance_type = _instance_type(run, parent) if parent else None
         labels = dict(inputs.get("labels") or {})
         group = labels.get(NODE_GROUP_LABEL, SYSTEM_GROUP)
+        # A startup taint (the health gate's) is gone once the node is let in, and only then do
+        # jobs land: the node as they find it, as the autoscaler's templates also drop it.
         taints = [
             {
                 "key": t["key"],
@@ -160,6 +163,7 @@ def eks_nodes(run: PlanRun) -> list[Node]:
                 "effect": EKS_EFFECTS.get(t["effect"], t["effect"]),
             }
             for t in inputs.get("taints") or []
+            if not t["key"].startswith(AUTOSCALER_STARTUP_TAINT_PREFIX)
         ]
         node_name = inputs.get("nodeGroupName", ng.name)
         labels = {**well_known_labels(instance_type), "eks.amazonaws.com/nodegroup": node_name, **labels}

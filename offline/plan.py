@@ -31,6 +31,8 @@ import yaml
 from components.kind_image import architecture_problem
 from config import PROJECT_ROOT, parse_config, template_values
 from config.job_inputs import auto_resume_warnings, gated_model_warnings, mount_warnings
+from domain.catalog import image_compressed_gb, image_pull_minutes
+from domain.node_health import MAX_FAILING_SHARE
 from offline.cost import hourly_cost, job_cost, total, unknown_items
 from offline.engine import PlanRun, Registration, close_event_loops, run_program
 from offline.first_up import image_sizes, preparations, waits_for_data
@@ -40,6 +42,7 @@ from offline.simulated_account import FactError, parse_facts, read_facts_file
 from offline.stack_file import StackFileError, read_stack_file
 from offline.timeline import critical_path, describe, job_start_minutes, until_training
 from offline.training_lines import dataset_lines, training_model_lines
+from planes.health import burn_in_by_group, gated_groups
 from planes.storage import checkpoints_die_with_pods
 from stack_outputs import StackOutputs
 
@@ -131,6 +134,43 @@ def cost_lines(cfg) -> list[str]:
     return lines
 
 
+def health_lines(cfg) -> list[str]:
+    """Each GPU group's health gate: what a new node goes through before it trains, what that
+    takes and costs, or that its nodes are only watched."""
+    burn_in = burn_in_by_group(cfg)
+    groups = gated_groups(cfg)
+    if not groups:
+        return []
+    pull = image_pull_minutes(image_compressed_gb(cfg.image.base_image))
+    lines = ["Node health gate (gpuNodeGroups[].health):"]
+    for g in groups:
+        if g.mode != "burnIn":
+            lines.append(
+                f"  {g.name}: watched (passive): a node whose GPUs the node monitoring agent finds faulty is "
+                "tainted at once and its jobs restart on other nodes; no burn-in"
+            )
+            continue
+        settings = g.settings()
+        minutes = burn_in[g.name] + pull
+        steps = ["GPU inventory and Xids"] + ([f"EFA x{settings['efa']}"] if settings["efa"] else [])
+        steps += ["NVLink"] if settings["nvlink"] else []
+        published = settings["publishedBusGbps"]
+        floor = (
+            f"all-reduce at least {g.floor_fraction:g} x the published {published:g} GB/s until 3 nodes calibrate it"
+            if published
+            else "all-reduce recorded, its floor calibrated from the group's first 3 healthy nodes"
+        )
+        price = cfg.gpu_node_groups[[x.name for x in cfg.gpu_node_groups].index(g.name)].hourly_usd
+        cost = f", ~${price * minutes / 60:.2f} a node" if price else ""
+        lines.append(
+            f"  {g.name}: each new node is burnt in for ~{minutes:.1f} min (image pull included{cost}) before it "
+            f"trains: {', '.join(steps)}, DCGM level {g.dcgm_level}, {floor}; a node that fails is tainted and "
+            f"its Auto Scaling group replaces it (at most {max(1, int(g.nodes * MAX_FAILING_SHARE))} of "
+            f"{g.nodes} at once)"
+        )
+    return lines
+
+
 def summary(
     run: PlanRun,
     cfg,
@@ -169,8 +209,13 @@ def summary(
         ]
         lines += [f"  - {p}" for p in placeholders]
     lines += ["", *cost_lines(cfg)]
+    gate = health_lines(cfg)
+    if gate:
+        lines += ["", *gate]
     # A kind image is loaded onto the nodes, never pulled.
-    chain = critical_path(run.resources, until_training(run.resources), image_gb, preparations(cfg))
+    chain = critical_path(
+        run.resources, until_training(run.resources), image_gb, preparations(cfg), burn_in_by_group(cfg)
+    )
     lines += ["", *describe(chain)]
     checks = [m for m in run.messages if m.startswith("Account checks")]
     if not checks and not cfg.existing_cluster.uses_aws:
@@ -209,7 +254,7 @@ def job_lines(run: PlanRun, cfg, image_gb, data) -> list[str]:
         if gpus
         else "Jobs (on CPU nodes, no GPUs):",
     ]
-    starts = job_start_minutes(run.resources, image_gb, cfg.training_namespace, data)
+    starts = job_start_minutes(run.resources, image_gb, cfg.training_namespace, data, burn_in_by_group(cfg))
     configured = {j.name: j for j in cfg.jobs}
     for name, job in jobs.items():
         start = starts.get(name)

@@ -67,10 +67,11 @@ class JobStart:
     pull: float  # its images, on fresh nodes
     start: float  # pods start, the job checks its nodes
     prepare: float = 0.0  # its dataset's preparation (first `pulumi up` only)
+    burn_in: float = 0.0  # the health gate's burn-in of fresh nodes (their image pull is `pull`)
 
     @property
     def after_admission(self) -> float:
-        return self.provision + self.pull + self.start
+        return self.provision + self.pull + self.burn_in + self.start
 
     @property
     def total(self) -> float:
@@ -80,6 +81,7 @@ class JobStart:
         parts = [f"dataset preparation ~{self.prepare:.0f}, first up only"] if self.prepare else []
         parts += [f"nodes ~{self.provision:g}"] if self.provision else []
         parts += [f"image pull ~{self.pull:.1f}"] if self.pull else []
+        parts += [f"burn-in ~{self.burn_in:.1f}"] if self.burn_in else []
         return ", ".join([*parts, f"pod start ~{self.start:g}"])
 
 
@@ -100,29 +102,37 @@ def _sizer(image_gb: ImageSizes) -> Callable[[str], float]:
 
 
 def job_starts(
-    resources: list[Registration], image_gb: ImageSizes, prepare: Mapping[str, float] | None = None
+    resources: list[Registration],
+    image_gb: ImageSizes,
+    prepare: Mapping[str, float] | None = None,
+    burn_in: Mapping[str, float] | None = None,
 ) -> dict[str, JobStart]:
     """Each workload's own minutes, by URN: on a group that starts empty every job waits for its
     nodes and pulls its images; on a group with nodes, an image one job pulled is there for the
-    next. `prepare`: minutes of the dataset preparation a job (by name) waits for."""
+    next. `prepare`: minutes of the dataset preparation a job (by name) waits for. `burn_in`: the
+    health gate's minutes on a fresh node of a group (by name): every job on an empty group waits
+    for it, the first on a group with nodes too (its nodes are new on the first `up`)."""
     empty = {(r.inputs.get("labels") or {}).get(NODE_GROUP_LABEL) for r in resources if _starts_empty(r)}
-    size, prepare = _sizer(image_gb), prepare or {}
+    size, prepare, burn_in = _sizer(image_gb), prepare or {}, burn_in or {}
     starts: dict[str, JobStart] = {}
     pulled: set[tuple[str | None, str]] = set()
+    burnt: set[str | None] = set()
     for reg in resources:
         if reg.type not in TRAINING_KINDS:
             continue
         group, images = _group(reg), images_of(reg.inputs.get("spec"))
         data = prepare.get((reg.inputs.get("metadata") or {}).get("name"), 0.0)
+        gate = burn_in.get(group or "", 0.0)
         if group in empty:
             pull = sum(image_pull_minutes(size(i)) for i in images)
             starts[reg.urn] = JobStart(
-                GPU_NODE_JOIN_MINUTES, pull, POD_START_MINUTES + NODE_CHECK_MINUTES, data
+                GPU_NODE_JOIN_MINUTES, pull, POD_START_MINUTES + NODE_CHECK_MINUTES, data, gate
             )
         else:
             pull = sum(image_pull_minutes(size(i)) for i in images if (group, i) not in pulled)
-            starts[reg.urn] = JobStart(0.0, pull, POD_START_MINUTES, data)
+            starts[reg.urn] = JobStart(0.0, pull, POD_START_MINUTES, data, 0.0 if group in burnt else gate)
         pulled |= {(group, i) for i in images}
+        burnt.add(group)
     return starts
 
 
@@ -131,12 +141,13 @@ def job_start_minutes(
     image_gb: ImageSizes,
     namespace: str = TRAINING_NAMESPACE,
     prepare: Mapping[str, float] | None = None,
+    burn_in: Mapping[str, float] | None = None,
 ) -> dict[str, JobStart]:
     """The same, by job name (its Kubernetes name in the stack's training namespace)."""
     by_urn = {r.urn: r for r in resources}
     return {
         by_urn[urn].inputs["metadata"]["name"]: start
-        for urn, start in job_starts(resources, image_gb, prepare).items()
+        for urn, start in job_starts(resources, image_gb, prepare, burn_in).items()
         if by_urn[urn].inputs["metadata"].get("namespace") == namespace
     }
 
@@ -162,12 +173,15 @@ def critical_path(
     until: set[str] | None = None,
     image_gb: ImageSizes = 0.0,
     preparations: Mapping[str, float] | None = None,
+    burn_in: Mapping[str, float] | None = None,
 ) -> list[Step]:
     """The longest chain, first step first, ending at the latest of `until` (default: any).
     `preparations`: a dataset preparation Job's minutes, by its Kubernetes name."""
     by_urn = {r.urn: r for r in resources}
     # A workload's wait for its dataset is the preparation Job's own step, which it depends on.
-    workloads = {urn: start.after_admission for urn, start in job_starts(resources, image_gb).items()}
+    workloads = {
+        urn: start.after_admission for urn, start in job_starts(resources, image_gb, burn_in=burn_in).items()
+    }
     prepared = preparations or {}
 
     def own_minutes(r: Registration) -> float:

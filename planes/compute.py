@@ -150,6 +150,7 @@ def compute_plane(
                 gpu=g.gpu,
                 lustre_client=g.name in cfg.fsx_groups,
                 auto_repair=g.auto_repair,
+                health_mode=cfg.health_mode(g),
             ),
             account.opts,
         )

@@ -61,6 +61,16 @@ def test_plan_exits_zero_and_writes_files(planned):
     expected = sorted(
         [
             "admissioncheck-trainstack-provisioning.yaml",
+            # The health gate (components/health_gate.py): passive on dev's g6, burnIn on prod's p5;
+            # its burn-in pods and floors in the training namespace, its Events where a Node's go.
+            "clusterrole-trainstack-health-gate.yaml",
+            "clusterrolebinding-trainstack-health-gate.yaml",
+            "deployment-training-trainstack-health-gate.yaml",
+            "role-default-trainstack-health-gate.yaml",
+            "rolebinding-default-trainstack-health-gate.yaml",
+            "role-training-trainstack-health-gate.yaml",
+            "rolebinding-training-trainstack-health-gate.yaml",
+            "serviceaccount-training-trainstack-health-gate.yaml",
             # The hung-node fence (components/node_fence.py); its Events go where a Node's do.
             "clusterrole-trainstack-node-fence.yaml",
             "clusterrolebinding-trainstack-node-fence.yaml",
@@ -178,6 +188,7 @@ def test_resources_json_shape(planned):
         "trainstack:storage:ArtifactBucket",
         "trainstack:build:ImageRegistry",
         "trainstack:build:ImageBuild",
+        "trainstack:health:HealthGate",
         "trainstack:network:Network",
         "trainstack:compute:Cluster",
         "trainstack:compute:GpuNodeGroup",

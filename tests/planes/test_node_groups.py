@@ -58,6 +58,7 @@ def test_dev_gpu_node_group_without_efa(dev_plan):
         "trainstack.dev/instance-type": "g6.xlarge",
         "trainstack.dev/accelerator": "nvidia-l4",
         "nvidia.com/gpu.present": "true",  # what the NVIDIA device plugin's chart selects
+        "trainstack.dev/health-mode": "passive",  # a g6: watched by the health gate, not burnt in
     }
     assert ng["launchTemplate"] == {"id": "gpu-gpu-lt-id", "version": "1"}
     lt = gpu_template(dev_plan).inputs

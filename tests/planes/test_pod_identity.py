@@ -47,7 +47,13 @@ def pod_spec(manifest: dict) -> dict:
 
 def test_each_job_runs_as_its_own_service_account_with_its_own_role(two_jobs):
     by_account = {r.inputs["serviceAccount"]: r.inputs for r in two_jobs.by_type(ASSOCIATION)}
-    assert set(by_account) == {"job-alpha", "job-alpha-2", "cluster-autoscaler", "trainstack-node-fence"}
+    assert set(by_account) == {
+        "job-alpha",
+        "job-alpha-2",
+        "cluster-autoscaler",
+        "trainstack-node-fence",
+        "trainstack-health-gate",
+    }
     for name in ("alpha", "alpha-2"):
         assoc = by_account[f"job-{name}"]
         assert (assoc["clusterName"], assoc["namespace"]) == ("trainstack-prod", "training")

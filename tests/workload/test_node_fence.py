@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 from moto import mock_aws
+from trainer.kube_api import EVENTS_NAMESPACE
 from trainer.node_fence import (
-    EVENTS_NAMESPACE,
     OUT_OF_SERVICE,
     Hung,
     Instances,

@@ -24,8 +24,8 @@ This controller is that someone, for the stack's GPU nodes on a cluster it creat
     GC then deletes its pods, the Job fails them, and JobSet restarts the gang on other nodes.
 A node that is not in an Auto Scaling group (HyperPod's, a self-managed one) is left alone and named.
 
-The API server is read with the pod's service account (stdlib only: the image needs no Kubernetes
-client); AWS through boto3 with the pod's credentials.
+The API server is read with the pod's service account (trainer.kube_api); AWS through boto3 with the
+pod's credentials.
 
     python -m trainer.node_fence --nodes trainstack.dev/role=gpu --after 180
 """
@@ -33,28 +33,20 @@ client); AWS through boto3 with the pod's credentials.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import ssl
 import sys
 import time
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from trainer import kube_api
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 # The value the Kubernetes docs give the taint for a node that was shut down.
 OUT_OF_SERVICE_TAINT = {"key": OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute"}
 FENCED_ANNOTATION = "trainstack.dev/fenced"
 STOPPED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
-SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVENT_REASON = "TrainstackNodeFenced"
-# An Event about a Node, which has no namespace, goes in `default` (kubernetes v1.36
-# pkg/apis/core/validation/events.go: an involved object without a namespace takes an Event of
-# namespace "" or "default"), where the kubelet's events of its node are too.
-EVENTS_NAMESPACE = "default"
 
 log = logging.getLogger("node_fence")
 
@@ -123,77 +115,21 @@ def hung_nodes(
     return found, None
 
 
-class Kubernetes:
-    """The API server from inside a pod: its address from the environment, the service account's
-    token (read each call: the kubelet rotates it) and CA."""
-
-    def __init__(self, account: str = SERVICE_ACCOUNT):
-        host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
-        self.base = f"https://{host}:{port}"
-        self.account = account
-        self.tls = ssl.create_default_context(cafile=f"{account}/ca.crt")
-
-    def call(
-        self, method: str, path: str, body: object = None, content_type: str = "application/json"
-    ) -> dict:
-        with open(f"{self.account}/token") as f:
-            token = f.read().strip()
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {token}")
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", content_type)
-        with urllib.request.urlopen(request, context=self.tls, timeout=30) as answer:
-            return json.loads(answer.read() or b"{}")
-
-    def nodes(self, selector: str) -> list[dict]:
-        query = urllib.parse.urlencode({"labelSelector": selector})
-        return self.call("GET", f"/api/v1/nodes?{query}")["items"]
-
-    def pods_on(self, node: str) -> list[dict]:
-        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
-        return self.call("GET", f"/api/v1/pods?{query}")["items"]
-
+class Kubernetes(kube_api.Kubernetes):
     def taint(self, node: dict, why: str) -> None:
-        """Adds the out-of-service taint and the annotation; refused (422, the patch's `test` failing)
-        if the node changed since it was read, so no one else's taint is lost."""
+        """Adds the out-of-service taint and the annotation."""
         taints = [*(node["spec"].get("taints") or []), OUT_OF_SERVICE_TAINT]
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
-            {"op": "add", "path": "/spec/taints", "value": taints},
-            {
-                "op": "add",
-                "path": "/metadata/annotations",
-                "value": {**(node["metadata"].get("annotations") or {}), FENCED_ANNOTATION: why},
-            },
-        ]
-        name = urllib.parse.quote(node["metadata"]["name"])
-        self.call("PATCH", f"/api/v1/nodes/{name}", patch, "application/json-patch+json")
+        annotations = {**(node["metadata"].get("annotations") or {}), FENCED_ANNOTATION: why}
+        self.patch_node(
+            node,
+            [
+                {"op": "add", "path": "/spec/taints", "value": taints},
+                {"op": "add", "path": "/metadata/annotations", "value": annotations},
+            ],
+        )
 
     def event(self, node: dict, message: str) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        name = node["metadata"]["name"]
-        self.call(
-            "POST",
-            f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events",
-            {
-                "metadata": {"generateName": f"{name}.", "namespace": EVENTS_NAMESPACE},
-                "involvedObject": {
-                    "kind": "Node",
-                    "name": name,
-                    "uid": node["metadata"]["uid"],
-                    "apiVersion": "v1",
-                },
-                "reason": EVENT_REASON,
-                "message": message,
-                "type": "Warning",
-                "source": {"component": "trainstack-node-fence"},
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            },
-        )
+        self.node_event(node, EVENT_REASON, message, "trainstack-node-fence")
 
 
 class Instances:

@@ -1,0 +1,618 @@
+"""The health gate: no GPU node of a burnt-in group takes training until it has proven itself, and a
+node whose hardware fails while it trains is taken out at once.
+
+Each round, over the stack's GPU nodes (`--nodes`):
+  - a node that still carries the startup taint (conventions.HEALTH_STARTUP_TAINT_KEY) and whose
+    device plugin advertises its GPUs gets a burn-in pod, bound to it, whose init containers run
+    the steps in order and stop at the first fatal one (trainer.burn_in: inventory and Xids, EFA,
+    NVLink; NVIDIA's DCGM diagnostics; trainer.preflight's all-reduce against the group's floor);
+  - a finished burn-in is judged from its containers' termination messages. Passed: the startup
+    taint goes, the node is labelled passed with its result, the pod is deleted and the node's
+    all-reduce figure joins its group's calibration. Failed: the NoExecute taint valued by the
+    severity takes the startup taint's place, the node is labelled failed, an Event says why, and
+    its Auto Scaling group replaces it (instance health Unhealthy), unless more of the group is
+    failing than the breaker allows, which the Event then says instead;
+  - a node the EKS node monitoring agent finds faulty (AcceleratedHardwareReady False: an Xid it
+    treats as fatal, a row remap failure, NVLink errors) gets the NoExecute taint at once, so its
+    job's pods leave it and the gang restarts on other nodes; node repair replaces it.
+
+Floors are data: the group's figures of its healthy nodes, kept in a ConfigMap this controller owns
+(`--floors`), of which `--floor-fraction` of the median is the floor once CALIBRATION_NODES passed;
+before that the published figure the stack passes in, else none (the figure is recorded).
+
+    python -m trainer.health_gate --nodes trainstack.dev/role=gpu --namespace trainstack-system \\
+        --groups '{"p5": {...}}' --image <training image> --dcgm-image <DCGM image>
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import re
+import statistics
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from trainer import kube_api
+from trainer.health_checks import XID_SEVERITY, worst
+
+# conventions.py's, which a test holds equal: the image carries the trainer, not the stack.
+STARTUP_TAINT_KEY = "startup-taint.cluster-autoscaler.kubernetes.io/trainstack-gate"
+FAILED_TAINT_KEY = "trainstack.dev/unhealthy"
+MODE_LABEL = "trainstack.dev/health-mode"
+HEALTH_LABEL = "trainstack.dev/health"
+RESULT_ANNOTATION = "trainstack.dev/health-result"
+NODE_GROUP_LABEL = "trainstack.dev/node-group"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+STARTUP_TOLERATION = {"key": STARTUP_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+POD_NAME = "trainstack-burn-in"
+POD_NODE_LABEL = "trainstack.dev/burn-in-node"
+# The floor a burn-in was given and where it came from, on its pod: the verdict names both.
+FLOOR_ANNOTATION = "trainstack.dev/floor-gbps"
+FLOOR_SOURCE_ANNOTATION = "trainstack.dev/floor-source"
+# The steps whose termination messages carry a verdict, in the pod's order; `dcgm` itself only runs
+# NVIDIA's program and leaves its JSON for `dcgm-verdict`.
+JUDGED_STEPS = ("checks", "dcgm-verdict", "nccl")
+RESULTS = "/results"
+NCCL_MESSAGE_MB = 2048  # domain/node_health.py MEASURED_MESSAGE_GIB
+CALIBRATION_NODES = 3  # a group's floor is its own once this many nodes passed
+CALIBRATION_KEPT = 16
+# A node whose device plugin has not advertised its GPUs this long after it registered cannot train.
+DEVICE_WAIT_SECONDS = 600
+# The EKS node monitoring agent's condition and its reasons for a fatal Xid (NvidiaXID<code>Error).
+HARDWARE_CONDITION = "AcceleratedHardwareReady"
+_AGENT_XID = re.compile(r"NvidiaXID(\d+)Error")
+EVENT_COMPONENT = "trainstack-health-gate"
+
+log = logging.getLogger("health_gate")
+
+
+@dataclass(frozen=True)
+class Group:
+    """What the stack says of one GPU group (components/health_gate.py writes it)."""
+
+    gpus: int
+    efa: int
+    nvlink: bool
+    dcgm_level: int
+    floor_fraction: float
+    published_bus_gbps: float | None
+    nodes: int  # the most the group holds: the breaker's base
+    mode: str  # burnIn | passive
+    deadline_seconds: int  # a burn-in not finished by then failed
+
+    @classmethod
+    def read(cls, data: dict) -> Group:
+        return cls(
+            data["gpus"],
+            data["efa"],
+            data["nvlink"],
+            data["dcgmLevel"],
+            data["floorFraction"],
+            data.get("publishedBusGbps"),
+            data["nodes"],
+            data["mode"],
+            data["deadlineSeconds"],
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    severity: str  # MONITOR for a pass
+    summary: str
+    checks: list[dict] = field(default_factory=list)
+    bus_gbps: float | None = None
+
+
+def floor(figures: list[float], group: Group) -> tuple[float | None, str]:
+    """The all-reduce floor for a group's next node and where it comes from."""
+    if len(figures) >= CALIBRATION_NODES:
+        return round(
+            group.floor_fraction * statistics.median(figures), 2
+        ), f"calibrated on {len(figures)} nodes"
+    if group.published_bus_gbps:
+        return round(group.floor_fraction * group.published_bus_gbps, 2), "published"
+    return None, "none yet"
+
+
+def calibrated(kept: list[float], new: float) -> list[float]:
+    return [*kept, new][-CALIBRATION_KEPT:]
+
+
+def may_remediate(failing: int, group: Group, share: float) -> bool:
+    """Whether one more failing node may be replaced, `failing` counting it (at least one node)."""
+    return failing <= max(1, int(group.nodes * share))
+
+
+def taints(node: dict) -> list[dict]:
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def has_taint(node: dict, key: str) -> bool:
+    return any(t.get("key") == key for t in taints(node))
+
+
+def labels(node: dict) -> dict[str, str]:
+    return node["metadata"].get("labels") or {}
+
+
+def allocatable(node: dict, resource: str) -> int:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def age_seconds(node: dict, now: datetime) -> float:
+    created = datetime.fromisoformat(node["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+    return (now - created).total_seconds()
+
+
+def uses_gpus(pod: dict) -> bool:
+    """A pod still holding GPUs of its node (not a finished one, not a burn-in)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    if (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == POD_NAME:
+        return False
+    containers = [*(pod["spec"].get("containers") or []), *(pod["spec"].get("initContainers") or [])]
+    return any(GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {}) for c in containers)
+
+
+def pod_name(node: str) -> str:
+    """One burn-in pod per node; a pod's name is a DNS subdomain (253), a label value 63."""
+    return f"{POD_NAME}-{node}"[:253]
+
+
+def node_key(node: str) -> str:
+    return node if len(node) <= 63 else hashlib.sha256(node.encode()).hexdigest()[:63]
+
+
+def burn_in_pod(
+    node: str,
+    group: Group,
+    image: str,
+    dcgm_image: str,
+    namespace: str,
+    floor_gbps: float | None,
+    source: str,
+) -> dict:
+    """The steps as init containers, in order: the kubelet starts each only after the one before
+    exited 0, so a fatal step ends the burn-in there."""
+    devices = {GPU_RESOURCE: str(group.gpus), **({EFA_RESOURCE: str(group.efa)} if group.efa else {})}
+    small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    with_devices = {
+        "requests": {"cpu": "1", "memory": "4Gi", **devices},
+        "limits": {"memory": "64Gi", **devices},
+    }
+    results = [{"name": "results", "mountPath": RESULTS}]
+    checks = ["python", "-m", "trainer.burn_in", "checks", "--gpus", str(group.gpus)]
+    checks += ["--efa", str(group.efa)] if group.efa else []
+    checks += ["--nvlink"] if group.nvlink else []
+    nccl = ["torchrun", "--standalone", "--nproc-per-node", "gpu", "-m", "trainer.preflight"]
+    nccl += ["--gpus-per-node", str(group.gpus), "--efa-per-node", str(group.efa)]
+    nccl += ["--size-mb", str(NCCL_MESSAGE_MB), "--termination-json"]
+    nccl += ["--min-bus-bandwidth", str(floor_gbps)] if floor_gbps else []
+    dcgm_verdict = ["python", "-m", "trainer.burn_in", "dcgm-verdict", "--level", str(group.dcgm_level)]
+    dcgm_verdict += ["--file", f"{RESULTS}/dcgm.json"]
+    dcgm = f'dcgmi diag -r {group.dcgm_level} -j --host "$HOST_IP" > {RESULTS}/dcgm.json; exit 0'
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(node),
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": POD_NAME,
+                "app.kubernetes.io/part-of": "trainstack",
+                POD_NODE_LABEL: node_key(node),
+            },
+            "annotations": {FLOOR_ANNOTATION: str(floor_gbps or ""), FLOOR_SOURCE_ANNOTATION: source},
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": group.deadline_seconds,
+            "tolerations": [STARTUP_TOLERATION, GPU_TOLERATION],
+            "automountServiceAccountToken": False,
+            "volumes": [{"name": "results", "emptyDir": {}}],
+            "initContainers": [
+                # The kernel's log (/dev/kmsg) is the node's only to a privileged container.
+                {
+                    "name": "checks",
+                    "image": image,
+                    "command": checks,
+                    "securityContext": {"privileged": True},
+                    "resources": with_devices,
+                },
+                {
+                    "name": "dcgm",
+                    "image": dcgm_image,
+                    "command": ["/bin/sh", "-c", dcgm],
+                    "env": [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}],
+                    "volumeMounts": results,
+                    "resources": small,
+                },
+                {
+                    "name": "dcgm-verdict",
+                    "image": image,
+                    "command": dcgm_verdict,
+                    "volumeMounts": results,
+                    "resources": small,
+                },
+                {
+                    "name": "nccl",
+                    "image": image,
+                    "command": nccl,
+                    "env": [{"name": "FI_PROVIDER", "value": "efa"}] if group.efa else [],
+                    "resources": with_devices,
+                },
+            ],
+            "containers": [{"name": "done", "image": image, "command": ["true"], "resources": small}],
+        },
+    }
+
+
+def _terminated(pod: dict) -> dict[str, dict]:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return {s["name"]: s["state"]["terminated"] for s in statuses if "terminated" in (s.get("state") or {})}
+
+
+def _checks_of(step: str, message: str) -> list[dict]:
+    """A step's checks from its termination message: a list of checks (trainer.burn_in), or the
+    preflight's report (nccl)."""
+    try:
+        found = json.loads(message)
+    except ValueError:
+        return [
+            {"name": step, "verdict": "fail", "severity": "REBOOT", "detail": message[:500] or "no result"}
+        ]
+    if isinstance(found, list):
+        return found
+    return [
+        {
+            "name": "nccl",
+            "verdict": "pass" if found.get("ok") else "fail",
+            "severity": "MONITOR" if found.get("ok") else "RESET",
+            "detail": "; ".join(found.get("problems") or []) or f"{found.get('bus_bandwidth_gbps')} GB/s",
+            "figures": {"busGbps": found.get("bus_bandwidth_gbps")},
+        }
+    ]
+
+
+def verdict_of(pod: dict) -> Verdict | None:
+    """The burn-in's verdict once its pod ended; None while it runs."""
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return None
+    ended = _terminated(pod)
+    checks: list[dict] = []
+    for step in JUDGED_STEPS:
+        if step in ended:
+            checks += _checks_of(step, ended[step].get("message") or "")
+    bus = next((c.get("figures", {}).get("busGbps") for c in checks if c["name"] == "nccl"), None)
+    bad = [c for c in checks if c["verdict"] == "fail"]
+    if phase == "Succeeded" and not bad:
+        warned = [f"{c['name']}: {c['detail']}" for c in checks if c["verdict"] == "warn"]
+        summary = "passed" + (f" with warnings ({'; '.join(warned)})" if warned else "")
+        return Verdict(True, "MONITOR", summary, checks, bus)
+    if (
+        not bad
+    ):  # ended without a judged failure: the deadline, an image that never pulled, a step that crashed
+        reason = (pod.get("status") or {}).get("reason") or "a step ended without a result"
+        running = [s for s in ("checks", "dcgm", "dcgm-verdict", "nccl") if s not in ended]
+        bad = [
+            {
+                "name": running[0] if running else "burn-in",
+                "verdict": "fail",
+                "severity": "REBOOT",
+                "detail": f"the burn-in did not finish ({reason})",
+            }
+        ]
+        checks += bad
+    severity = worst([c.get("severity", "RESET") for c in bad])
+    summary = "; ".join(f"{c['name']}: {c['detail']}" for c in bad)
+    return Verdict(False, severity, summary, checks, bus)
+
+
+def hardware_fault(node: dict) -> tuple[str, str] | None:
+    """(severity, why) where the node monitoring agent reports the GPUs faulty; None otherwise."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == HARDWARE_CONDITION and c.get("status") == "False":
+            why = f"{c.get('reason', '')}: {c.get('message', '')}".strip(": ")
+            codes = [int(x) for x in _AGENT_XID.findall(c.get("reason", "") + " " + c.get("message", ""))]
+            severities = [XID_SEVERITY.get(code, "RESET") for code in codes]
+            # The agent marks a node not ready only for what it treats as fatal: at least a reset.
+            return worst([*severities, "RESET"]), why
+    return None
+
+
+def result_annotation(verdict: Verdict, floor_gbps: float | None, source: str, now: datetime) -> str:
+    return json.dumps(
+        {
+            "verdict": "passed" if verdict.passed else "failed",
+            "severity": verdict.severity,
+            "summary": verdict.summary[:1500],
+            "checks": {c["name"]: c["verdict"] for c in verdict.checks},
+            "busGbps": verdict.bus_gbps,
+            "floorGbps": floor_gbps,
+            "floorSource": source,
+            "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        separators=(",", ":"),
+    )
+
+
+def passed_patch(node: dict, annotation: str) -> list[dict]:
+    kept = [t for t in taints(node) if t.get("key") != STARTUP_TAINT_KEY]
+    return [
+        {"op": "add", "path": "/spec/taints", "value": kept},
+        {"op": "add", "path": "/metadata/labels", "value": {**labels(node), HEALTH_LABEL: "passed"}},
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {**(node["metadata"].get("annotations") or {}), RESULT_ANNOTATION: annotation},
+        },
+    ]
+
+
+def failed_patch(node: dict, severity: str, annotation: str) -> list[dict]:
+    """The NoExecute taint in the startup taint's place: pods leave it, and the autoscaler takes it
+    as a node that is there but fits no job, so it scales up another."""
+    kept = [t for t in taints(node) if t.get("key") not in (STARTUP_TAINT_KEY, FAILED_TAINT_KEY)]
+    taint = {"key": FAILED_TAINT_KEY, "value": severity, "effect": "NoExecute"}
+    return [
+        {"op": "add", "path": "/spec/taints", "value": [*kept, taint]},
+        {"op": "add", "path": "/metadata/labels", "value": {**labels(node), HEALTH_LABEL: "failed"}},
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {**(node["metadata"].get("annotations") or {}), RESULT_ANNOTATION: annotation},
+        },
+    ]
+
+
+class Instances:
+    """A failed node's instance, replaced by its own Auto Scaling group."""
+
+    def __init__(self, session=None):
+        import boto3
+
+        self.autoscaling = (session or boto3.session.Session()).client("autoscaling")
+
+    def replace(self, instance: str) -> str:
+        """Marks the instance unhealthy; its group terminates it and launches another. Answers the
+        group's name, or says it is in none."""
+        found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[instance])[
+            "AutoScalingInstances"
+        ]
+        if not found:
+            return f"{instance} is in no Auto Scaling group: left to its owner"
+        self.autoscaling.set_instance_health(
+            InstanceId=instance, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False
+        )
+        return f"its Auto Scaling group {found[0]['AutoScalingGroupName']} replaces {instance}"
+
+
+def instance_id(node: dict) -> str | None:
+    provider_id = (node.get("spec") or {}).get("providerID") or ""
+    return provider_id.rsplit("/", 1)[-1] if provider_id.startswith("aws://") else None
+
+
+class Gate:
+    def __init__(
+        self,
+        kube: kube_api.Kubernetes,
+        instances: Instances | None,
+        groups: dict[str, Group],
+        namespace: str,
+        image: str,
+        dcgm_image: str,
+        floors: str,
+        max_share: float,
+    ):
+        self.kube, self.instances, self.groups = kube, instances, groups
+        self.namespace, self.image, self.dcgm_image, self.floors = namespace, image, dcgm_image, floors
+        self.max_share = max_share
+
+    # -- the floors' ConfigMap, which only this controller writes -------------------------------
+    def _floors_path(self, name: str = "") -> str:
+        return f"/api/v1/namespaces/{self.namespace}/configmaps" + (f"/{name}" if name else "")
+
+    def figures(self) -> dict[str, list[float]]:
+        found = self.kube.get(self._floors_path(self.floors))
+        return {g: json.loads(v) for g, v in ((found or {}).get("data") or {}).items()}
+
+    def record(self, group: str, figure: float) -> None:
+        found = self.kube.get(self._floors_path(self.floors))
+        data = {g: json.loads(v) for g, v in ((found or {}).get("data") or {}).items()}
+        data[group] = calibrated(data.get(group, []), figure)
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": self.floors, "namespace": self.namespace},
+            "data": {g: json.dumps(v) for g, v in data.items()},
+        }
+        if found is None:
+            self.kube.call("POST", self._floors_path(), body)
+        else:
+            body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
+            self.kube.call("PUT", self._floors_path(self.floors), body)
+
+    # -- one round --------------------------------------------------------------------------------
+    def round(self, selector: str, now: datetime) -> list[str]:
+        said = []
+        nodes = self.kube.nodes(selector)
+        figures = None
+        for node in nodes:
+            name = node["metadata"]["name"]
+            group_name = labels(node).get(NODE_GROUP_LABEL, "")
+            group = self.groups.get(group_name)
+            if group is None or has_taint(node, FAILED_TAINT_KEY):
+                continue
+            fault = hardware_fault(node)
+            if fault is not None:
+                said.append(self.fail(node, nodes, group_name, group, *fault, now, replace=False))
+                continue
+            if group.mode != "burnIn" or not has_taint(node, STARTUP_TAINT_KEY):
+                continue
+            pod = self.kube.get(
+                f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
+            )
+            if pod is None:
+                if figures is None:
+                    figures = self.figures()
+                said.append(self.start(node, group_name, group, figures.get(group_name, []), now))
+                continue
+            verdict = verdict_of(pod)
+            if verdict is None:
+                continue
+            given = pod["metadata"].get("annotations") or {}
+            floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
+            annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
+            if verdict.passed:
+                self.kube.patch_node(node, passed_patch(node, annotation))
+                if verdict.bus_gbps:
+                    self.record(group_name, verdict.bus_gbps)
+                self.kube.call(
+                    "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
+                )
+                self.kube.node_event(
+                    node, "TrainstackHealthPassed", f"burn-in {verdict.summary}", EVENT_COMPONENT, "Normal"
+                )
+                said.append(f"node {name} passed: {verdict.summary}")
+            else:
+                said.append(
+                    self.fail(
+                        node, nodes, group_name, group, verdict.severity, verdict.summary, now, annotation
+                    )
+                )
+        return said
+
+    def start(self, node: dict, group_name: str, group: Group, figures: list[float], now: datetime) -> str:
+        name = node["metadata"]["name"]
+        busy = [p["metadata"]["name"] for p in self.kube.pods_on(name) if uses_gpus(p)]
+        if busy:
+            # A node that trained before its group was gated (EKS puts a node group's new taint on
+            # its running nodes too): let in as it is, never emptied for a burn-in.
+            annotation = json.dumps(
+                {
+                    "verdict": "passed",
+                    "summary": f"in service before the gate ({', '.join(busy)}): not burnt in",
+                }
+            )
+            self.kube.patch_node(node, passed_patch(node, annotation))
+            return f"node {name}: already training ({', '.join(busy)}), let in without a burn-in"
+        gpus = allocatable(node, GPU_RESOURCE)
+        efa = allocatable(node, EFA_RESOURCE)
+        if gpus < group.gpus or efa < group.efa:
+            if age_seconds(node, now) < DEVICE_WAIT_SECONDS:
+                return f"node {name}: waiting for its device plugins ({gpus}/{group.gpus} GPUs, {efa}/{group.efa} EFA)"
+            why = (
+                f"inventory: the device plugins advertise {gpus} of {group.gpus} GPUs and {efa} of {group.efa} "
+                f"EFA devices {DEVICE_WAIT_SECONDS} s after the node registered"
+            )
+            return self.fail(
+                node,
+                self.kube.nodes(f"{NODE_GROUP_LABEL}={group_name}"),
+                group_name,
+                group,
+                "REBOOT",
+                why,
+                now,
+            )
+        floor_gbps, source = floor(figures, group)
+        pod = burn_in_pod(name, group, self.image, self.dcgm_image, self.namespace, floor_gbps, source)
+        self.kube.call("POST", f"/api/v1/namespaces/{self.namespace}/pods", pod)
+        return f"node {name}: burn-in started (DCGM level {group.dcgm_level}, all-reduce floor {floor_gbps or 'none'}: {source})"
+
+    def fail(
+        self,
+        node: dict,
+        nodes: list[dict],
+        group_name: str,
+        group: Group,
+        severity: str,
+        why: str,
+        now: datetime,
+        annotation: str | None = None,
+        replace: bool = True,
+    ) -> str:
+        name = node["metadata"]["name"]
+        annotation = annotation or json.dumps(
+            {
+                "verdict": "failed",
+                "severity": severity,
+                "summary": why[:1500],
+                "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        )
+        self.kube.patch_node(node, failed_patch(node, severity, annotation))
+        failing = 1 + sum(
+            labels(n).get(HEALTH_LABEL) == "failed" and labels(n).get(NODE_GROUP_LABEL) == group_name
+            for n in nodes
+            if n["metadata"]["name"] != name
+        )
+        if not replace:
+            outcome = "EKS node repair replaces it (gpuNodeGroups[].autoRepair)"
+        elif not may_remediate(failing, group, self.max_share):
+            outcome = (
+                f"not replaced: {failing} of the group's {group.nodes} nodes are failing, past the breaker "
+                f"({max(1, int(group.nodes * self.max_share))}); a fault this wide is the AMI's, the driver's or "
+                "the network's: look at the nodes' results before replacing any"
+            )
+        else:
+            instance = instance_id(node)
+            outcome = (
+                self.instances.replace(instance)
+                if instance and self.instances
+                else "it names no EC2 instance: left to its owner"
+            )
+        message = f"unhealthy ({severity}): {why}; tainted {FAILED_TAINT_KEY}:NoExecute; {outcome}"
+        self.kube.node_event(node, "TrainstackHealthFailed", message, EVENT_COMPONENT)
+        return f"node {name} {message}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trainer.health_gate", description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", required=True, help="label selector of the stack's GPU nodes")
+    parser.add_argument("--namespace", required=True, help="where burn-in pods and the floors live")
+    parser.add_argument("--groups", required=True, help="JSON: each GPU group's health settings")
+    parser.add_argument("--image", required=True, help="the training image (the burn-in's steps)")
+    parser.add_argument("--dcgm-image", required=True)
+    parser.add_argument("--floors", default="trainstack-health-floors", help="the calibration ConfigMap")
+    parser.add_argument("--max-share", type=float, default=0.2, help="most of a group replaced at once")
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    groups = {name: Group.read(data) for name, data in json.loads(args.groups).items()}
+    gate = Gate(
+        kube_api.Kubernetes(),
+        Instances(),
+        groups,
+        args.namespace,
+        args.image,
+        args.dcgm_image,
+        args.floors,
+        args.max_share,
+    )
+    said: set[str] = set()
+    while True:
+        try:
+            for line in gate.round(args.nodes, datetime.now(UTC)):
+                if line not in said:
+                    log.info(line)
+                    said.add(line)
+        except Exception as err:  # the next round reads everything again
+            log.warning("round failed: %s", err)
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
