@@ -126,6 +126,25 @@ def _check_pods_ready(c: StackConfig, r: Reader) -> None:
         )
 
 
+def _why_no_gate(c: StackConfig, g: GpuNodeGroupConfig) -> str | None:
+    """Why a group's health gate cannot run here; None where it can."""
+    if c.existing_cluster.named:
+        return (
+            "the health gate runs on clusters the stack created (HyperPod gates its nodes with its own deep "
+            "health checks; another cluster's nodes are its owner's)"
+        )
+    if not g.gpu:
+        return "a CPU group has no GPUs to check"
+    if c.image.builder == "none":
+        return "the gate runs in the stack's image, and image.builder is none"
+    if not c.cluster.node_monitoring_agent:
+        return (
+            "the gate asks the node monitoring agent's DCGM host engine and reads its conditions, and "
+            "cluster.nodeMonitoringAgent is false"
+        )
+    return None
+
+
 def _check_health(c: StackConfig, r: Reader) -> None:
     """A group's health gate runs where it can, with a DCGM level and floor in range, and a burn-in
     that ends before the cluster autoscaler gives up on the node it added (it scales up again once a
@@ -138,25 +157,11 @@ def _check_health(c: StackConfig, r: Reader) -> None:
             r.problem(f"{k}.dcgmLevel", health.dcgm_level, "not a DCGM diagnostics level", "1, 2, 3 or 4")
         if not 0.5 <= health.floor_fraction <= 0.95:
             r.problem(f"{k}.floorFraction", health.floor_fraction, "out of range", "0.5-0.95")
-        if health.mode in (None, "off"):
-            continue
-        cannot = (
-            "the health gate runs on clusters the stack created (HyperPod gates its nodes with its own deep "
-            "health checks; another cluster's nodes are its owner's)"
-            if c.existing_cluster.named
-            else "a CPU group has no GPUs to check"
-            if not g.gpu
-            else "the gate runs in the stack's image, and image.builder is none"
-            if c.image.builder == "none"
-            else "the gate asks the node monitoring agent's DCGM host engine and reads its conditions, and "
-            "cluster.nodeMonitoringAgent is false"
-            if not c.cluster.node_monitoring_agent
-            else None
-        )
+        cannot = None if health.mode in (None, "off") else _why_no_gate(c, g)
         if cannot:
             r.problem(f"{k}.mode", health.mode, cannot, "off")
             continue
-        if health.mode != "burnIn" or g.facts is None or health.dcgm_level not in DCGM_LEVELS:
+        if c.health_mode(g) != "burnIn" or g.facts is None or health.dcgm_level not in DCGM_LEVELS:
             continue
         gate = pull + burn_in_minutes(health.dcgm_level, g.instance)
         if c.autoscaled(g) and g.min_nodes < g.node_count and gate > AUTOSCALER_NODE_STARTUP_MINUTES:

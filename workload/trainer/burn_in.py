@@ -72,7 +72,8 @@ def node_checks(gpus: int, efa: int, nvlink: bool) -> list[hc.Check]:
     return done
 
 
-def report(checks: list[hc.Check], termination_log: Path = TERMINATION_LOG) -> int:
+def report(checks: list[hc.Check], termination_log: Path | None = None) -> int:
+    termination_log = termination_log or TERMINATION_LOG
     text = hc.as_json(checks)
     sys.stdout.write(text + "\n")
     if termination_log.parent.is_dir() and os.access(termination_log.parent, os.W_OK):
