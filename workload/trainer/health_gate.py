@@ -52,6 +52,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 STARTUP_TOLERATION = {"key": STARTUP_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+# A failed burn-in stays on its node to be read (its steps' logs) after the NoExecute taint, which
+# would otherwise have it evicted at once.
+FAILED_TOLERATION = {"key": FAILED_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"}
 
 POD_NAME = "trainstack-burn-in"
 POD_NODE_LABEL = "trainstack.dev/burn-in-node"
@@ -219,7 +222,7 @@ def burn_in_pod(
             "nodeName": node,
             "restartPolicy": "Never",
             "activeDeadlineSeconds": group.deadline_seconds,
-            "tolerations": [STARTUP_TOLERATION, GPU_TOLERATION],
+            "tolerations": [STARTUP_TOLERATION, GPU_TOLERATION, FAILED_TOLERATION],
             "automountServiceAccountToken": False,
             "volumes": [{"name": "results", "emptyDir": {}}],
             "initContainers": [

@@ -33,7 +33,21 @@ STAGES = (
     "pod/fast/pod-delete.yaml",
 )
 # The harness's own stages (files beside this one), after kwok's.
-OWN_STAGES = ("pod-exit-code.yaml", "pod-keeps-running.yaml")
+OWN_STAGES = (
+    "pod-exit-code.yaml",
+    "pod-keeps-running.yaml",
+    "pod-burn-in-running.yaml",
+    "pod-burn-in-result.yaml",
+)
+# The health gate's burn-in pods (workload/trainer/health_gate.py) run their init containers one after
+# another, as a kubelet does (pod-burn-in-running.yaml, pod-burn-in-result.yaml): kwok's pod-ready,
+# which ends every init container at once, leaves them be.
+BURN_IN_POD = {
+    "key": '.metadata.labels["app.kubernetes.io/name"]',
+    "operator": "NotIn",
+    "values": ["trainstack-burn-in"],
+}
+READY_STAGES = ("pod-ready", "pod-running-unready")
 # The device plugins' image repositories (the last path element), and what each advertises.
 PLUGIN_REPOSITORIES = {"k8s-device-plugin": GPU_RESOURCE, "aws-efa-k8s-device-plugin": EFA_RESOURCE}
 
@@ -55,6 +69,7 @@ def start_kwok(
     configs += [Path(__file__).parent / s for s in OWN_STAGES]
     if probed:
         configs = probed_stages(configs, probed, processes.log_dir)
+    configs = without_burn_ins(configs, processes.log_dir)
     return processes.start(
         name,
         [
@@ -102,6 +117,21 @@ def probed_stages(configs: list[Path], probed: tuple[str, ...], directory: Path)
         for name, obj in (("pod-ready.yaml", shipped), ("pod-running-unready.yaml", waiting)):
             (directory / name).write_text(yaml.safe_dump(obj, sort_keys=False))
             found.append(directory / name)
+    return found
+
+
+def without_burn_ins(configs: list[Path], directory: Path) -> list[Path]:
+    """The stages with kwok's pod-ready (and its unready split) not selecting burn-in pods."""
+    found = []
+    for path in configs:
+        stage = yaml.safe_load(path.read_text())
+        if stage["metadata"]["name"] not in READY_STAGES:
+            found.append(path)
+            continue
+        stage["spec"]["selector"]["matchExpressions"].append(BURN_IN_POD)
+        written = directory / f"{stage['metadata']['name']}-but-burn-ins.yaml"
+        written.write_text(yaml.safe_dump(stage, sort_keys=False))
+        found.append(written)
     return found
 
 

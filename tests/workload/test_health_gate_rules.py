@@ -2,7 +2,7 @@
 and the kubelet report them, and its remediation against moto's Auto Scaling: a node is burnt in
 once, let in or failed by its steps' termination messages, its floor calibrated from its group's
 healthy nodes, and failed nodes replaced only within the breaker. The same program on the real
-controllers: tests/cluster/test_health_gate.py."""
+controllers: tests/cluster/test_health_gate_drill.py."""
 
 from __future__ import annotations
 
