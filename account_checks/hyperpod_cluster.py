@@ -36,6 +36,8 @@ class HyperPodCluster:
     status: str
     eks_cluster_name: str | None  # None: not orchestrated by EKS (Slurm)
     instance_types: dict[str, tuple[str, ...]]  # instance group -> its type (a flexible one's types)
+    # instance group -> the deep health checks HyperPod runs on its new nodes (OnStartDeepHealthChecks)
+    deep_health_checks: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 def describe(session: Callable[[], Any], name: str, stack: str) -> HyperPodCluster:
@@ -64,6 +66,10 @@ def describe(session: Callable[[], Any], name: str, stack: str) -> HyperPodClust
         status=found.get("ClusterStatus", ""),
         eks_cluster_name=arn.rpartition("/")[2] if arn else None,
         instance_types={g["InstanceGroupName"]: group_types(g) for g in found.get("InstanceGroups", [])},
+        deep_health_checks={
+            g["InstanceGroupName"]: tuple(g.get("OnStartDeepHealthChecks") or ())
+            for g in found.get("InstanceGroups", [])
+        },
     )
 
 
@@ -103,5 +109,39 @@ def resolve_hyperpod(cfg: StackConfig, session: Callable[[], Any]) -> StackConfi
                 f"gpuNodeGroups[{i}] ({g.name}) is {g.instance_type}, which no instance group of {name} runs "
                 f"(its instance groups: {groups}); set its instanceType to one of them",
             )
+    pulumi.log.info("\n".join(health_lines(cluster, cfg)))
     existing = dataclasses.replace(cfg.existing_cluster, eks_cluster_name=cluster.eks_cluster_name)
     return dataclasses.replace(cfg, existing_cluster=existing)
+
+
+# What HyperPod's deep health checks can be (UpdateCluster's OnStartDeepHealthChecks): a stress test of
+# the instance's GPUs (DCGM) and a connectivity test of its network (NCCL over EFA).
+DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+
+
+def health_lines(cluster: HyperPodCluster, cfg: StackConfig) -> list[str]:
+    """HyperPod gates its nodes itself: its deep health checks on a new node, its health agents'
+    labels, which every pod the stack sends there requires (components/jobs/hyperpod.py). The stack
+    runs no gate of its own there and changes nothing of the cluster: it says, per GPU group, which
+    checks the instance groups that serve it run, and what their owner turns on where none run."""
+    lines = [
+        "Node health (HyperPod's deep health checks on new nodes; every job pod requires its health "
+        "agents' Schedulable label and prefers Passed deep health checks):"
+    ]
+    for g in cfg.gpu_node_groups:
+        if not g.hyperpod:
+            continue
+        serving = sorted(n for n, types in cluster.instance_types.items() if g.instance_type in types)
+        for group in serving:
+            checks = cluster.deep_health_checks.get(group, ())
+            missing = [c for c in DEEP_HEALTH_CHECKS if c not in checks]
+            state = "ok   " if not missing else "WARN "
+            ran = ", ".join(checks) if checks else "none: its new nodes join untested"
+            fix = (
+                f"; the cluster's owner adds {', '.join(missing)} to the instance group's OnStartDeepHealthChecks "
+                "(aws sagemaker update-cluster)"
+                if missing
+                else ""
+            )
+            lines.append(f"  {state} {g.name}: instance group {group} ({g.instance_type}) runs {ran}{fix}")
+    return lines

@@ -220,7 +220,11 @@ def summary(
     checks = [m for m in run.messages if m.startswith("Account checks")]
     if not checks and not cfg.existing_cluster.uses_aws:
         checks = ["Account checks: none; a kubeconfig stack uses no AWS account."]
-    checks += [m for m in run.messages if m.startswith(("Cluster operators", "CI access", "Node drivers"))]
+    checks += [
+        m
+        for m in run.messages
+        if m.startswith(("Cluster operators", "CI access", "Node drivers", "Node health"))
+    ]
     if checks:
         lines += ["", *checks]
     if scheduling is not None:
@@ -310,13 +314,18 @@ def checkpoint_warnings(cfg, jobs: list[str]) -> list[str]:
 def named_cluster_fact(cfg, facts: dict) -> dict:
     """The offline account holds the EKS cluster a stack names (1.36, three AZs), and the HyperPod
     cluster it names by its own name (orchestrated by `<name>-eks`, an instance group per GPU node
-    group), unless a fact says otherwise: planning an existing-cluster stack needs no fact of its own."""
+    group, with both deep health checks), unless a fact says otherwise: planning an existing-cluster stack needs no fact of its own."""
     name = cfg.existing_cluster.eks_cluster_name
     hyperpod = cfg.existing_cluster.hyper_pod_cluster_name
     if hyperpod is not None:
         key = f"hyperpod-cluster:{hyperpod}"
         groups = {g.name: g.instance_type for g in cfg.gpu_node_groups}
-        facts = {key: {"eksCluster": f"{hyperpod}-eks", "instanceGroups": groups}, **facts}
+        # Its GPU groups run both deep health checks, as a cluster set up for training does.
+        deep = {g.name: ["InstanceStress", "InstanceConnectivity"] for g in cfg.gpu_node_groups if g.gpu}
+        facts = {
+            key: {"eksCluster": f"{hyperpod}-eks", "instanceGroups": groups, "deepHealthChecks": deep},
+            **facts,
+        }
         name = facts[key]["eksCluster"]
     key = f"eks-cluster:{name}"
     if name is None or key in facts:

@@ -23,8 +23,9 @@ answers, so a test or a user can see each failure:
     instance-topology:p5: [[nn-a, nn-b, nn-c], [nn-a, nn-b, nn-d]]  # DescribeInstanceTopology's
         # NetworkNodes of the group's instances at its largest size, top layer first
     hyperpod-cluster:ml-cluster: {eksCluster: sagemaker-test-cluster,
-        instanceGroups: {workers: ml.g5.8xlarge}}  # SageMaker's DescribeCluster (status: InService,
-                                                   # or another ClusterStatus; eksCluster: null is Slurm)
+        instanceGroups: {workers: ml.g5.8xlarge},  # SageMaker's DescribeCluster (status: InService,
+        deepHealthChecks: {workers: [InstanceStress, InstanceConnectivity]}}  # or another
+        # ClusterStatus; eksCluster: null is Slurm; deepHealthChecks: OnStartDeepHealthChecks per group
 
 Reservations, source credentials and the IAM roles under /trainstack/ are read with boto3 (Pulumi
 has no data source for them):
@@ -415,6 +416,11 @@ class OfflineAccount:
                     {"InstanceRequirements": {"CurrentInstanceTypes": list(types)}}
                     if isinstance(types, list)
                     else {"InstanceType": types}
+                )
+                | (
+                    {"OnStartDeepHealthChecks": list(deep[group])}
+                    if (deep := fact.get("deepHealthChecks") or {}).get(group)
+                    else {}
                 )
                 for group, types in fact["instanceGroups"].items()
             ],

@@ -98,6 +98,9 @@ HYPERPOD_STATES = {
     "UnschedulablePendingReboot": ("failed a health check and awaits a reboot", "reboot"),
 }
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
+# What HyperPod's health monitoring agent found on a node it marks unhealthy: the fault's category and
+# its reason, as labels beside node-health-status.
+HYPERPOD_FAULT_LABELS = ("sagemaker.amazonaws.com/fault-types", "sagemaker.amazonaws.com/fault-reasons")
 
 
 def _pods_on(view: ClusterView, node: str) -> list[str]:
@@ -123,6 +126,9 @@ def check_hyperpod_health(view: ClusterView) -> list[Finding]:
         if state == HYPERPOD_SCHEDULABLE and not tainted:
             continue
         meaning, action = HYPERPOD_STATES.get(state, (f"is {state}", None))
+        fault = [labels[k] for k in HYPERPOD_FAULT_LABELS if labels.get(k)]
+        if fault:
+            meaning += f" ({': '.join(fault)})"
         if tainted:
             t = tainted[0]
             meaning += (

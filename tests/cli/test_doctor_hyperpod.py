@@ -95,3 +95,17 @@ def test_a_node_pending_reboot_and_one_in_deep_checks(tmp_path):
         found[DEEP]["detail"]
         == f"1/2 passed; in progress on {NODES[1]} (not available to jobs until they finish)"
     )
+
+
+def test_what_hyperpods_agent_found_on_a_node_is_named(tmp_path):
+    """Its health monitoring agent's fault labels, beside node-health-status."""
+    faulty = hyperpod_node(NODES[1], "UnschedulablePendingReplacement", "Passed")
+    faulty["metadata"]["labels"] |= {
+        "sagemaker.amazonaws.com/fault-types": "GpuXid",
+        "sagemaker.amazonaws.com/fault-reasons": "XID79",
+    }
+    found = checks(hyperpod_cluster(hyperpod_node(NODES[0]), faulty, hyperpod_node(NODES[2])), tmp_path)
+    assert (
+        f"{NODES[1]} failed a health check and awaits replacement (GpuXid: XID79), tainted"
+        in found[HEALTH]["detail"]
+    )

@@ -126,3 +126,36 @@ def test_one_cluster_is_named_once(template):
     assert problem.startswith(
         'trainstack:existingCluster = "eksClusterName and hyperPodClusterName": names two clusters'
     ), problem
+
+
+def test_the_plan_says_which_deep_health_checks_hyperpod_runs_on_each_groups_new_nodes(template):
+    """HyperPod gates its own nodes: the stack runs no gate there and changes nothing of the cluster,
+    it says per GPU group what the instance groups serving it check, and what their owner adds."""
+    values, secret_keys, facts = template
+    checked = {
+        "hyperpod-cluster:ml-cluster": {
+            "eksCluster": EKS,
+            "instanceGroups": {"workers": "ml.g5.8xlarge", "more-workers": "ml.g5.8xlarge"},
+            "deepHealthChecks": {
+                "workers": ["InstanceStress", "InstanceConnectivity"],
+                "more-workers": ["InstanceStress"],
+            },
+        }
+    }
+    run = run_program("hyperpod", by_name(values), secret_keys, facts={**facts, **checked})
+    (said,) = [m for m in run.messages if m.startswith("Node health")]
+    lines = said.splitlines()
+    assert "every job pod requires its health agents' Schedulable label" in lines[0]
+    assert lines[1:] == [
+        "  WARN  g5: instance group more-workers (ml.g5.8xlarge) runs InstanceStress; the cluster's owner adds "
+        "InstanceConnectivity to the instance group's OnStartDeepHealthChecks (aws sagemaker update-cluster)",
+        "  ok    g5: instance group workers (ml.g5.8xlarge) runs InstanceStress, InstanceConnectivity",
+    ]
+    assert not [r for r in run.resources if "health-gate" in r.name]
+
+
+def test_an_instance_group_without_deep_health_checks_is_named(template):
+    values, secret_keys, facts = template
+    run = run_program("hyperpod", by_name(values), secret_keys, facts={**facts, **HYPERPOD})
+    (said,) = [m for m in run.messages if m.startswith("Node health")]
+    assert "workers (ml.g5.8xlarge) runs none: its new nodes join untested" in said
