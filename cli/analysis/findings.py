@@ -7,7 +7,12 @@ from __future__ import annotations
 import re
 
 from cli.analysis.drivers import check_drivers
-from cli.analysis.node_findings import check_gpu_faults, check_hyperpod_health, check_node_health
+from cli.analysis.node_findings import (
+    check_gpu_faults,
+    check_health_gate,
+    check_hyperpod_health,
+    check_node_health,
+)
 from cli.analysis.phases import allocatable, node_ready
 from cli.analysis.queues import queue_state
 from cli.analysis.view import ClusterView, Finding
@@ -329,6 +334,7 @@ def doctor(view: ClusterView) -> list[Finding]:
         *check_nodes(view),
         *check_drivers(view),
         *check_node_health(view),
+        *check_health_gate(view),
         *check_hyperpod_health(view),
         *check_gpu_faults(view),
         *check_queues(view),

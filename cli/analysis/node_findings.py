@@ -1,12 +1,19 @@
 """`doctor`'s findings on the nodes themselves: the EKS node monitoring agent's health conditions,
-GPU faults (NVIDIA XID events, removed nodes), and HyperPod's node health and deep health checks."""
+GPU faults (NVIDIA XID events, removed nodes), the stack's health gate, and HyperPod's node health
+and deep health checks."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from cli.analysis.view import ClusterView, Finding
 from conventions import (
+    HEALTH_FAILED_TAINT_KEY,
+    HEALTH_LABEL,
+    HEALTH_MODE_LABEL,
+    HEALTH_RESULT_ANNOTATION,
+    HEALTH_STARTUP_TAINT_KEY,
     HYPERPOD_CLUSTER_LABEL,
     HYPERPOD_DEEP_HEALTH_LABEL,
     HYPERPOD_DEEP_HEALTH_PASSED,
@@ -110,6 +117,39 @@ def _pods_on(view: ClusterView, node: str) -> list[str]:
         for p in view.pods
         if p.get("spec", {}).get("nodeName") == node and JOB_LABEL in (p["metadata"].get("labels") or {})
     )
+
+
+def check_health_gate(view: ClusterView) -> list[Finding]:
+    """The stack's health gate (components/health_gate.py) on the nodes of its gated groups: which are
+    still burning in, which failed and why. Nothing on a cluster whose nodes carry no gate."""
+    gated = [n for n in view.nodes if HEALTH_MODE_LABEL in (n["metadata"].get("labels") or {})]
+    if not gated:
+        return []
+    burning, failed = [], []
+    for n in gated:
+        name, labels = n["metadata"]["name"], n["metadata"]["labels"]
+        if any(t.get("key") == HEALTH_STARTUP_TAINT_KEY for t in n.get("spec", {}).get("taints") or []):
+            burning.append(name)
+        elif labels.get(HEALTH_LABEL) == "failed":
+            result = json.loads(
+                (n["metadata"].get("annotations") or {}).get(HEALTH_RESULT_ANNOTATION) or "{}"
+            )
+            failed.append(
+                f"{name} ({result.get('severity', '?')}: {result.get('summary', 'no result recorded')})"
+            )
+    detail = f"{len(gated) - len(burning) - len(failed)}/{len(gated)} passed or watched"
+    if burning:
+        detail += f"; burning in: {', '.join(sorted(burning))} (no job lands there until it passes)"
+    if failed:
+        detail += f"; failed: {'; '.join(sorted(failed))}"
+    fix = (
+        "a failed node is tainted and its Auto Scaling group replaces it; the gate's Events on the node "
+        f"(reason TrainstackHealthFailed) and its burn-in pod's logs say more; {HEALTH_FAILED_TAINT_KEY} stays "
+        "until the node is gone"
+        if failed
+        else ""
+    )
+    return [Finding("node health gate", not failed, detail, fix)]
 
 
 def check_hyperpod_health(view: ClusterView) -> list[Finding]:
