@@ -214,19 +214,19 @@ def ended(steps: dict[str, tuple[int, str]], phase: str) -> dict:
     return {"metadata": {"annotations": annotations}}
 
 
-def passed_steps(bus_gbps: float) -> dict[str, tuple[int, str]]:
+def passed_steps() -> dict[str, tuple[int, str]]:
     checks = [
         hc.gpu_inventory(recorded("nvidia-smi-q-x.pass.xml"), 8),
         hc.xid_scan(recorded("kmsg.pass.txt")),
         hc.nvlink_topology(recorded("topo-m.pass.txt"), 8),
     ]
     dcgm = [hc.dcgm_diagnostics(recorded("dcgmi-diag-r2.pass.json"), 2)]
-    report = {"ok": True, "bus_bandwidth_gbps": bus_gbps, "problems": []}  # trainer.preflight's
+    nccl = [hc.all_reduce(recorded("all_reduce_perf.pass.txt"), 354.4)]
     return {
         "checks": (0, hc.as_json(checks)),
         "dcgm": (0, ""),
         "dcgm-verdict": (0, hc.as_json(dcgm)),
-        "nccl": (0, json.dumps(report)),
+        "nccl": (0, hc.as_json(nccl)),
     }
 
 
@@ -284,7 +284,7 @@ def test_a_node_trains_only_once_it_passed_and_a_failed_one_is_replaced(drill):
         60,
     )
     cluster.core.patch_namespaced_pod(
-        found[names[0]].metadata.name, BURN_IN, ended(passed_steps(468.0), "Succeeded")
+        found[names[0]].metadata.name, BURN_IN, ended(passed_steps(), "Succeeded")
     )
     cluster.wait(
         "the passed node let in",
@@ -297,7 +297,7 @@ def test_a_node_trains_only_once_it_passed_and_a_failed_one_is_replaced(drill):
     good = cluster.core.read_node(names[0])
     assert good.metadata.labels[HEALTH_LABEL] == "passed"
     result = json.loads(good.metadata.annotations[HEALTH_RESULT_ANNOTATION])
-    assert (result["busGbps"], result["floorGbps"], result["floorSource"]) == (468.0, 354.4, "published")
+    assert (result["busGbps"], result["floorGbps"], result["floorSource"]) == (478.05, 354.4, "published")
     bad = cluster.core.read_node(names[1])
     assert bad.metadata.labels[HEALTH_LABEL] == "failed"
     (taint,) = [t for t in bad.spec.taints if t.key == HEALTH_FAILED_TAINT_KEY]
@@ -319,4 +319,4 @@ def test_a_node_trains_only_once_it_passed_and_a_failed_one_is_replaced(drill):
     assert set(burn_ins()) == {names[1], names[2]}
     assert HEALTH_STARTUP_TAINT_KEY in taint_keys(cluster.core.read_node(names[2]))
     floors = cluster.core.read_namespaced_config_map("trainstack-health-floors", BURN_IN)
-    assert json.loads(floors.data[GROUP]) == [468.0]
+    assert json.loads(floors.data[GROUP]) == [478.05]

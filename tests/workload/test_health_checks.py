@@ -6,6 +6,7 @@ its verdict reaches the termination log the gate reads."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,59 @@ def test_dcgm_diagnostics(name, verdict, severity, words):
     check = hc.dcgm_diagnostics(read(name), level=2)
     assert (check.verdict, check.severity) == (verdict, severity)
     assert words in check.detail
+
+
+@pytest.mark.parametrize(
+    ("name", "floor", "verdict", "severity", "words"),
+    [
+        (
+            "all_reduce_perf.pass.txt",
+            354.4,
+            "pass",
+            "MONITOR",
+            "478.05 GB/s bus bandwidth at 2147483648 bytes",
+        ),
+        # No floor yet (a type without a published figure, before its group calibrates): recorded.
+        ("all_reduce_perf.pass.txt", None, "pass", "MONITOR", "478.05 GB/s"),
+        ("all_reduce_perf.fail-slow.txt", 354.4, "fail", "RESET", "201.52 GB/s at 2147483648 bytes is below"),
+        # Wrong results are corruption, however fast.
+        ("all_reduce_perf.fail-wrong.txt", 354.4, "fail", "ISOLATE", "6 wrong element(s)"),
+        ("all_reduce_perf.fail-cuda.txt", 354.4, "fail", "RESET", "Test NCCL failure common.cu:1012"),
+    ],
+)
+def test_all_reduce(name, floor, verdict, severity, words):
+    check = hc.all_reduce(read(name), floor)
+    assert (check.verdict, check.severity) == (verdict, severity)
+    assert words in check.detail, check.detail
+
+
+def test_the_all_reduce_figure_is_the_better_of_out_of_place_and_in_place():
+    assert hc.all_reduce(read("all_reduce_perf.pass.txt"), None).figures == {
+        "busGbps": 478.05,
+        "bytes": 2147483648,
+    }
+
+
+def test_the_nccl_step_runs_nccl_tests_on_every_gpu_with_torchs_nccl(monkeypatch, tmp_path):
+    seen = {}
+
+    def run(command, **kwargs):
+        seen["command"], seen["path"] = command, kwargs["env"]["LD_LIBRARY_PATH"]
+        return subprocess.CompletedProcess(command, 0, read("all_reduce_perf.pass.txt"), "")
+
+    monkeypatch.setattr(burn_in.subprocess, "run", run)
+    monkeypatch.setattr(burn_in, "TERMINATION_LOG", tmp_path / "termination-log")
+    assert burn_in.main(["nccl", "--gpus", "8", "--floor", "354.4"]) == 0
+    assert seen["command"] == [
+        "/opt/nccl-tests/all_reduce_perf", "-b", "2G", "-e", "2G", "-g", "8", "-w", "5", "-n", "20"
+    ]  # fmt: skip
+    # The libraries nccl-tests was built against, where torch's wheels keep them: here as in the image.
+    import nvidia.nccl
+
+    assert str(Path(next(iter(nvidia.nccl.__path__))) / "lib") in seen["path"].split(":")
+    assert (Path(seen["path"].split(":")[0]) / "libnccl.so.2").is_file()
+    (check,) = json.loads((tmp_path / "termination-log").read_text())
+    assert check["figures"]["busGbps"] == 478.05
 
 
 def test_no_dcgm_document_fails_with_what_it_said():

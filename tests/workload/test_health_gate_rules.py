@@ -150,8 +150,14 @@ DCGM_PASS = json.dumps([{"name": "dcgm", "verdict": "pass", "detail": "level 2",
 
 
 def nccl(gbps, ok=True):
-    problems = [] if ok else [f"all-reduce bus bandwidth {gbps} GB/s is below the floor of 354.4 GB/s"]
-    return json.dumps({"ok": ok, "bus_bandwidth_gbps": gbps, "problems": problems})
+    """trainer.burn_in nccl's message: its one check, as hc.all_reduce judged all_reduce_perf."""
+    detail = (
+        f"{gbps} GB/s bus bandwidth"
+        if ok
+        else f"all-reduce bus bandwidth {gbps} GB/s is below the group's floor"
+    )
+    check = {"name": "nccl", "verdict": "pass" if ok else "fail", "detail": detail}
+    return json.dumps([{**check, "severity": "MONITOR" if ok else "RESET", "figures": {"busGbps": gbps}}])
 
 
 def the_gate(kube, instances=None):
@@ -176,7 +182,16 @@ def test_a_new_node_gets_one_burn_in_pod_with_its_groups_steps_and_floor():
         "vpc.amazonaws.com/efa": "32",
     }
     assert "dcgmi diag -r 2 -j --host" in dcgm["command"][-1]
-    assert allreduce["command"][-2:] == ["--min-bus-bandwidth", "354.4"]
+    assert allreduce["command"] == [
+        "python",
+        "-m",
+        "trainer.burn_in",
+        "nccl",
+        "--gpus",
+        "8",
+        "--floor",
+        "354.4",
+    ]
     assert conventions.HEALTH_STARTUP_TOLERATION in spec["tolerations"]
     # A second round while it runs starts nothing more.
     assert the_gate(kube).round("trainstack.dev/role=gpu", NOW) == []
@@ -344,7 +359,7 @@ def test_an_all_reduce_under_its_floor_fails_the_node():
     )
     verdict = gate.verdict_of(pod)
     assert (verdict.passed, verdict.severity, verdict.bus_gbps) == (False, "RESET", 201.5)
-    assert "201.5 GB/s is below the floor" in verdict.summary
+    assert "201.5 GB/s is below the group's floor" in verdict.summary
 
 
 def test_a_running_burn_in_has_no_verdict():

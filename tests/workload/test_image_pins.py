@@ -126,7 +126,7 @@ def test_a_lock_line_without_a_hash_is_caught(tmp_path):
 def test_every_pip_install_in_the_images_is_hashed_and_resolves_nothing():
     joined = re.sub(r"\\\n", " ", DOCKERFILE).splitlines()
     installs = [line for line in joined if line.startswith("RUN ") and "pip install" in line]
-    assert len(installs) == 2  # the training image's packages, the VERL image's verl
+    assert len(installs) == 3  # the training image's packages, nccl-tests' compiler, the VERL image's verl
     for line in installs:
         assert "--require-hashes" in line and "--no-deps" in line and "--only-binary=:all:" in line, line
         assert re.search(r"-r \S*requirements\.lock$", line), line
@@ -140,8 +140,12 @@ def test_the_bases_are_pinned_by_digest():
     assert f"ARG BASE_IMAGE={base}\n" in DOCKERFILE
     assert re.fullmatch(rf"verlai/verl:[\w.-]+{digest}", VERL_IMAGE)
     assert f"ARG VERL_BASE_IMAGE={VERL_IMAGE}\n" in DOCKERFILE
-    froms = re.findall(r"^FROM (\S+) AS (\w+)$", DOCKERFILE, re.MULTILINE)
-    assert froms == [("${VERL_BASE_IMAGE}", "verl"), ("${BASE_IMAGE}", "training")]  # training the default
+    froms = re.findall(r"^FROM (\S+) AS ([\w-]+)$", DOCKERFILE, re.MULTILINE)
+    assert froms == [
+        ("${VERL_BASE_IMAGE}", "verl"),
+        ("${BASE_IMAGE}", "nccl-tests"),
+        ("${BASE_IMAGE}", "training"),  # the default
+    ]
 
 
 def test_the_verl_image_bakes_the_pinned_verl():
@@ -229,3 +233,19 @@ def test_both_images_install_efa_at_the_pinned_release_and_checksum(arg):
     # Each stage redeclares the global ARG, or the script would see it unset.
     assert DOCKERFILE.count(f"\nARG {arg}\n") == 2
     assert DOCKERFILE.count("COPY efa/install.sh /tmp/install_efa.sh") == 2
+
+
+def test_nccl_tests_is_built_against_the_nccl_and_cuda_runtime_torch_loads():
+    """The health gate's all-reduce must measure the NCCL every job runs: nccl-tests' lock pins the
+    training lock's CUDA runtime and NCCL, hashes and all, and its source is checked out by commit."""
+    tests_lock, training = lock_entries(WORKLOAD / "nccl-tests" / "requirements.lock"), lock_entries(LOCK)
+    for name in ("nvidia-cuda-runtime", "nvidia-nccl-cu13"):
+        assert tests_lock[name] == training[name], name
+    for spec, hashes in tests_lock.values():
+        assert hashes, f"{spec} carries no --hash"
+    stage = DOCKERFILE.split(" AS nccl-tests\n")[1].split("\nFROM ")[0]
+    assert re.search(r"^ARG NCCL_TESTS_COMMIT=[0-9a-f]{40}$", stage, re.MULTILINE)
+    assert 'checkout --detach "${NCCL_TESTS_COMMIT}"' in stage
+    assert (
+        "COPY --from=nccl-tests /opt/nccl-tests/all_reduce_perf /opt/nccl-tests/all_reduce_perf" in DOCKERFILE
+    )

@@ -7,6 +7,7 @@ domain/node_health.py, copied here: the image carries the trainer, not the stack
     fi_info -p efa          the EFA devices libfabric sees
     nvidia-smi topo -m      NVLink between every pair of GPUs
     dcgmi diag -j           DCGM's diagnostics (its 4.x JSON)
+    all_reduce_perf         nccl-tests' all-reduce: bus bandwidth and wrong results
 
 Standard library only: the parsers run in the burn-in's containers and in the tests on recorded
 outputs alike.
@@ -262,3 +263,40 @@ def dcgm_diagnostics(output: str, level: int) -> Check:
     if warns:
         return warned("dcgm", "; ".join(warns), level=level, tests=ran)
     return passed("dcgm", f"level {level}: {ran} hardware results passed", level=level, tests=ran)
+
+
+# all_reduce_perf (nccl-tests) ------------------------------------------------------------------
+
+# A result row: size count type redop root, then time algbw busbw #wrong out of place and in place
+# (nccl-tests src/util.cu writeBenchmarkLinePreamble and writeBenchmarkLineBody).
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+-?\d+((?:\s+\S+){8})\s*$", re.MULTILINE)
+
+
+def all_reduce(output: str, floor_gbps: float | None) -> Check:
+    """The largest message's bus bandwidth (the better of out of place and in place) against the
+    floor; any wrong element is data the GPUs corrupted, whatever the speed."""
+    rows = [(int(m[1]), m[3].split()) for m in _ROW.finditer(output)]
+    if not rows:
+        said = [line for line in output.splitlines() if "failure" in line.lower() or "error" in line.lower()]
+        return failed(
+            "nccl", f"all_reduce_perf gave no result: {'; '.join(said)[:300] or 'no output'}", "RESET"
+        )
+    size, cells = max(rows)
+    wrong = sum(int(float(cells[i])) for i in (3, 7) if cells[i] != "N/A")
+    busbw = max(float(cells[2]), float(cells[6]))
+    figures = {"busGbps": busbw, "bytes": size}
+    if wrong:
+        return failed(
+            "nccl",
+            f"{wrong} wrong element(s) in a {size}-byte all-reduce: the GPUs corrupt data",
+            "ISOLATE",
+            **figures,
+        )
+    if floor_gbps and busbw < floor_gbps:
+        return failed(
+            "nccl",
+            f"all-reduce bus bandwidth {busbw:g} GB/s at {size} bytes is below the group's floor of {floor_gbps:g} GB/s",
+            "RESET",
+            **figures,
+        )
+    return passed("nccl", f"{busbw:g} GB/s bus bandwidth at {size} bytes", **figures)

@@ -5,7 +5,7 @@ Each round, over the stack's GPU nodes (`--nodes`):
   - a node that still carries the startup taint (conventions.HEALTH_STARTUP_TAINT_KEY) and whose
     device plugin advertises its GPUs gets a burn-in pod, bound to it, whose init containers run
     the steps in order and stop at the first fatal one (trainer.burn_in: inventory and Xids, EFA,
-    NVLink; NVIDIA's DCGM diagnostics; trainer.preflight's all-reduce against the group's floor);
+    NVLink; NVIDIA's DCGM diagnostics; nccl-tests' all-reduce against the group's floor);
   - a finished burn-in is judged from its containers' termination messages. Passed: the startup
     taint goes, the node is labelled passed with its result, the pod is deleted and the node's
     all-reduce figure joins its group's calibration. Failed: the NoExecute taint valued by the
@@ -65,7 +65,6 @@ FLOOR_SOURCE_ANNOTATION = "trainstack.dev/floor-source"
 # NVIDIA's program and leaves its JSON for `dcgm-verdict`.
 JUDGED_STEPS = ("checks", "dcgm-verdict", "nccl")
 RESULTS = "/results"
-NCCL_MESSAGE_MB = 2048  # domain/node_health.py MEASURED_MESSAGE_GIB
 CALIBRATION_NODES = 3  # a group's floor is its own once this many nodes passed
 CALIBRATION_KEPT = 16
 # A node whose device plugin has not advertised its GPUs this long after it registered cannot train.
@@ -198,10 +197,8 @@ def burn_in_pod(
     checks = ["python", "-m", "trainer.burn_in", "checks", "--gpus", str(group.gpus)]
     checks += ["--efa", str(group.efa)] if group.efa else []
     checks += ["--nvlink"] if group.nvlink else []
-    nccl = ["torchrun", "--standalone", "--nproc-per-node", "gpu", "-m", "trainer.preflight"]
-    nccl += ["--gpus-per-node", str(group.gpus), "--efa-per-node", str(group.efa)]
-    nccl += ["--size-mb", str(NCCL_MESSAGE_MB), "--termination-json"]
-    nccl += ["--min-bus-bandwidth", str(floor_gbps)] if floor_gbps else []
+    nccl = ["python", "-m", "trainer.burn_in", "nccl", "--gpus", str(group.gpus)]
+    nccl += ["--floor", str(floor_gbps)] if floor_gbps else []
     dcgm_verdict = ["python", "-m", "trainer.burn_in", "dcgm-verdict", "--level", str(group.dcgm_level)]
     dcgm_verdict += ["--file", f"{RESULTS}/dcgm.json"]
     dcgm = f'dcgmi diag -r {group.dcgm_level} -j --host "$HOST_IP" > {RESULTS}/dcgm.json; exit 0'
@@ -249,13 +246,7 @@ def burn_in_pod(
                     "volumeMounts": results,
                     "resources": small,
                 },
-                {
-                    "name": "nccl",
-                    "image": image,
-                    "command": nccl,
-                    "env": [{"name": "FI_PROVIDER", "value": "efa"}] if group.efa else [],
-                    "resources": with_devices,
-                },
+                {"name": "nccl", "image": image, "command": nccl, "resources": with_devices},
             ],
             "containers": [{"name": "done", "image": image, "command": ["true"], "resources": small}],
         },
@@ -268,25 +259,14 @@ def _terminated(pod: dict) -> dict[str, dict]:
 
 
 def _checks_of(step: str, message: str) -> list[dict]:
-    """A step's checks from its termination message: a list of checks (trainer.burn_in), or the
-    preflight's report (nccl)."""
+    """A step's checks from its termination message (trainer.burn_in writes them as a list)."""
     try:
         found = json.loads(message)
     except ValueError:
-        return [
-            {"name": step, "verdict": "fail", "severity": "REBOOT", "detail": message[:500] or "no result"}
-        ]
+        found = None
     if isinstance(found, list):
         return found
-    return [
-        {
-            "name": "nccl",
-            "verdict": "pass" if found.get("ok") else "fail",
-            "severity": "MONITOR" if found.get("ok") else "RESET",
-            "detail": "; ".join(found.get("problems") or []) or f"{found.get('bus_bandwidth_gbps')} GB/s",
-            "figures": {"busGbps": found.get("bus_bandwidth_gbps")},
-        }
-    ]
+    return [{"name": step, "verdict": "fail", "severity": "REBOOT", "detail": message[:500] or "no result"}]
 
 
 def verdict_of(pod: dict) -> Verdict | None:
