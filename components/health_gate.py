@@ -19,13 +19,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.jobs.pods import EFA_ENV
 from components.pod_identity import EksAccess, autoscaling_group_arns, pod_identity
 from conventions import GPU_NODE_LABEL, PART_OF
+from domain import node_health
 from domain.catalog import InstanceType
 from domain.node_health import (
     DCGM_IMAGE,
     MAX_FAILING_SHARE,
-    burn_in_minutes,
     has_nvlink,
     published_bus_gbps,
 )
@@ -57,7 +58,7 @@ class GatedGroup:
         that has not ended by twice its planned time plus ten minutes has failed. Until the group
         calibrates, its floor is the published two-node figure: one node's all-reduce runs over
         NVLink, which carries more than the EFA links between two, so a healthy node clears it."""
-        deadline = int(60 * (2 * burn_in_minutes(self.dcgm_level, self.instance) + 10))
+        deadline = int(60 * (2 * node_health.burn_in_minutes(self.dcgm_level, self.instance) + 10))
         return {
             "mode": self.mode,
             "gpus": self.instance.gpus,
@@ -68,6 +69,7 @@ class GatedGroup:
             "publishedBusGbps": published_bus_gbps(self.instance_type, 2),
             "nodes": self.nodes,
             "deadlineSeconds": deadline,
+            "efaEnv": dict(EFA_ENV) if self.efa else {},
         }
 
 
@@ -111,6 +113,18 @@ def namespace_role(namespace: str) -> dict[str, Any]:
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
         ],
     }
+
+
+# The two pods of a two-node all-reduce reach each other (torchrun's rendezvous, NCCL's bootstrap) in
+# a namespace whose ingress is denied by default (components/network_policy.py); EFA's own traffic
+# is not IP and is the security group's.
+PAIR_POLICY = {
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "trainstack-burn-in"}},
+    "policyTypes": ["Ingress"],
+    "ingress": [
+        {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "trainstack-burn-in"}}}]}
+    ],
+}
 
 
 def events_role() -> dict[str, Any]:
@@ -241,6 +255,12 @@ class HealthGate(pulumi.ComponentResource):
             metadata={"name": NAME, "namespace": EVENTS_NAMESPACE, "labels": dict(PART_OF)},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": events.metadata.name},
             subjects=subject,
+            opts=k8s_opts,
+        )
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-burn-in",
+            metadata={"name": "trainstack-burn-in", "namespace": args.namespace, "labels": dict(PART_OF)},
+            spec=PAIR_POLICY,
             opts=k8s_opts,
         )
         self.deployment = k8s.apps.v1.Deployment(

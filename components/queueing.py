@@ -188,7 +188,11 @@ def autoscaler_values(
     idle_minutes: int,
     provision_minutes: int,
     system_selector: dict[str, str],
+    startup_minutes: int | None = None,
 ) -> dict[str, Any]:
+    """`startup_minutes`: how long a node may stay not ready once registered (a health gate's
+    burn-in) before the autoscaler takes it as unready and scales up again (its flag from 1.35)."""
+    startup = {"max-node-startup-time": f"{startup_minutes}m"} if startup_minutes else {}
     return {
         "cloudProvider": "aws",
         "awsRegion": region,
@@ -205,6 +209,7 @@ def autoscaler_values(
             "balance-similar-node-groups": False,
             # Training pods keep checkpoints and /dev/shm in emptyDir; idle nodes must still go.
             "skip-nodes-with-local-storage": False,
+            **startup,
         },
     }
 
@@ -233,6 +238,7 @@ class QueueingArgs:
     pods_ready_timeout_minutes: int
     max_node_provision_minutes: int
     autoscaler_identity: pulumi.Resource | None  # its Pod Identity association
+    max_node_startup_minutes: int | None = None  # a health gate's burn-in past the autoscaler's default
 
 
 class Queueing(pulumi.ComponentResource):
@@ -268,6 +274,7 @@ class Queueing(pulumi.ComponentResource):
                     args.idle_node_minutes,
                     args.max_node_provision_minutes,
                     args.system_selector,
+                    args.max_node_startup_minutes,
                 ),
                 [self.provisioning_crd, *filter(None, [args.autoscaler_identity])],
             )

@@ -39,7 +39,7 @@ from domain.catalog import image_compressed_gb, image_pull_minutes
 from domain.job_kinds import KINDS, RAY_KINDS
 from domain.memory_fit import JobShape, gpu_fit_problem, staging_problem
 from domain.model_facts import has_bf16_tensor_cores, has_float8_tensor_cores
-from domain.node_health import AUTOSCALER_NODE_STARTUP_MINUTES, DCGM_LEVELS, burn_in_minutes
+from domain.node_health import AUTOSCALER_NODE_STARTUP_MINUTES, DCGM_LEVELS, startup_flag
 from domain.quota import QueueSpec, combined, job_demand, shortfall
 from domain.verl_fit import verl_fits
 
@@ -153,7 +153,7 @@ def _check_health(c: StackConfig, r: Reader) -> None:
     pull = image_pull_minutes(image_compressed_gb(c.image.base_image))
     for i, g in enumerate(c.gpu_node_groups):
         k, health = f"{PROJECT}:gpuNodeGroups[{i}].health", g.health
-        if health.dcgm_level not in DCGM_LEVELS:
+        if health.dcgm_level is not None and health.dcgm_level not in DCGM_LEVELS:
             r.problem(f"{k}.dcgmLevel", health.dcgm_level, "not a DCGM diagnostics level", "1, 2, 3 or 4")
         if not 0.5 <= health.floor_fraction <= 0.95:
             r.problem(f"{k}.floorFraction", health.floor_fraction, "out of range", "0.5-0.95")
@@ -161,26 +161,40 @@ def _check_health(c: StackConfig, r: Reader) -> None:
         if cannot:
             r.problem(f"{k}.mode", health.mode, cannot, "off")
             continue
-        if c.health_mode(g) != "burnIn" or g.facts is None or health.dcgm_level not in DCGM_LEVELS:
+        level = c.dcgm_level(g)
+        if c.health_mode(g) != "burnIn" or g.facts is None or level not in DCGM_LEVELS:
             continue
-        gate = pull + burn_in_minutes(health.dcgm_level, g.instance)
-        if c.autoscaled(g) and g.min_nodes < g.node_count and gate > AUTOSCALER_NODE_STARTUP_MINUTES:
+        gate = pull + c.burn_in_minutes(g)
+        version = c.cluster.kubernetes_version
+        if (
+            c.autoscaled(g)
+            and g.min_nodes < g.node_count
+            and not startup_flag(version)
+            and gate > AUTOSCALER_NODE_STARTUP_MINUTES
+        ):
             r.problem(
                 f"{k}.dcgmLevel",
-                health.dcgm_level,
+                level,
                 f"the burn-in takes ~{gate:.0f} min on {g.instance_type} (the image pull included), past the "
-                f"{AUTOSCALER_NODE_STARTUP_MINUTES:.0f} min the cluster autoscaler waits for a node it added to "
-                "become ready before it adds another for the same pods",
-                "a lower level, or minNodes equal to nodeCount (the nodes are kept and burnt in once)",
+                f"{AUTOSCALER_NODE_STARTUP_MINUTES} min the cluster autoscaler for Kubernetes {version} waits for a "
+                "node it added to become ready before it adds another for the same pods (from 1.35 the stack "
+                "lengthens that wait)",
+                "a lower level, cluster.kubernetesVersion 1.35 or later, or minNodes equal to nodeCount "
+                "(the nodes are kept and burnt in once)",
             )
-        elif gate + 1 > c.queueing.pods_ready_timeout_minutes:
+            continue
+        # Kueue's clock for a job whose nodes the autoscaler brings also covers their joining
+        # (components/queueing.py pods_ready_timeout).
+        q = c.queueing
+        joins = q.max_node_provision_minutes if c.autoscaled(g) else 0
+        if gate + 1 > q.pods_ready_timeout_minutes + joins:
             r.problem(
                 f"{PROJECT}:queueing.podsReadyTimeoutMinutes",
-                c.queueing.pods_ready_timeout_minutes,
-                f"shorter than the ~{gate:.0f} min burn-in of a new {g.instance_type} node of group {g.name} "
-                "(the image pull included) plus a minute to start: Kueue would evict its jobs while their "
-                "nodes are still proving themselves",
-                f"{math.ceil(gate + 1)} or more, or a lower {k}.dcgmLevel",
+                q.pods_ready_timeout_minutes,
+                f"with {joins} min for the nodes to join, shorter than the ~{gate:.0f} min burn-in of a new "
+                f"{g.instance_type} node of group {g.name} (the image pull included) plus a minute to start: "
+                "Kueue would evict its jobs while their nodes are still proving themselves",
+                f"{math.ceil(gate + 1 - joins)} or more, or a lower {k}.dcgmLevel",
             )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from config.schema import setting
-from domain.node_health import DEFAULT_DCGM_LEVEL, DEFAULT_FLOOR_FRACTION, HealthMode
+from domain.node_health import DEFAULT_FLOOR_FRACTION, HealthMode
 
 
 @dataclass(frozen=True)
@@ -20,11 +20,12 @@ class GroupHealthConfig:
         "existingCluster (HyperPod gates its nodes with its own deep health checks).",
         None,
     )
-    dcgm_level: int = setting(
+    dcgm_level: int | None = setting(
         "dcgmLevel",
         "DCGM diagnostics level of the burn-in (1-4): 2 takes about 2.5-10.5 minutes on a P instance; "
-        "3 and 4 run far longer than the cluster autoscaler waits for a node it added.",
-        DEFAULT_DCGM_LEVEL,
+        "3 and 4 run far longer. Default: 2, or 1 where 2 would outlast the 15 minutes the cluster "
+        "autoscaler of Kubernetes 1.33 and 1.34 waits for a node it added (from 1.35 the stack lengthens it).",
+        None,
     )
     floor_fraction: float = setting(
         "floorFraction",

@@ -18,7 +18,17 @@ from config.queueing import QueueingConfig
 from config.schema import setting
 from config.tracking import TrackingConfig
 from conventions import TRAINING_NAMESPACE
-from domain.node_health import HealthMode, default_mode
+from domain.catalog import image_compressed_gb, image_pull_minutes
+from domain.node_health import (
+    AUTOSCALER_NODE_STARTUP_MINUTES,
+    DCGM_LEVELS,
+    DEFAULT_DCGM_LEVEL,
+    HealthMode,
+    autoscaler_startup_minutes,
+    burn_in_minutes,
+    default_mode,
+    startup_flag,
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,41 @@ class StackConfig:
             and self.cluster.node_monitoring_agent
         )
         return default_mode(group.instance_type) if runs else "off"
+
+    def burn_in_minutes(self, group: GpuNodeGroupConfig) -> float:
+        """What the health gate's burn-in holds a fresh node of the group, its image pull aside; 0
+        where the group is not burnt in. Two fresh nodes of an EFA group also run an all-reduce
+        together (workload/trainer/health_gate.py)."""
+        level = self.dcgm_level(group)
+        if self.health_mode(group) != "burnIn" or group.facts is None or level not in DCGM_LEVELS:
+            return 0.0
+        return burn_in_minutes(level, group.instance, group.efa and group.node_count >= 2)
+
+    def dcgm_level(self, group: GpuNodeGroupConfig) -> int:
+        """The group's DCGM level: as set, else 2, or 1 where 2 would outlast the 15 minutes an
+        autoscaler without `--max-node-startup-time` (Kubernetes 1.33, 1.34) waits for a new node."""
+        if group.health.dcgm_level is not None:
+            return group.health.dcgm_level
+        if group.facts is None or startup_flag(self.cluster.kubernetes_version) or not self.autoscaled(group):
+            return DEFAULT_DCGM_LEVEL
+        pull = image_pull_minutes(image_compressed_gb(self.image.base_image))
+        pairs = group.efa and group.node_count >= 2
+        fits = (
+            pull + burn_in_minutes(DEFAULT_DCGM_LEVEL, group.instance, pairs)
+            <= AUTOSCALER_NODE_STARTUP_MINUTES
+        )
+        return DEFAULT_DCGM_LEVEL if fits or group.min_nodes >= group.node_count else 1
+
+    def autoscaler_startup_minutes(self) -> int | None:
+        """The autoscaler's `--max-node-startup-time` where a burnt-in group it scales needs longer
+        than its 15-minute default (None: the default will do)."""
+        pull = image_pull_minutes(image_compressed_gb(self.image.base_image))
+        gates = [
+            pull + self.burn_in_minutes(g)
+            for g in self.gpu_node_groups
+            if self.autoscaled(g) and self.burn_in_minutes(g)
+        ]
+        return autoscaler_startup_minutes(gates)
 
     def autoscaled(self, group: GpuNodeGroupConfig) -> bool:
         """The cluster autoscaler sizes the group per job from its minNodes; else it keeps every node."""

@@ -8,6 +8,7 @@ published scripts and published runs disagree by nearly 2x.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from domain.catalog import IMAGE_PULL_GB_PER_MINUTE, InstanceType
@@ -45,6 +46,9 @@ DCGM_MINUTES = {1: (1.0, 0.5), 2: (10.5, 2.5), 3: (45.0, 30.0), 4: (120.0, 90.0)
 # all-reduce (three samples of twenty 2 GiB all-reduces at most, after NCCL's set-up).
 CHECK_MINUTES = 0.5
 NCCL_MINUTES = 1.0
+# Two fresh nodes of an EFA group together: torchrun's start and three samples of twenty 2 GiB
+# all-reduces over EFA (trainer.preflight).
+PAIR_MINUTES = 1.5
 # NVIDIA's DCGM image, whose `dcgmi` asks the node's DCGM host engine (the node monitoring agent's
 # dcgm-server, hostPort 5555) for the diagnostics; pinned at DCGM 4.5.3, the release dcgm-exporter
 # 4.8.2 in ../shared/charts is built on. What a node pulls for it, compressed, estimated.
@@ -52,8 +56,28 @@ DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.5.3-1-ubuntu22.04"
 DCGM_IMAGE_GB = 1.6
 # The cluster autoscaler counts a registered node that is not ready (a startup taint makes it so)
 # as starting for this long, then as unready, and scales up again for the pods it was meant for
-# (cluster-autoscaler 1.34 clusterstate.go MaxNodeStartupTime, a constant, not a flag).
-AUTOSCALER_NODE_STARTUP_MINUTES = 15.0
+# (clusterstate.go MaxNodeStartupTime). Up to 1.34 a constant; from 1.35 its flag
+# `--max-node-startup-time` sets it (config/flags/flags.go), which the stack lengthens to cover the
+# burn-in (`autoscaler_startup_minutes`).
+AUTOSCALER_NODE_STARTUP_MINUTES = 15
+STARTUP_FLAG_SINCE = (1, 35)
+# What the stack adds to the longest burn-in before the autoscaler takes a node as unready.
+STARTUP_MARGIN_MINUTES = 5
+
+
+def startup_flag(kubernetes_version: str) -> bool:
+    """Whether the autoscaler of this Kubernetes minor (it follows the cluster's) takes the flag."""
+    major, minor = (int(x) for x in kubernetes_version.split(".")[:2])
+    return (major, minor) >= STARTUP_FLAG_SINCE
+
+
+def autoscaler_startup_minutes(gate_minutes: list[float]) -> int | None:
+    """The autoscaler's `--max-node-startup-time` in minutes where a burn-in (the image pull included)
+    would outlast its 15-minute default; None where the default covers every one."""
+    longest = max(gate_minutes, default=0.0)
+    if longest + STARTUP_MARGIN_MINUTES <= AUTOSCALER_NODE_STARTUP_MINUTES:
+        return None
+    return math.ceil(longest + STARTUP_MARGIN_MINUTES)
 
 
 def dcgm_minutes(level: int, instance: InstanceType) -> float:
@@ -61,15 +85,17 @@ def dcgm_minutes(level: int, instance: InstanceType) -> float:
     return big if instance.gpus >= 8 else small
 
 
-def burn_in_minutes(level: int, instance: InstanceType) -> float:
+def burn_in_minutes(level: int, instance: InstanceType, pairs: bool = False) -> float:
     """The burn-in on a node, from its pod's start: pulling NVIDIA's DCGM image (the training
-    image's pull is the job's, which the burn-in takes over), the checks, DCGM and the all-reduce."""
-    return (
+    image's pull is the job's, which the burn-in takes over), the checks, DCGM and the all-reduce,
+    and for a node of an EFA group (`pairs`) the two-node all-reduce with a fresh partner."""
+    own = (
         DCGM_IMAGE_GB / IMAGE_PULL_GB_PER_MINUTE
         + CHECK_MINUTES
         + dcgm_minutes(level, instance)
         + NCCL_MINUTES
     )
+    return own + (PAIR_MINUTES if pairs else 0.0)
 
 
 # Published all-reduce bus bandwidth, GB/s, for the fallback floor: (instance type, nodes, message

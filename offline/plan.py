@@ -162,9 +162,10 @@ def health_lines(cfg) -> list[str]:
         )
         price = cfg.gpu_node_groups[[x.name for x in cfg.gpu_node_groups].index(g.name)].hourly_usd
         cost = f", ~${price * minutes / 60:.2f} a node" if price else ""
+        pair = "; with a fresh partner, a two-node all-reduce over EFA" if g.efa and g.nodes >= 2 else ""
         lines.append(
             f"  {g.name}: each new node is burnt in for ~{minutes:.1f} min (image pull included{cost}) before it "
-            f"trains: {', '.join(steps)}, DCGM level {g.dcgm_level}, {floor}; a node that fails is tainted and "
+            f"trains: {', '.join(steps)}, DCGM level {g.dcgm_level}, {floor}{pair}; a node that fails is tainted and "
             f"its Auto Scaling group replaces it (at most {max(1, int(g.nodes * MAX_FAILING_SHARE))} of "
             f"{g.nodes} at once)"
         )

@@ -12,7 +12,6 @@ from components.health_gate import GatedGroup, HealthGate, HealthGateArgs
 from components.node_fence import NodeFence, NodeFenceArgs
 from config import StackConfig
 from conventions import SYSTEM_GROUP
-from domain.node_health import burn_in_minutes
 from planes.account import Account
 from planes.build import BuildPlane
 from planes.compute import ComputePlane
@@ -33,7 +32,7 @@ def gated_groups(cfg: StackConfig) -> list[GatedGroup]:
             g.instance,
             g.efa,
             g.node_count,
-            g.health.dcgm_level,
+            cfg.dcgm_level(g),
             g.health.floor_fraction,
         )
         for g in cfg.gpu_node_groups
@@ -43,9 +42,7 @@ def gated_groups(cfg: StackConfig) -> list[GatedGroup]:
 
 def burn_in_by_group(cfg: StackConfig) -> dict[str, float]:
     """Minutes the gate's burn-in holds a fresh node of each burnt-in group (the plan's timeline)."""
-    return {
-        g.name: burn_in_minutes(g.dcgm_level, g.instance) for g in gated_groups(cfg) if g.mode == "burnIn"
-    }
+    return {g.name: minutes for g in cfg.gpu_node_groups if (minutes := cfg.burn_in_minutes(g))}
 
 
 def health_plane(cfg: StackConfig, account: Account, build: BuildPlane, compute: ComputePlane) -> HealthPlane:

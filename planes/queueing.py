@@ -54,5 +54,6 @@ def queueing_plane(cfg: StackConfig, compute: ComputePlane, operators: ClusterOp
             pods_ready_timeout_minutes=q.pods_ready_timeout_minutes,
             max_node_provision_minutes=q.max_node_provision_minutes,
             autoscaler_identity=autoscaler.association if autoscaler else None,
+            max_node_startup_minutes=cfg.autoscaler_startup_minutes(),
         ),
     )

@@ -66,6 +66,7 @@ def test_plan_exits_zero_and_writes_files(planned):
             "clusterrole-trainstack-health-gate.yaml",
             "clusterrolebinding-trainstack-health-gate.yaml",
             "deployment-training-trainstack-health-gate.yaml",
+            "networkpolicy-training-trainstack-burn-in.yaml",  # its burn-in pods reach each other
             "role-default-trainstack-health-gate.yaml",
             "rolebinding-default-trainstack-health-gate.yaml",
             "role-training-trainstack-health-gate.yaml",

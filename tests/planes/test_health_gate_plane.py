@@ -72,6 +72,14 @@ def test_a_p5_group_is_burnt_in_and_a_g6_group_watched(prod_plan, dev_plan):
         "publishedBusGbps": 443.0,
         "nodes": 2,
         "deadlineSeconds": 2094,
+        # What a job's pods on an EFA group set (components/jobs/pods.py): the two-node test's too.
+        "efaEnv": {
+            "FI_EFA_FORK_SAFE": "1",
+            "FI_PROVIDER": "efa",
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            "NCCL_SOCKET_IFNAME": "^lo",
+        },
     }
     assert gate_groups(dev_plan)["gpu"]["mode"] == "passive"
 
@@ -157,23 +165,61 @@ def prod_problems(**overrides) -> list[str]:
     return refused("prod", **overrides)
 
 
-def test_a_level_3_burn_in_on_an_autoscaled_group_is_refused_naming_the_key():
-    (msg,) = [m for m in prod_problems(gpuNodeGroups=p5(dcgmLevel=3)) if "health" in m]
-    assert msg.startswith("trainstack:gpuNodeGroups[0].health.dcgmLevel = 3: the burn-in takes ~48 min"), msg
-    assert "past the 15 min the cluster autoscaler waits" in msg
-    assert msg.endswith(
-        "allowed: a lower level, or minNodes equal to nodeCount (the nodes are kept and burnt in once)"
-    )
+def on_version(version: str) -> dict:
+    return {**json.loads(stack_values("prod")["trainstack:cluster"]), "kubernetesVersion": version}
 
 
-def test_kept_nodes_may_burn_in_longer_if_kueue_waits_for_them():
+def autoscaler_args(run) -> dict:
+    (release,) = [
+        r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "cluster-autoscaler"
+    ]
+    return release.inputs["values"]["extraArgs"]
+
+
+def test_an_autoscaler_without_the_startup_flag_refuses_a_burn_in_it_would_outwait():
+    """Up to 1.34 the autoscaler waits a fixed 15 minutes for a node it added to become ready."""
+    (msg,) = [
+        m for m in prod_problems(gpuNodeGroups=p5(dcgmLevel=3), cluster=on_version("1.34")) if "health" in m
+    ]
+    assert msg.startswith("trainstack:gpuNodeGroups[0].health.dcgmLevel = 3: the burn-in takes ~50 min"), msg
+    assert "past the 15 min the cluster autoscaler for Kubernetes 1.34 waits" in msg
+    assert msg.endswith("allowed: a lower level, cluster.kubernetesVersion 1.35 or later, or minNodes equal to "
+                        "nodeCount (the nodes are kept and burnt in once)")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("version", "level", "startup"), [("1.34", 1, None), ("1.35", 2, "21m"), ("1.36", 2, "21m")]
+)
+def test_by_default_the_burn_in_fits_the_autoscalers_wait(version, level, startup):
+    """Level 2 on a p5 with its two-node test (~15.4 min with the image pull) would outlast the fixed
+    15 minutes up to 1.34: the default there is level 1; from 1.35 the stack lengthens the wait."""
+    run = plan("prod", cluster=on_version(version))
+    assert gate_groups(run)["p5"]["dcgmLevel"] == level
+    assert autoscaler_args(run).get("max-node-startup-time") == startup
+
+
+def test_the_plan_without_a_gate_leaves_the_autoscalers_wait_as_it_was(dev_plan):
+    assert "max-node-startup-time" not in autoscaler_args(dev_plan)  # dev's g6 is only watched
+
+
+def test_a_long_burn_in_needs_kueue_to_wait_for_it_too():
+    (msg,) = [m for m in prod_problems(gpuNodeGroups=p5(dcgmLevel=3)) if "health" in m or "podsReady" in m]
+    assert msg.startswith(
+        "trainstack:queueing.podsReadyTimeoutMinutes = 20: with 30 min for the nodes to join, shorter than the "
+        "~50 min burn-in of a new p5.48xlarge node of group p5"
+    ), msg
+    assert msg.endswith("allowed: 21 or more, or a lower trainstack:gpuNodeGroups[0].health.dcgmLevel")
+    run = plan("prod", gpuNodeGroups=p5(dcgmLevel=3), queueing={"podsReadyTimeoutMinutes": 30})
+    assert autoscaler_args(run)["max-node-startup-time"] == "55m"
+
+
+def test_kept_nodes_may_burn_in_longer_on_an_autoscaler_without_the_flag():
     groups = p5(dcgmLevel=3)
     groups[0] |= {"minNodes": groups[0]["nodeCount"]}
-    (msg,) = [m for m in prod_problems(gpuNodeGroups=groups) if "health" in m or "podsReady" in m]
-    assert msg.startswith(
-        "trainstack:queueing.podsReadyTimeoutMinutes = 20: shorter than the ~48 min burn-in"
+    values = stack_values(
+        "prod", gpuNodeGroups=groups, cluster=on_version("1.34"), queueing={"podsReadyTimeoutMinutes": 30}
     )
-    parse_config("prod", stack_values("prod", gpuNodeGroups=groups, queueing={"podsReadyTimeoutMinutes": 60}))
+    parse_config("prod", values)
 
 
 def test_a_gate_on_a_cluster_the_stack_did_not_create_is_refused():
@@ -202,10 +248,11 @@ def test_settings_out_of_range_are_refused(key, value, allowed):
 
 def test_the_plan_times_and_prices_the_burn_in(prod_plan):
     cfg = parse_config("prod", stack_values("prod"))
-    assert burn_in_by_group(cfg) == {"p5": pytest.approx(12.457, abs=0.01)}
+    assert burn_in_by_group(cfg) == {"p5": pytest.approx(13.957, abs=0.01)}  # its two-node test included
     (line,) = health_lines(cfg)[1:]
     assert line.startswith(
         "  p5: each new node is burnt in for ~13.9 min (image pull included, ~$12.74 a node)"
     )
     assert "EFA x32, NVLink, DCGM level 2, all-reduce at least 0.8 x the published 443 GB/s" in line
+    assert "; with a fresh partner, a two-node all-reduce over EFA;" in line
     assert line.endswith("(at most 1 of 2 at once)")

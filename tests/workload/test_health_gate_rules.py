@@ -210,9 +210,10 @@ def test_a_node_whose_devices_are_not_advertised_yet_waits_then_fails():
 
 
 def test_a_passed_node_is_let_in_and_its_figure_calibrates_its_group():
-    n = node()
+    n = node(efa=0)
     kube = FakeKube([n])
-    the_gate(kube).round("r", NOW)
+    alone = {"p5": gate.Group.read({**P5.settings(), "efa": 0})}  # no EFA: no two-node test
+    gate.Gate(kube, None, alone, NAMESPACE, "training:1", "dcgm:4.5.3", "floors", 0.2).round("r", NOW)
     (pod,) = kube.pods.values()
     finished(
         pod,
@@ -224,7 +225,7 @@ def test_a_passed_node_is_let_in_and_its_figure_calibrates_its_group():
             "nccl": (0, nccl(471.2)),
         },
     )
-    said = the_gate(kube).round("r", NOW)
+    said = gate.Gate(kube, None, alone, NAMESPACE, "training:1", "dcgm:4.5.3", "floors", 0.2).round("r", NOW)
     assert said == ["node ip-10-0-1-7.ec2.internal passed: passed"]
     assert [t["key"] for t in n["spec"]["taints"]] == ["nvidia.com/gpu"]
     assert n["metadata"]["labels"][gate.HEALTH_LABEL] == "passed"
@@ -426,3 +427,116 @@ def test_the_gates_rights_are_what_it_does():
         ("configmaps", "create"),
         ("configmaps", "update"),
     }
+
+
+def passed_alone(kube, n):
+    """A node's own burn-in, ended passed."""
+    (pod,) = [p for p in kube.pods.values() if p["spec"]["nodeName"] == n["metadata"]["name"]]
+    messages = {
+        "checks": (0, CHECKS_PASS),
+        "dcgm": (0, ""),
+        "dcgm-verdict": (0, DCGM_PASS),
+        "nccl": (0, nccl(471.2)),
+    }
+    finished(pod, "Succeeded", messages)
+
+
+def pair_report(ok: bool, gbps: float) -> str:
+    """trainer.preflight's report (--termination-json), as rank 0 of the pair writes it."""
+    problems = [] if ok else [f"all-reduce bus bandwidth {gbps} GB/s is below the floor of 354.4 GB/s"]
+    return json.dumps(
+        {"ok": ok, "bus_bandwidth_gbps": gbps, "network": "AWS Libfabric", "problems": problems}
+    )
+
+
+def two_fresh_nodes():
+    a, b = node(name="a"), node(name="b")
+    kube = FakeKube([a, b])
+    the_gate(kube).round("r", NOW)
+    for n in (a, b):
+        passed_alone(kube, n)
+    said = the_gate(kube).round("r", NOW)
+    return kube, a, b, said
+
+
+def test_two_fresh_efa_nodes_run_an_all_reduce_together_before_they_train():
+    kube, a, b, said = two_fresh_nodes()
+    assert said[:2] == [
+        f"node {n} passed its own steps; waiting up to 180 s for a fresh partner" for n in "ab"
+    ]
+    assert said[2] == "nodes a and b: two-node all-reduce started (floor 354.4: published)"
+    assert all(gate.STARTUP_TAINT_KEY in [t["key"] for t in n["spec"]["taints"]] for n in (a, b))  # still out
+    (first,) = kube.pods.values()
+    spec = first["spec"]["containers"][0]
+    assert (
+        first["spec"]["nodeName"] == "a"
+        and first["metadata"]["annotations"][gate.PAIR_PARTNER_ANNOTATION] == "b"
+    )
+    assert spec["command"][:12] == [
+        "torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", "--node-rank", "0",
+        "--master-addr", "$(POD_IP)", "--master-port", "29500", "-m",
+    ]  # fmt: skip
+    assert spec["resources"]["limits"]["vpc.amazonaws.com/efa"] == "32"
+    assert {"name": "FI_PROVIDER", "value": "efa"} in spec["env"]
+    # Rank 1 joins once rank 0 has its address.
+    assert the_gate(kube).round("r", NOW) == [] and len(kube.pods) == 1
+    first["status"] = {"phase": "Running", "podIP": "10.0.1.99"}
+    the_gate(kube).round("r", NOW)
+    second = kube.pods[gate.pair_pod_name("b")]
+    command = second["spec"]["containers"][0]["command"]
+    assert second["spec"]["nodeName"] == "b" and command[6] == "1" and command[8] == "10.0.1.99"
+    # Both end: both let in, the pair's figure calibrates the group's two-node floor.
+    first["status"] = {
+        "phase": "Succeeded",
+        "containerStatuses": [
+            {"name": "pair", "state": {"terminated": {"exitCode": 0, "message": pair_report(True, 452.3)}}}
+        ],
+    }
+    second["status"] = {"phase": "Succeeded"}
+    said = the_gate(kube).round("r", NOW)
+    assert said == [f"node {n} passed: two-node all-reduce 452.3 GB/s over AWS Libfabric" for n in "ab"]
+    assert all(n["metadata"]["labels"][gate.HEALTH_LABEL] == "passed" for n in (a, b))
+    assert all(gate.STARTUP_TAINT_KEY not in [t["key"] for t in n["spec"]["taints"]] for n in (a, b))
+    assert json.loads(kube.configmaps["floors"]["data"]["p5.pair"]) == [452.3]
+    assert kube.pods == {}
+
+
+def test_a_failed_pair_fails_both_nodes_it_cannot_tell_apart():
+    kube, a, b, _ = two_fresh_nodes()
+    first = kube.pods[gate.pair_pod_name("a")]
+    first["status"] = {"phase": "Running", "podIP": "10.0.1.99"}
+    the_gate(kube).round("r", NOW)
+    first["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {"name": "pair", "state": {"terminated": {"exitCode": 4, "message": pair_report(False, 201.0)}}}
+        ],
+    }
+    kube.pods[gate.pair_pod_name("b")]["status"] = {"phase": "Failed"}
+    said = the_gate(kube).round("r", NOW)
+    assert [line.split(" unhealthy")[0] for line in said] == ["node a", "node b"]
+    assert "two-node all-reduce: all-reduce bus bandwidth 201.0 GB/s is below the floor" in said[0]
+    assert all(n["metadata"]["labels"][gate.HEALTH_LABEL] == "failed" for n in (a, b))
+    # The second is past the breaker (2 of 4 failing, one allowed): tainted, not replaced.
+    assert "not replaced: 2 of the group's 4 nodes are failing" in said[1]
+
+
+def test_a_node_without_a_fresh_partner_is_let_in_alone_after_its_wait():
+    a = node(name="a")
+    kube = FakeKube([a])
+    the_gate(kube).round("r", NOW)
+    passed_alone(kube, a)
+    the_gate(kube).round("r", NOW)
+    assert the_gate(kube).round("r", NOW + timedelta(seconds=gate.PAIR_WAIT_SECONDS - 1)) == []
+    said = the_gate(kube).round("r", NOW + timedelta(seconds=gate.PAIR_WAIT_SECONDS))
+    assert said == ["node a passed its own steps; no fresh partner joined within 180 s for the two-node test"]
+    assert a["metadata"]["labels"][gate.HEALTH_LABEL] == "passed"
+    assert gate.STARTUP_TAINT_KEY not in [t["key"] for t in a["spec"]["taints"]]
+
+
+def test_the_burn_in_pods_reach_each_other_past_the_namespaces_default_deny():
+    from components.health_gate import PAIR_POLICY
+
+    selector = {"app.kubernetes.io/name": gate.POD_NAME}
+    assert PAIR_POLICY["podSelector"]["matchLabels"] == selector
+    assert PAIR_POLICY["ingress"] == [{"from": [{"podSelector": {"matchLabels": selector}}]}]

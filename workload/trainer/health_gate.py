@@ -58,6 +58,16 @@ FAILED_TOLERATION = {"key": FAILED_TAINT_KEY, "operator": "Exists", "effect": "N
 
 POD_NAME = "trainstack-burn-in"
 POD_NODE_LABEL = "trainstack.dev/burn-in-node"
+# What a burn-in pod checks: its node alone, or two fresh nodes together (`pair`).
+POD_STEP_LABEL = "trainstack.dev/burn-in-step"
+PAIR_NAME = "trainstack-burn-in-pair"
+# On a node of an EFA group that passed its own steps: since when it waits for a fresh partner.
+PAIR_SINCE_ANNOTATION = "trainstack.dev/health-pair-since"
+PAIR_PARTNER_ANNOTATION = "trainstack.dev/pair-partner"
+PAIR_RANK_ANNOTATION = "trainstack.dev/pair-rank"
+# A node waits this long for another fresh node of its group, then is let in on its own steps.
+PAIR_WAIT_SECONDS = 180
+PAIR_PORT = 29500
 # The floor a burn-in was given and where it came from, on its pod: the verdict names both.
 FLOOR_ANNOTATION = "trainstack.dev/floor-gbps"
 FLOOR_SOURCE_ANNOTATION = "trainstack.dev/floor-source"
@@ -90,6 +100,7 @@ class Group:
     nodes: int  # the most the group holds: the breaker's base
     mode: str  # burnIn | passive
     deadline_seconds: int  # a burn-in not finished by then failed
+    efa_env: dict[str, str] = field(default_factory=dict)  # what a job's pods on the group set for EFA
 
     @classmethod
     def read(cls, data: dict) -> Group:
@@ -103,7 +114,13 @@ class Group:
             data["nodes"],
             data["mode"],
             data["deadlineSeconds"],
+            data.get("efaEnv") or {},
         )
+
+    @property
+    def pairs(self) -> bool:
+        """Two fresh nodes of an EFA group also run an all-reduce between them, over EFA."""
+        return self.efa > 0 and self.nodes >= 2
 
 
 @dataclass(frozen=True)
@@ -212,6 +229,7 @@ def burn_in_pod(
                 "app.kubernetes.io/name": POD_NAME,
                 "app.kubernetes.io/part-of": "trainstack",
                 POD_NODE_LABEL: node_key(node),
+                POD_STEP_LABEL: "node",
             },
             "annotations": {FLOOR_ANNOTATION: str(floor_gbps or ""), FLOOR_SOURCE_ANNOTATION: source},
         },
@@ -251,6 +269,108 @@ def burn_in_pod(
             "containers": [{"name": "done", "image": image, "command": ["true"], "resources": small}],
         },
     }
+
+
+def pair_pod_name(node: str) -> str:
+    return f"{PAIR_NAME}-{node}"[:253]
+
+
+def pair_pod(
+    node: str,
+    partner: str,
+    rank: int,
+    group: Group,
+    image: str,
+    namespace: str,
+    floor_gbps: float | None,
+    source: str,
+    master: str | None,
+) -> dict:
+    """One of the two pods of a two-node all-reduce over EFA: trainer.preflight under torchrun, rank 0
+    on `node` serving the rendezvous at its own address, rank 1 on the other node joining it
+    (`master`, rank 0's pod address). Rank 0 writes the report the gate judges."""
+    devices = {GPU_RESOURCE: str(group.gpus), EFA_RESOURCE: str(group.efa)}
+    command = ["torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", "--node-rank", str(rank)]
+    command += ["--master-addr", master or "$(POD_IP)", "--master-port", str(PAIR_PORT)]
+    command += [
+        "-m",
+        "trainer.preflight",
+        "--gpus-per-node",
+        str(group.gpus),
+        "--efa-per-node",
+        str(group.efa),
+    ]
+    command += ["--size-mb", "2048", "--termination-json"]
+    command += ["--min-bus-bandwidth", str(floor_gbps)] if floor_gbps else []
+    env = [{"name": k, "value": v} for k, v in sorted(group.efa_env.items())]
+    env += [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pair_pod_name(node),
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": POD_NAME,
+                "app.kubernetes.io/part-of": "trainstack",
+                POD_NODE_LABEL: node_key(node),
+                POD_STEP_LABEL: "pair",
+            },
+            "annotations": {
+                FLOOR_ANNOTATION: str(floor_gbps or ""),
+                FLOOR_SOURCE_ANNOTATION: source,
+                PAIR_PARTNER_ANNOTATION: partner,
+                PAIR_RANK_ANNOTATION: str(rank),
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": 900,
+            "tolerations": [STARTUP_TOLERATION, GPU_TOLERATION, FAILED_TOLERATION],
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "pair",
+                    "image": image,
+                    "command": command,
+                    "env": env,
+                    "ports": [{"containerPort": PAIR_PORT, "name": "rendezvous"}],
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "4Gi", **devices},
+                        "limits": {"memory": "64Gi", **devices},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def pair_verdict(first: dict, second: dict | None) -> Verdict | None:
+    """Two nodes' all-reduce, once both pods ended (None while either runs): rank 0's report says
+    what was measured; either pod failing fails the pair, which cannot say which node is at fault."""
+    phases = [(p.get("status") or {}).get("phase") for p in (first, second) if p is not None]
+    if "Failed" not in phases and phases != ["Succeeded", "Succeeded"]:
+        return None
+    statuses = (first.get("status") or {}).get("containerStatuses") or []
+    ended = statuses[0]["state"].get("terminated") if statuses else None
+    try:
+        report = json.loads((ended or {}).get("message") or "")
+    except ValueError:
+        report = {}
+    bus = report.get("bus_bandwidth_gbps")
+    if phases == ["Succeeded", "Succeeded"] and report.get("ok"):
+        summary = f"two-node all-reduce {bus} GB/s over {report.get('network')}"
+        return Verdict(
+            True, "MONITOR", summary, [{"name": "pair", "verdict": "pass", "detail": summary}], bus
+        )
+    why = "; ".join(report.get("problems") or []) or ", ".join(
+        f"{p['metadata']['name']} {(p.get('status') or {}).get('phase')} {(p.get('status') or {}).get('reason', '')}".strip()
+        for p in (first, second)
+        if p is not None
+    )
+    summary = f"two-node all-reduce: {why}"
+    return Verdict(False, "RESET", summary, [{"name": "pair", "verdict": "fail", "detail": summary}], bus)
 
 
 def _terminated(pod: dict) -> dict[str, dict]:
@@ -445,6 +565,8 @@ class Gate:
                 continue
             if group.mode != "burnIn" or not has_taint(node, STARTUP_TAINT_KEY):
                 continue
+            if PAIR_SINCE_ANNOTATION in (node["metadata"].get("annotations") or {}):
+                continue  # passed its own steps: pair_round has it
             pod = self.kube.get(
                 f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
             )
@@ -459,7 +581,9 @@ class Gate:
             given = pod["metadata"].get("annotations") or {}
             floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
             annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
-            if verdict.passed:
+            if verdict.passed and group.pairs:
+                said.append(self.hold(node, group_name, verdict, annotation, now))
+            elif verdict.passed:
                 self.kube.patch_node(node, passed_patch(node, annotation))
                 if verdict.bus_gbps:
                     self.record(group_name, verdict.bus_gbps)
@@ -475,6 +599,136 @@ class Gate:
                     self.fail(
                         node, nodes, group_name, group, verdict.severity, verdict.summary, now, annotation
                     )
+                )
+        for group_name, group in self.groups.items():
+            if group.mode == "burnIn" and group.pairs:
+                said += self.pair_round(group_name, group, nodes, now)
+        return said
+
+    # -- two fresh nodes of an EFA group --------------------------------------------------------
+    def _pod(self, name: str) -> dict | None:
+        return self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(name)}")
+
+    def hold(self, node: dict, group_name: str, verdict: Verdict, annotation: str, now: datetime) -> str:
+        """A node of an EFA group that passed its own steps waits, still tainted, for a fresh partner."""
+        name = node["metadata"]["name"]
+        if verdict.bus_gbps:
+            self.record(group_name, verdict.bus_gbps)
+        annotations = {
+            **(node["metadata"].get("annotations") or {}),
+            RESULT_ANNOTATION: annotation,
+            PAIR_SINCE_ANNOTATION: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        self.kube.patch_node(node, [{"op": "add", "path": "/metadata/annotations", "value": annotations}])
+        self.kube.call(
+            "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
+        )
+        return f"node {name} passed its own steps; waiting up to {PAIR_WAIT_SECONDS} s for a fresh partner"
+
+    def pair_round(self, group_name: str, group: Group, nodes: list[dict], now: datetime) -> list[str]:
+        said = []
+        held = [
+            n
+            for n in nodes
+            if labels(n).get(NODE_GROUP_LABEL) == group_name
+            and has_taint(n, STARTUP_TAINT_KEY)
+            and not has_taint(n, FAILED_TAINT_KEY)
+            and PAIR_SINCE_ANNOTATION in (n["metadata"].get("annotations") or {})
+        ]
+        by_name = {n["metadata"]["name"]: n for n in held}
+        busy: set[str] = set()
+        for n in held:
+            first = self._pod(pair_pod_name(n["metadata"]["name"]))
+            if first is None:
+                continue
+            busy.add(n["metadata"]["name"])
+            if (first["metadata"].get("annotations") or {}).get(PAIR_RANK_ANNOTATION) != "0":
+                continue  # its partner's rank 0 drives the pair
+            partner = first["metadata"]["annotations"][PAIR_PARTNER_ANNOTATION]
+            if partner not in by_name:  # the partner failed or left: the pair ends, a new one may form
+                self.kube.call(
+                    "DELETE",
+                    f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(first['metadata']['name'])}",
+                )
+                continue
+            busy.add(partner)
+            said += self.run_pair(n, by_name[partner], first, group_name, group, nodes, now)
+        waiting = sorted(
+            (n for n in held if n["metadata"]["name"] not in busy),
+            key=lambda n: n["metadata"]["annotations"][PAIR_SINCE_ANNOTATION],
+        )
+        while len(waiting) >= 2:
+            first, second = waiting.pop(0), waiting.pop(0)
+            floor_gbps, source = floor(self.figures().get(f"{group_name}.pair", []), group)
+            pod = pair_pod(
+                first["metadata"]["name"], second["metadata"]["name"], 0, group, self.image, self.namespace,
+                floor_gbps, source, None,
+            )  # fmt: skip
+            self.kube.call("POST", f"/api/v1/namespaces/{self.namespace}/pods", pod)
+            said.append(
+                f"nodes {first['metadata']['name']} and {second['metadata']['name']}: two-node all-reduce started "
+                f"(floor {floor_gbps or 'none'}: {source})"
+            )
+        for n in waiting:
+            since = datetime.fromisoformat(
+                n["metadata"]["annotations"][PAIR_SINCE_ANNOTATION].replace("Z", "+00:00")
+            )
+            if (now - since).total_seconds() >= PAIR_WAIT_SECONDS:
+                note = f"passed its own steps; no fresh partner joined within {PAIR_WAIT_SECONDS} s for the two-node test"
+                result = json.dumps(
+                    {"verdict": "passed", "summary": note, "at": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+                )
+                self.kube.patch_node(n, passed_patch(n, result))
+                said.append(f"node {n['metadata']['name']} {note}")
+        return said
+
+    def run_pair(
+        self,
+        node: dict,
+        partner: dict,
+        first: dict,
+        group_name: str,
+        group: Group,
+        nodes: list[dict],
+        now: datetime,
+    ) -> list[str]:
+        """Rank 1 once rank 0 has its address; the verdict, on both nodes, once they ended."""
+        second = self._pod(pair_pod_name(partner["metadata"]["name"]))
+        address = (first.get("status") or {}).get("podIP")
+        if (
+            second is None
+            and address
+            and (first.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ):
+            given = first["metadata"]["annotations"]
+            floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
+            pod = pair_pod(
+                partner["metadata"]["name"], node["metadata"]["name"], 1, group, self.image, self.namespace,
+                floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), address,
+            )  # fmt: skip
+            self.kube.call("POST", f"/api/v1/namespaces/{self.namespace}/pods", pod)
+            return []
+        verdict = pair_verdict(first, second)
+        if verdict is None:
+            return []
+        given = first["metadata"]["annotations"]
+        floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
+        annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
+        said = []
+        if verdict.passed:
+            if verdict.bus_gbps:
+                self.record(f"{group_name}.pair", verdict.bus_gbps)
+            for n, pod in ((node, first), (partner, second)):
+                self.kube.patch_node(n, passed_patch(n, annotation))
+                self.kube.call(
+                    "DELETE",
+                    f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod['metadata']['name'])}",
+                )
+                said.append(f"node {n['metadata']['name']} passed: {verdict.summary}")
+        else:
+            for n in (node, partner):
+                said.append(
+                    self.fail(n, nodes, group_name, group, verdict.severity, verdict.summary, now, annotation)
                 )
         return said
 
@@ -537,6 +791,8 @@ class Gate:
             }
         )
         self.kube.patch_node(node, failed_patch(node, severity, annotation))
+        # As the API server now has it: the breaker's count in this round sees it.
+        node["metadata"]["labels"] = {**labels(node), HEALTH_LABEL: "failed"}
         failing = 1 + sum(
             labels(n).get(HEALTH_LABEL) == "failed" and labels(n).get(NODE_GROUP_LABEL) == group_name
             for n in nodes

@@ -49,6 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-bus-bandwidth", type=float, default=0.0, help="GB/s; 0 reports without a floor")
     p.add_argument("--size-mb", type=int, default=256, help="all-reduce message size")
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument(
+        "--termination-json",
+        action="store_true",
+        help="the whole report as JSON in the termination log, passed or not (the health gate's two-node test)",
+    )
     return p.parse_args(argv)
 
 
@@ -202,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     report = check_nodes(
         ctx, args.gpus_per_node, args.efa_per_node, args.min_bus_bandwidth, args.size_mb, args.iters
     )
+    if args.termination_json and ctx.rank == 0 and os.access(TERMINATION_LOG.parent, os.W_OK):
+        TERMINATION_LOG.write_text(json.dumps(report)[:4000])
     dist.destroy_process_group()
     return 0 if report["ok"] else FAILED_EXIT_CODE
 
