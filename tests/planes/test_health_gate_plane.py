@@ -251,7 +251,7 @@ def test_the_plan_times_and_prices_the_burn_in(prod_plan):
     assert burn_in_by_group(cfg) == {"p5": pytest.approx(13.957, abs=0.01)}  # its two-node test included
     (line,) = health_lines(cfg)[1:]
     assert line.startswith(
-        "  p5: each new node is burnt in for ~13.9 min (image pull included, ~$12.74 a node)"
+        "  p5: each new node is burnt in for ~15.4 min (image pull included, ~$14.11 a node)"
     )
     assert "EFA x32, NVLink, DCGM level 2, all-reduce at least 0.8 x the published 443 GB/s" in line
     assert "; with a fresh partner, a two-node all-reduce over EFA;" in line
