@@ -92,9 +92,13 @@ GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedu
 # at most 63 characters (API Taint), the autoscaler's prefix being 47 of them.
 AUTOSCALER_STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
 HEALTH_STARTUP_TAINT_KEY = f"{AUTOSCALER_STARTUP_TAINT_PREFIX}trainstack-gate"
+# A failed node's NoExecute taint is one of the autoscaler's status taints: a node that is there but
+# takes no pod, and is dropped from the template the autoscaler makes of it (so the group still
+# scales up); the gate puts it on the node itself, never through EKS.
+AUTOSCALER_STATUS_TAINT_PREFIX = "status-taint.cluster-autoscaler.kubernetes.io/"
 HEALTH_STARTUP_TAINT = {"key": HEALTH_STARTUP_TAINT_KEY, "value": "burn-in", "effect": "NO_SCHEDULE"}
 HEALTH_STARTUP_TOLERATION = {"key": HEALTH_STARTUP_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-HEALTH_FAILED_TAINT_KEY = "trainstack.dev/unhealthy"
+HEALTH_FAILED_TAINT_KEY = f"{AUTOSCALER_STATUS_TAINT_PREFIX}trainstack-unhealthy"
 # On every GPU node of the stack's groups: burnIn or passive (its group's health mode); and, once
 # judged, passed or failed with the result as JSON.
 HEALTH_MODE_LABEL = "trainstack.dev/health-mode"

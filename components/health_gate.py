@@ -162,6 +162,8 @@ def deployment_spec(
     labels = {**PART_OF, "app.kubernetes.io/name": NAME}
     return {
         "replicas": 1,
+        # One gate at a time, also while it is upgraded: two would judge and patch the same nodes.
+        "strategy": {"type": "Recreate"},
         "selector": {"matchLabels": labels},
         "template": {
             "metadata": {"labels": labels},

@@ -168,6 +168,8 @@ class StackConfig:
     def autoscaler_startup_minutes(self) -> int | None:
         """The autoscaler's `--max-node-startup-time` where a burnt-in group it scales needs longer
         than its 15-minute default (None: the default will do)."""
+        if not startup_flag(self.cluster.kubernetes_version):
+            return None  # its autoscaler has no such flag (config/checks.py keeps burn-ins inside 15 min)
         pull = image_pull_minutes(image_compressed_gb(self.image.base_image))
         gates = [
             pull + self.burn_in_minutes(g)

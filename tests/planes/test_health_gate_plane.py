@@ -214,12 +214,17 @@ def test_a_long_burn_in_needs_kueue_to_wait_for_it_too():
 
 
 def test_kept_nodes_may_burn_in_longer_on_an_autoscaler_without_the_flag():
+    """Up to 1.34 the autoscaler takes no `--max-node-startup-time`: an unknown flag stops it from
+    starting at all (its flags are parsed strictly), so the stack never passes it there."""
     groups = p5(dcgmLevel=3)
     groups[0] |= {"minNodes": groups[0]["nodeCount"]}
-    values = stack_values(
-        "prod", gpuNodeGroups=groups, cluster=on_version("1.34"), queueing={"podsReadyTimeoutMinutes": 30}
-    )
-    parse_config("prod", values)
+    settings = {
+        "gpuNodeGroups": groups,
+        "cluster": on_version("1.34"),
+        "queueing": {"podsReadyTimeoutMinutes": 30},
+    }
+    parse_config("prod", stack_values("prod", **settings))
+    assert "max-node-startup-time" not in autoscaler_args(plan("prod", **settings))
 
 
 def test_a_gate_on_a_cluster_the_stack_did_not_create_is_refused():

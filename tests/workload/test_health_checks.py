@@ -171,6 +171,13 @@ def test_the_nccl_step_runs_nccl_tests_on_every_gpu_with_torchs_nccl(monkeypatch
     assert check["figures"]["busGbps"] == 478.05
 
 
+def test_a_deployment_failure_without_a_word_is_a_failure():
+    document = json.loads(read("dcgmi-diag-r2.warn-persistence.json"))
+    for result in document["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"]:
+        result.pop("warnings")
+    assert hc.dcgm_diagnostics(json.dumps(document), 2).verdict == "fail"
+
+
 def test_no_dcgm_document_fails_with_what_it_said():
     check = hc.dcgm_diagnostics("Error: unable to establish a connection to the specified host: 10.0.1.7", 2)
     assert check.failed and "unable to establish a connection" in check.detail

@@ -40,6 +40,12 @@ def test_the_program_and_the_stack_name_the_same_taints_labels_and_events():
     assert GRANTED == EVENTS_NAMESPACE == events_role()["metadata"]["namespace"]
 
 
+def test_a_failed_nodes_taint_is_one_the_autoscaler_leaves_out_of_its_templates():
+    """A status taint (cluster-autoscaler utils/taints/taints.go StatusTaintPrefix): dropped from a
+    template made of the failed node, so the group still scales up for the pods it cannot take."""
+    assert conventions.HEALTH_FAILED_TAINT_KEY.startswith(conventions.AUTOSCALER_STATUS_TAINT_PREFIX)
+
+
 def test_eks_takes_the_startup_taints_key():
     """EKS's API Taint: a key of at most 63 characters, or CreateNodegroup is refused."""
     assert len(conventions.HEALTH_STARTUP_TAINT["key"]) <= 63
@@ -99,6 +105,8 @@ class FakeKube:
 
     def get(self, path):
         name = urllib.parse.unquote(path.rsplit("/", 1)[-1])
+        if path.startswith("/api/v1/nodes/"):
+            return next((n for n in self.node_list if n["metadata"]["name"] == name), None)
         return (self.configmaps if "/configmaps/" in path else self.pods).get(name)
 
     def call(self, method, path, body=None, content_type=None):
@@ -402,7 +410,7 @@ def test_a_faulty_gpu_while_training_takes_the_node_out_at_once():
     kube = FakeKube([n])
     said = the_gate(kube).round("r", NOW)
     assert "unhealthy (REBOOT): NvidiaXID79Error: GPU has fallen off the bus" in said[0]
-    assert "EKS node repair replaces it" in said[0]
+    assert "EKS node repair replaces or reboots it" in said[0]
     assert n["spec"]["taints"][-1] == {"key": gate.FAILED_TAINT_KEY, "value": "REBOOT", "effect": "NoExecute"}
     assert the_gate(kube).round("r", NOW) == []  # once
 
@@ -540,3 +548,69 @@ def test_the_burn_in_pods_reach_each_other_past_the_namespaces_default_deny():
     selector = {"app.kubernetes.io/name": gate.POD_NAME}
     assert PAIR_POLICY["podSelector"]["matchLabels"] == selector
     assert PAIR_POLICY["ingress"] == [{"from": [{"podSelector": {"matchLabels": selector}}]}]
+
+
+def test_a_node_the_breaker_held_is_replaced_once_fewer_of_its_group_are_failing():
+    with mock_aws():
+        autoscaling, instance = auto_scaling_group(nodes=4)
+        other = node(
+            name="a", taints=[{"key": gate.FAILED_TAINT_KEY, "value": "RESET", "effect": "NoExecute"}]
+        )
+        other["metadata"]["labels"][gate.HEALTH_LABEL] = "failed"
+        held = node(
+            name="b", taints=[{"key": gate.FAILED_TAINT_KEY, "value": "REBOOT", "effect": "NoExecute"}]
+        )
+        held["metadata"]["labels"][gate.HEALTH_LABEL] = "failed"
+        held["metadata"]["annotations"][gate.REMEDY_ANNOTATION] = "held"
+        held["spec"]["providerID"] = f"aws:///us-east-1a/{instance}"
+        instances = gate.Instances(boto3.session.Session(region_name="us-east-1"))
+        kube = FakeKube([other, held])
+        assert the_gate(kube, instances).round("r", NOW) == []  # 2 of 4 failing: still held
+        kube.node_list.remove(other)  # its replacement took it away
+        (said,) = the_gate(kube, instances).round("r", NOW)
+        assert said == f"node b: its Auto Scaling group gpu-p5 replaces {instance}"
+        assert held["metadata"]["annotations"][gate.REMEDY_ANNOTATION] == "asked"
+        health = autoscaling.describe_auto_scaling_instances(InstanceIds=[instance])["AutoScalingInstances"][
+            0
+        ]
+        assert health["HealthStatus"].upper() == "UNHEALTHY"
+        assert the_gate(kube, instances).round("r", NOW) == []  # asked once
+
+
+def test_a_node_node_repair_rebooted_healthy_is_let_back_in():
+    faulty = {
+        "type": "AcceleratedHardwareReady",
+        "status": "False",
+        "reason": "NvidiaXID79Error",
+        "message": "",
+    }
+    n = node(taints=[], labels={gate.HEALTH_LABEL: "passed"}, conditions=[faulty])
+    kube = FakeKube([n])
+    the_gate(kube).round("r", NOW)
+    assert n["metadata"]["annotations"][gate.REMEDY_ANNOTATION] == "repair"
+    n["status"]["conditions"] = [{**faulty, "status": "True", "reason": "AcceleratedHardwareIsReady"}]
+    (said,) = the_gate(kube).round("r", NOW)
+    assert said.endswith("let back in: the node monitoring agent reports its GPUs healthy again")
+    assert gate.FAILED_TAINT_KEY not in [t["key"] for t in n["spec"]["taints"]]
+    assert n["metadata"]["labels"][gate.HEALTH_LABEL] == "passed"
+
+
+def test_a_pair_whose_first_pod_ends_before_its_partner_ran_fails_only_the_first():
+    kube, a, b, _ = two_fresh_nodes()
+    kube.pods[gate.pair_pod_name("a")]["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError"}
+    (said,) = the_gate(kube).round("r", NOW)
+    assert said.startswith("node a unhealthy (RESET): two-node all-reduce:")
+    assert a["metadata"]["labels"][gate.HEALTH_LABEL] == "failed"
+    assert gate.HEALTH_LABEL not in b["metadata"]["labels"]  # b never ran: it waits for another partner
+
+
+def test_a_second_whose_partner_left_is_freed_to_pair_again():
+    kube, a, _, _ = two_fresh_nodes()
+    kube.pods[gate.pair_pod_name("a")]["status"] = {"phase": "Running", "podIP": "10.0.1.99"}
+    the_gate(kube).round("r", NOW)
+    assert gate.pair_pod_name("b") in kube.pods
+    kube.node_list.remove(a)  # scaled in, or deleted, while the pair ran
+    the_gate(kube).round("r", NOW)
+    assert gate.pair_pod_name("b") not in kube.pods
+    said = the_gate(kube).round("r", NOW + timedelta(seconds=gate.PAIR_WAIT_SECONDS))
+    assert said == ["node b passed its own steps; no fresh partner joined within 180 s for the two-node test"]

@@ -1,6 +1,5 @@
 """Readers of what the health gate's programs print, each to one verdict: pass, warn or fail, and for
-a failure the severity a node needs (the XID table's ISOLATE / REBOOT / RESET / MONITOR, in
-domain/node_health.py, copied here: the image carries the trainer, not the stack).
+a failure the severity a node needs (least to most: MONITOR, RESET, REBOOT, ISOLATE).
 
     nvidia-smi -q -x        GPU inventory, remapped rows, uncorrectable ECC, throttling
     kernel log (/dev/kmsg)  NVRM Xid lines
@@ -21,7 +20,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 
 SEVERITY_ORDER = ("MONITOR", "RESET", "REBOOT", "ISOLATE")
-# domain/node_health.py XID_SEVERITY, which a test holds equal.
+# NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors, "Resolution Bucket (Immediate Action)") for
+# the codes an Ampere, Hopper or Blackwell training node reports, mapped onto what a cloud node can
+# do: RESTART_APP and IGNORE are MONITOR (the job restarts, the node stays), RESET_GPU is RESET,
+# RESTART_BM is REBOOT, CONTACT_SUPPORT (a part to replace) is ISOLATE. On EC2 every fatal one ends
+# the same way, the instance replaced; the severity tells a person what the hardware did.
 XID_SEVERITY = {
     8: "MONITOR",
     13: "MONITOR",
@@ -232,7 +235,8 @@ def dcgm_diagnostics(output: str, level: int) -> Check:
         document = json.loads(output)
         categories = document["DCGM Diagnostic"]["test_categories"]
     except (ValueError, KeyError, TypeError):
-        return failed("dcgm", f"dcgmi diag gave no diagnostic document: {output.strip()[:300]!r}", "MONITOR")
+        # The node's host engine never answered, or the run broke: the node is not proven.
+        return failed("dcgm", f"dcgmi diag gave no diagnostic document: {output.strip()[:300]!r}", "RESET")
     fails: list[tuple[str, str]] = []
     warns: list[str] = []
     ran = 0
@@ -243,14 +247,12 @@ def dcgm_diagnostics(output: str, level: int) -> Check:
             for result in test.get("results") or []:
                 status = result.get("status", "")
                 where = f"{name}" + (f" GPU {result['entity_id']}" if "entity_id" in result else "")
-                words = "; ".join(m for m in _messages(result) if m) or status
+                said = [m for m in _messages(result) if m]
+                words = "; ".join(said) or status
                 if hardware and status in ("Pass", "Fail", "Warn"):
                     ran += 1
-                if (
-                    status == "Fail"
-                    and not hardware
-                    and all(_CONFIG_ONLY.search(m) for m in _messages(result))
-                ):
+                # A setting's failure only where every message says so: none is no excuse.
+                if status == "Fail" and not hardware and said and all(_CONFIG_ONLY.search(m) for m in said):
                     warns.append(f"{where}: {words}")
                 elif status == "Fail":
                     fails.append((_DCGM_SEVERITY.get(name.lower(), "RESET"), f"{where}: {words}"))

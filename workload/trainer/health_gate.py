@@ -43,10 +43,13 @@ from trainer.health_checks import XID_SEVERITY, worst
 
 # conventions.py's, which a test holds equal: the image carries the trainer, not the stack.
 STARTUP_TAINT_KEY = "startup-taint.cluster-autoscaler.kubernetes.io/trainstack-gate"
-FAILED_TAINT_KEY = "trainstack.dev/unhealthy"
+FAILED_TAINT_KEY = "status-taint.cluster-autoscaler.kubernetes.io/trainstack-unhealthy"
 MODE_LABEL = "trainstack.dev/health-mode"
 HEALTH_LABEL = "trainstack.dev/health"
 RESULT_ANNOTATION = "trainstack.dev/health-result"
+# What becomes of a failed node: its group replaces it (`asked`), once the breaker lets it
+# (`held` until then), or EKS node repair does (`repair`: a fault the monitoring agent found).
+REMEDY_ANNOTATION = "trainstack.dev/health-remedy"
 NODE_GROUP_LABEL = "trainstack.dev/node-group"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -218,7 +221,12 @@ def burn_in_pod(
     nccl += ["--floor", str(floor_gbps)] if floor_gbps else []
     dcgm_verdict = ["python", "-m", "trainer.burn_in", "dcgm-verdict", "--level", str(group.dcgm_level)]
     dcgm_verdict += ["--file", f"{RESULTS}/dcgm.json"]
-    dcgm = f'dcgmi diag -r {group.dcgm_level} -j --host "$HOST_IP" > {RESULTS}/dcgm.json; exit 0'
+    # The node's host engine (the node monitoring agent's dcgm-server) may start after the node is
+    # let into the burn-in: asked for up to five minutes before the diagnostics run.
+    dcgm = (
+        'for i in $(seq 60); do dcgmi discovery --host "$HOST_IP" -l >/dev/null 2>&1 && break; sleep 5; done; '
+        f'dcgmi diag -r {group.dcgm_level} -j --host "$HOST_IP" > {RESULTS}/dcgm.json; exit 0'
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -409,7 +417,11 @@ def verdict_of(pod: dict) -> Verdict | None:
         not bad
     ):  # ended without a judged failure: the deadline, an image that never pulled, a step that crashed
         reason = (pod.get("status") or {}).get("reason") or "a step ended without a result"
-        running = [s for s in ("checks", "dcgm", "dcgm-verdict", "nccl") if s not in ended]
+        running = [
+            s
+            for s in ("checks", "dcgm", "dcgm-verdict", "nccl")
+            if s not in ended or ended[s].get("exitCode")
+        ]
         bad = [
             {
                 "name": running[0] if running else "burn-in",
@@ -465,19 +477,38 @@ def passed_patch(node: dict, annotation: str) -> list[dict]:
     ]
 
 
-def failed_patch(node: dict, severity: str, annotation: str) -> list[dict]:
-    """The NoExecute taint in the startup taint's place: pods leave it, and the autoscaler takes it
-    as a node that is there but fits no job, so it scales up another."""
+def failed_patch(node: dict, severity: str, annotation: str, remedy: str) -> list[dict]:
+    """The NoExecute taint in the startup taint's place: pods leave the node. Its key is one of the
+    autoscaler's status taints (cluster-autoscaler utils/taints/taints.go StatusTaintPrefix): the
+    node counts as there but filtered out of scale-ups, and the taint is dropped from a template
+    made of it (SanitizeTaints), so the group still scales up for the pods it cannot take."""
     kept = [t for t in taints(node) if t.get("key") not in (STARTUP_TAINT_KEY, FAILED_TAINT_KEY)]
     taint = {"key": FAILED_TAINT_KEY, "value": severity, "effect": "NoExecute"}
+    annotations = {**(node["metadata"].get("annotations") or {}), RESULT_ANNOTATION: annotation}
     return [
         {"op": "add", "path": "/spec/taints", "value": [*kept, taint]},
         {"op": "add", "path": "/metadata/labels", "value": {**labels(node), HEALTH_LABEL: "failed"}},
+        {"op": "add", "path": "/metadata/annotations", "value": {**annotations, REMEDY_ANNOTATION: remedy}},
+    ]
+
+
+def recovered_patch(node: dict, now: datetime) -> list[dict]:
+    """A node the monitoring agent failed and node repair rebooted, healthy again: let back in."""
+    kept = [t for t in taints(node) if t.get("key") != FAILED_TAINT_KEY]
+    note = json.dumps(
         {
-            "op": "add",
-            "path": "/metadata/annotations",
-            "value": {**(node["metadata"].get("annotations") or {}), RESULT_ANNOTATION: annotation},
-        },
+            "verdict": "passed",
+            "summary": "the node monitoring agent reports its GPUs healthy again (node repair rebooted it)",
+            "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    )
+    annotations = {
+        k: v for k, v in (node["metadata"].get("annotations") or {}).items() if k != REMEDY_ANNOTATION
+    }
+    return [
+        {"op": "add", "path": "/spec/taints", "value": kept},
+        {"op": "add", "path": "/metadata/labels", "value": {**labels(node), HEALTH_LABEL: "passed"}},
+        {"op": "add", "path": "/metadata/annotations", "value": {**annotations, RESULT_ANNOTATION: note}},
     ]
 
 
@@ -550,59 +581,60 @@ class Gate:
 
     # -- one round --------------------------------------------------------------------------------
     def round(self, selector: str, now: datetime) -> list[str]:
-        said = []
         nodes = self.kube.nodes(selector)
-        figures = None
+        said = self.failed_round(nodes, now)
         for node in nodes:
-            name = node["metadata"]["name"]
-            group_name = labels(node).get(NODE_GROUP_LABEL, "")
-            group = self.groups.get(group_name)
-            if group is None or has_taint(node, FAILED_TAINT_KEY):
-                continue
-            fault = hardware_fault(node)
-            if fault is not None:
-                said.append(self.fail(node, nodes, group_name, group, *fault, now, replace=False))
-                continue
-            if group.mode != "burnIn" or not has_taint(node, STARTUP_TAINT_KEY):
-                continue
-            if PAIR_SINCE_ANNOTATION in (node["metadata"].get("annotations") or {}):
-                continue  # passed its own steps: pair_round has it
-            pod = self.kube.get(
-                f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
-            )
-            if pod is None:
-                if figures is None:
-                    figures = self.figures()
-                said.append(self.start(node, group_name, group, figures.get(group_name, []), now))
-                continue
-            verdict = verdict_of(pod)
-            if verdict is None:
-                continue
-            given = pod["metadata"].get("annotations") or {}
-            floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
-            annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
-            if verdict.passed and group.pairs:
-                said.append(self.hold(node, group_name, verdict, annotation, now))
-            elif verdict.passed:
-                self.kube.patch_node(node, passed_patch(node, annotation))
-                if verdict.bus_gbps:
-                    self.record(group_name, verdict.bus_gbps)
-                self.kube.call(
-                    "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
-                )
-                self.kube.node_event(
-                    node, "TrainstackHealthPassed", f"burn-in {verdict.summary}", EVENT_COMPONENT, "Normal"
-                )
-                said.append(f"node {name} passed: {verdict.summary}")
-            else:
-                said.append(
-                    self.fail(
-                        node, nodes, group_name, group, verdict.severity, verdict.summary, now, annotation
-                    )
-                )
+            try:
+                said += self.node_round(node, nodes, now)
+            except Exception as err:  # one node's trouble (a changed node, AWS) is not the others'
+                said.append(f"node {node['metadata']['name']}: round failed: {err}")
         for group_name, group in self.groups.items():
             if group.mode == "burnIn" and group.pairs:
                 said += self.pair_round(group_name, group, nodes, now)
+        return said
+
+    def node_round(self, node: dict, nodes: list[dict], now: datetime) -> list[str]:
+        said: list[str] = []
+        name = node["metadata"]["name"]
+        group_name = labels(node).get(NODE_GROUP_LABEL, "")
+        group = self.groups.get(group_name)
+        if group is None or has_taint(node, FAILED_TAINT_KEY):
+            return said
+        fault = hardware_fault(node)
+        if fault is not None:
+            said.append(self.fail(node, nodes, group_name, group, *fault, now, replace=False))
+            return said
+        if group.mode != "burnIn" or not has_taint(node, STARTUP_TAINT_KEY):
+            return said
+        if PAIR_SINCE_ANNOTATION in (node["metadata"].get("annotations") or {}):
+            return said  # passed its own steps: pair_round has it
+        pod = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}")
+        if pod is None:
+            said.append(self.start(node, group_name, group, self.figures().get(group_name, []), now))
+            return said
+        verdict = verdict_of(pod)
+        if verdict is None:
+            return said
+        given = pod["metadata"].get("annotations") or {}
+        floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
+        annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
+        if verdict.passed and group.pairs:
+            said.append(self.hold(node, group_name, verdict, annotation, now))
+        elif verdict.passed:
+            self.kube.patch_node(node, passed_patch(node, annotation))
+            if verdict.bus_gbps:
+                self.record(group_name, verdict.bus_gbps)
+            self.kube.call(
+                "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
+            )
+            self.kube.node_event(
+                node, "TrainstackHealthPassed", f"burn-in {verdict.summary}", EVENT_COMPONENT, "Normal"
+            )
+            said.append(f"node {name} passed: {verdict.summary}")
+        else:
+            said.append(
+                self.fail(node, nodes, group_name, group, verdict.severity, verdict.summary, now, annotation)
+            )
         return said
 
     # -- two fresh nodes of an EFA group --------------------------------------------------------
@@ -641,10 +673,18 @@ class Gate:
             first = self._pod(pair_pod_name(n["metadata"]["name"]))
             if first is None:
                 continue
-            busy.add(n["metadata"]["name"])
-            if (first["metadata"].get("annotations") or {}).get(PAIR_RANK_ANNOTATION) != "0":
-                continue  # its partner's rank 0 drives the pair
             partner = first["metadata"]["annotations"][PAIR_PARTNER_ANNOTATION]
+            if (first["metadata"].get("annotations") or {}).get(PAIR_RANK_ANNOTATION) != "0":
+                # Rank 1: its partner's rank 0 drives the pair, while that partner still waits.
+                if partner in by_name:
+                    busy.add(n["metadata"]["name"])
+                else:  # the partner failed, left or was let in: this one may pair again
+                    self.kube.call(
+                        "DELETE",
+                        f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(first['metadata']['name'])}",
+                    )
+                continue
+            busy.add(n["metadata"]["name"])
             if partner not in by_name:  # the partner failed or left: the pair ends, a new one may form
                 self.kube.call(
                     "DELETE",
@@ -711,6 +751,12 @@ class Gate:
         verdict = pair_verdict(first, second)
         if verdict is None:
             return []
+        if second is None:  # rank 0 ended before its partner ran: it alone failed
+            given = first["metadata"]["annotations"]
+            annotation = result_annotation(verdict, None, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
+            return [
+                self.fail(node, nodes, group_name, group, verdict.severity, verdict.summary, now, annotation)
+            ]
         given = first["metadata"]["annotations"]
         floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
         annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
@@ -790,32 +836,77 @@ class Gate:
                 "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
         )
-        self.kube.patch_node(node, failed_patch(node, severity, annotation))
+        remedy = "held" if replace else "repair"
+        self.kube.patch_node(node, failed_patch(node, severity, annotation, remedy))
         # As the API server now has it: the breaker's count in this round sees it.
         node["metadata"]["labels"] = {**labels(node), HEALTH_LABEL: "failed"}
-        failing = 1 + sum(
-            labels(n).get(HEALTH_LABEL) == "failed" and labels(n).get(NODE_GROUP_LABEL) == group_name
-            for n in nodes
-            if n["metadata"]["name"] != name
+        node["metadata"]["annotations"] = {
+            **(node["metadata"].get("annotations") or {}),
+            REMEDY_ANNOTATION: remedy,
+        }
+        node["metadata"]["resourceVersion"] = None  # patched: read again before the next patch
+        outcome = (
+            self.remedy(node, nodes, group_name, group)
+            if replace
+            else "EKS node repair replaces or reboots it (gpuNodeGroups[].autoRepair); let back in if the agent "
+            "then reports its GPUs healthy"
         )
-        if not replace:
-            outcome = "EKS node repair replaces it (gpuNodeGroups[].autoRepair)"
-        elif not may_remediate(failing, group, self.max_share):
-            outcome = (
-                f"not replaced: {failing} of the group's {group.nodes} nodes are failing, past the breaker "
-                f"({max(1, int(group.nodes * self.max_share))}); a fault this wide is the AMI's, the driver's or "
-                "the network's: look at the nodes' results before replacing any"
-            )
-        else:
-            instance = instance_id(node)
-            outcome = (
-                self.instances.replace(instance)
-                if instance and self.instances
-                else "it names no EC2 instance: left to its owner"
-            )
         message = f"unhealthy ({severity}): {why}; tainted {FAILED_TAINT_KEY}:NoExecute; {outcome}"
         self.kube.node_event(node, "TrainstackHealthFailed", message, EVENT_COMPONENT)
         return f"node {name} {message}"
+
+    def remedy(self, node: dict, nodes: list[dict], group_name: str, group: Group) -> str:
+        """Has the failed node's group replace it, within the breaker: the group's failing nodes
+        (this one, those held or being replaced, those node repair has) may be at most its share."""
+        failing = sum(
+            labels(n).get(HEALTH_LABEL) == "failed" and labels(n).get(NODE_GROUP_LABEL) == group_name
+            for n in nodes
+        )
+        failing = max(failing, 1)
+        if not may_remediate(failing, group, self.max_share):
+            return (
+                f"not replaced: {failing} of the group's {group.nodes} nodes are failing, past the breaker "
+                f"({max(1, int(group.nodes * self.max_share))}); a fault this wide is the AMI's, the driver's or "
+                "the network's: look at the nodes' results; it is replaced once fewer are failing"
+            )
+        instance = instance_id(node)
+        if not instance or self.instances is None:
+            return "it names no EC2 instance: left to its owner"
+        outcome = self.instances.replace(instance)
+        fresh = self.kube.get(f"/api/v1/nodes/{urllib.parse.quote(node['metadata']['name'])}") or node
+        annotations = {**(fresh["metadata"].get("annotations") or {}), REMEDY_ANNOTATION: "asked"}
+        self.kube.patch_node(fresh, [{"op": "add", "path": "/metadata/annotations", "value": annotations}])
+        return outcome
+
+    def failed_round(self, nodes: list[dict], now: datetime) -> list[str]:
+        """Failed nodes again: one the breaker held is replaced once fewer of its group are failing
+        (and one whose replacement call failed, asked again); one node repair rebooted whose GPUs the
+        agent finds healthy again is let back in."""
+        said = []
+        for node in nodes:
+            group_name = labels(node).get(NODE_GROUP_LABEL, "")
+            group = self.groups.get(group_name)
+            remedy = (node["metadata"].get("annotations") or {}).get(REMEDY_ANNOTATION)
+            if group is None or not has_taint(node, FAILED_TAINT_KEY):
+                continue
+            name = node["metadata"]["name"]
+            if remedy == "repair" and hardware_fault(node) is None:
+                self.kube.patch_node(node, recovered_patch(node, now))
+                node["metadata"]["labels"] = {**labels(node), HEALTH_LABEL: "passed"}
+                self.kube.node_event(
+                    node, "TrainstackHealthRecovered", "GPUs healthy again", EVENT_COMPONENT, "Normal"
+                )
+                said.append(
+                    f"node {name} let back in: the node monitoring agent reports its GPUs healthy again"
+                )
+            elif remedy == "held":
+                outcome = self.remedy(node, nodes, group_name, group)
+                if not outcome.startswith("not replaced"):
+                    self.kube.node_event(
+                        node, "TrainstackHealthFailed", f"replaced now: {outcome}", EVENT_COMPONENT
+                    )
+                    said.append(f"node {name}: {outcome}")
+        return said
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -848,6 +939,8 @@ def main(argv: list[str] | None = None) -> int:
                 if line not in said:
                     log.info(line)
                     said.add(line)
+            if len(said) > 10000:  # said once each, for a while: not a record of every round
+                said.clear()
         except Exception as err:  # the next round reads everything again
             log.warning("round failed: %s", err)
         time.sleep(args.interval)
