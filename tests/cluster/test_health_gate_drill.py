@@ -122,7 +122,9 @@ def aws():
         DesiredCapacity=3,
         AvailabilityZones=[f"{REGION}a"],
     )
-    (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+    (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["gpu-gated"])[
+        "AutoScalingGroups"
+    ]
     yield cloud, autoscaling, [i["InstanceId"] for i in group["Instances"]]
     server.stop()
 

@@ -101,7 +101,8 @@ def aws():
         DesiredCapacity=3,
         AvailabilityZones=[f"{REGION}a"],
     )
-    (group,) = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+    # By name: moto keeps one account per process, which another module's server shares.
+    (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["gpu-p5"])["AutoScalingGroups"]
     yield cloud, ec2, [i["InstanceId"] for i in group["Instances"]]
     server.stop()
 
