@@ -16,12 +16,13 @@ from support.cluster.objects import admitted_jobs
 from support.cluster.sent import JOB_KINDS, daemonset, remove_sent, sent_objects
 from support.cluster.stacks import planned, template_config
 
-from conventions import HEALTH_STARTUP_TAINT, network_layer_label
+from conventions import HEALTH_FAILED_TAINT_KEY, HEALTH_STARTUP_TAINT, network_layer_label
 from offline.nodes import plan_daemonsets
 from offline.scheduling import check
 
 pytestmark = CLUSTER_GROUP
 
+KEEPS_RUNNING = "trainstack.test/keeps-running"  # support/cluster/pod-keeps-running.yaml
 # The health gate's startup taint as the node carries it (EKS's effect spelling becomes the API's).
 STARTUP_TAINT = {**HEALTH_STARTUP_TAINT, "effect": "NoSchedule"}
 
@@ -80,9 +81,17 @@ def tried(workload: dict) -> bool:
     return any(c["type"] == "QuotaReserved" and c["status"] == "False" for c in conditions)
 
 
-def lay(cluster, on_cluster, stack, topology: list[list[str]], burning_in: tuple[int, ...] = ()) -> None:
+def lay(
+    cluster,
+    on_cluster,
+    stack,
+    topology: list[list[str]],
+    burning_in: tuple[int, ...] = (),
+    running: bool = False,
+) -> None:
     """The case's p5 nodes, labelled with their network nodes (those in `burning_in` still carrying
-    the health gate's startup taint), their device plugins, then the stack's objects."""
+    the health gate's startup taint), their device plugins, then the stack's objects (with `running`,
+    the runtime's pods keep running: support/cluster/pod-keeps-running.yaml)."""
     p5 = next(n for n in stack.nodes if n.group == "p5")
     for i, network_nodes in enumerate(topology):
         labels = {network_layer_label(n + 1): name for n, name in enumerate(network_nodes)}
@@ -110,6 +119,10 @@ def lay(cluster, on_cluster, stack, topology: list[list[str]], burning_in: tuple
     cluster.scheduler_has_seen(on_cluster["nodes"])
     cluster.settle()
     for obj in sent_objects(stack):
+        if running and obj["kind"] == "ClusterTrainingRuntime":
+            for replicated in obj["spec"]["template"]["spec"]["replicatedJobs"]:
+                pod = replicated["template"]["spec"]["template"]
+                pod.setdefault("metadata", {}).setdefault("annotations", {})[KEEPS_RUNNING] = "true"
         cluster.objects.apply(obj)
         on_cluster["objects"].append(obj)
 
@@ -152,6 +165,11 @@ def test_kueue_places_the_gang_where_the_plan_says(cluster, on_cluster, case):
     assert len(domains) == 1, f"the plan says {chain.line()}, but Kueue spread the gang over {domains}"
 
 
+def plain(taint) -> dict:
+    """A node's taint as the API takes it back."""
+    return {"key": taint.key, "value": taint.value, "effect": taint.effect}
+
+
 # Two blocks of two; the first block's nodes are still in their burn-in.
 BURNING_IN = ([[*SHARED, "nn-block-a"], [*SHARED, "nn-block-a"], [*SHARED, "nn-block-b"], [*SHARED, "nn-block-b"]], "required", 3)  # fmt: skip
 
@@ -163,7 +181,7 @@ def test_kueue_places_a_gang_only_on_nodes_that_passed_the_health_gate(cluster, 
     requires one block is admitted to the block whose nodes passed, never to the one in burn-in."""
     topology, placement, level = BURNING_IN
     stack = planned_stack(case, topology, placement)
-    lay(cluster, on_cluster, stack, topology, burning_in=(0, 1))
+    lay(cluster, on_cluster, stack, topology, burning_in=(0, 1), running=True)
     (job,) = [o for o in on_cluster["objects"] if o["kind"] in JOB_KINDS]
     namespace = job["metadata"]["namespace"]
     cluster.wait("the gang admitted", lambda: JOB in admitted_jobs(cluster.objects, namespace), 120)
@@ -179,3 +197,46 @@ def test_kueue_places_a_gang_only_on_nodes_that_passed_the_health_gate(cluster, 
         cluster.core.read_node(p.spec.node_name).metadata.labels[network_layer_label(level)] for p in pods()
     }
     assert domains == {"nn-block-b"}, f"the gang landed on {domains}, nodes still in their burn-in among them"
+
+    # The gate takes a node of the running gang out (the monitoring agent found a fatal Xid): its
+    # NoExecute taint evicts the pod there, Kueue sees the node's taint under a topology assignment
+    # (TASReplaceNodeOnNodeTaints, on in 0.19) and, with no healthy node left in that block,
+    # evicts the workload; once the other block has passed its burn-in the gang runs there.
+    bad = on_cluster["nodes"][2]
+    node = cluster.core.read_node(bad)
+    failed = {"key": HEALTH_FAILED_TAINT_KEY, "value": "REBOOT", "effect": "NoExecute"}
+    cluster.core.patch_node(bad, {"spec": {"taints": [*(plain(t) for t in node.spec.taints or []), failed]}})
+
+    def workload() -> dict:
+        found = cluster.objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+        return found[0] if found else {}
+
+    def evicted() -> bool:
+        conditions = (workload().get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Evicted" and c["status"] == "True" for c in conditions)
+
+    cluster.wait("Kueue evicting the gang off the failed node", evicted, 120)
+    for passed in on_cluster["nodes"][:2]:
+        kept = [
+            plain(t)
+            for t in cluster.core.read_node(passed).spec.taints or []
+            if t.key != HEALTH_STARTUP_TAINT["key"]
+        ]
+        cluster.core.patch_node(passed, {"spec": {"taints": kept}})
+
+    def readmitted_to_block_a() -> bool:
+        """Admitted again, its topology assignment naming the first block's nodes only."""
+        status = workload().get("status") or {}
+        admitted = any(
+            c["type"] == "Admitted" and c["status"] == "True" for c in status.get("conditions") or []
+        )
+        if not admitted or not status.get("admission"):
+            return False
+        (assignment,) = status["admission"]["podSetAssignments"]
+        (slice_,) = assignment["topologyAssignment"]["slices"]
+        roots = slice_["valuesPerLevel"][0]["individual"]["roots"]
+        return sorted(roots) == ["0", "1"]
+
+    cluster.wait("the gang admitted again, to the block that passed meanwhile", readmitted_to_block_a, 300)
+    # Its pods follow once the evicted one is gone: a kubelet would end it at once; kwok leaves it
+    # Terminating, and the Job replaces a pod only once it has ended, so the pods are not awaited here.
