@@ -19,8 +19,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import node_controller
 from components.jobs.pods import EFA_ENV
-from components.pod_identity import EksAccess, autoscaling_group_arns, pod_identity
+from components.node_controller import controller_identity
+from components.pod_identity import EksAccess, autoscaling_group_arns
 from conventions import GPU_NODE_LABEL, PART_OF
 from domain import node_health
 from domain.catalog import InstanceType
@@ -32,7 +34,7 @@ from domain.node_health import (
 )
 
 NAME = "trainstack-health-gate"
-EVENTS_NAMESPACE = "default"  # workload/trainer/kube_api.py's, which a test holds equal
+EVENTS_NAMESPACE = node_controller.EVENTS_NAMESPACE
 FLOORS = "trainstack-health-floors"  # the ConfigMap the gate alone writes: never a stack resource
 ROUND_SECONDS = 10
 RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}
@@ -128,10 +130,7 @@ PAIR_POLICY = {
 
 
 def events_role() -> dict[str, Any]:
-    return {
-        "metadata": {"name": NAME, "namespace": EVENTS_NAMESPACE, "labels": dict(PART_OF)},
-        "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],
-    }
+    return node_controller.events_role(NAME)
 
 
 def gate_args(namespace: str, image: str, groups: list[GatedGroup]) -> list[str]:
@@ -207,34 +206,19 @@ class HealthGate(pulumi.ComponentResource):
     def __init__(self, name: str, args: HealthGateArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:health:HealthGate", name, None, opts)
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=args.waits_for)
-        account = k8s.core.v1.ServiceAccount(
-            f"{name}-account",
-            metadata={"name": NAME, "namespace": args.namespace, "labels": dict(PART_OF)},
-            opts=k8s_opts,
-        )
-        self.role, _, self.association = pod_identity(
+        identity = controller_identity(
+            self,
             name,
+            NAME,
             "GPU node health gate of trainstack (EKS Pod Identity)",
             pulumi.Output.all(*args.autoscaling_group_names).apply(
                 lambda names: json.dumps(gate_policy(args.region, args.account_id, list(names)))
             ),
+            args.provider,
             args.eks,
             args.namespace,
-            NAME,
-            pulumi.ResourceOptions(parent=self),
-        )
-        subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}]
-        nodes_role = k8s.rbac.v1.ClusterRole(f"{name}-nodes", **cluster_role(), opts=k8s_opts)
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-nodes",
-            metadata={"name": NAME, "labels": dict(PART_OF)},
-            role_ref={
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": nodes_role.metadata.name,
-            },
-            subjects=subject,
-            opts=k8s_opts,
+            cluster_role(),
+            args.waits_for,
         )
         own = pulumi.Output.from_input(args.namespace).apply(namespace_role)
         pods_role = k8s.rbac.v1.Role(
@@ -248,15 +232,7 @@ class HealthGate(pulumi.ComponentResource):
                 "kind": "Role",
                 "name": pods_role.metadata.name,
             },
-            subjects=subject,
-            opts=k8s_opts,
-        )
-        events = k8s.rbac.v1.Role(f"{name}-events", **events_role(), opts=k8s_opts)
-        k8s.rbac.v1.RoleBinding(
-            f"{name}-events",
-            metadata={"name": NAME, "namespace": EVENTS_NAMESPACE, "labels": dict(PART_OF)},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": events.metadata.name},
-            subjects=subject,
+            subjects=identity.subjects,
             opts=k8s_opts,
         )
         k8s.networking.v1.NetworkPolicy(
@@ -277,7 +253,7 @@ class HealthGate(pulumi.ComponentResource):
                 parent=self,
                 provider=args.provider,
                 # Its credentials exist before its first round.
-                depends_on=[*args.waits_for, account, self.association],
+                depends_on=[*args.waits_for, identity.account, identity.association],
             ),
         )
         self.register_outputs({"groups": {g.name: g.mode for g in args.groups}})

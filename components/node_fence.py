@@ -18,11 +18,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.pod_identity import EksAccess, autoscaling_group_arns, pod_identity
+from components import node_controller
+from components.node_controller import controller_identity
+from components.pod_identity import EksAccess, autoscaling_group_arns
 from conventions import GPU_NODE_LABEL, PART_OF
 
 NAME = "trainstack-node-fence"
-EVENTS_NAMESPACE = "default"  # workload/trainer/kube_api.py's, which a test holds equal
+EVENTS_NAMESPACE = node_controller.EVENTS_NAMESPACE
 # The breaker: most of the GPU nodes fenced at once (at least one), as EKS node repair stops past
 # a share of a group.
 MAX_SHARE = 0.2
@@ -64,10 +66,7 @@ def cluster_role() -> dict[str, Any]:
 
 def events_role() -> dict[str, Any]:
     """Events on a node go in `default` (trainer.kube_api EVENTS_NAMESPACE)."""
-    return {
-        "metadata": {"name": NAME, "namespace": EVENTS_NAMESPACE, "labels": dict(PART_OF)},
-        "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],
-    }
+    return node_controller.events_role(NAME)
 
 
 def fence_args(after_seconds: int) -> list[str]:
@@ -123,42 +122,19 @@ class NodeFenceArgs:
 class NodeFence(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeFenceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("trainstack:health:NodeFence", name, None, opts)
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=args.waits_for)
-        account = k8s.core.v1.ServiceAccount(
-            f"{name}-account",
-            metadata={"name": NAME, "namespace": args.namespace, "labels": dict(PART_OF)},
-            opts=k8s_opts,
-        )
-        self.role, _, self.association = pod_identity(
+        identity = controller_identity(
+            self,
             name,
+            NAME,
             "Hung GPU node fence of trainstack (EKS Pod Identity)",
             pulumi.Output.all(*args.autoscaling_group_names).apply(
                 lambda names: json.dumps(fence_policy(args.region, args.account_id, list(names)))
             ),
+            args.provider,
             args.eks,
             args.namespace,
-            NAME,
-            pulumi.ResourceOptions(parent=self),
-        )
-        nodes_role = k8s.rbac.v1.ClusterRole(f"{name}-nodes", **cluster_role(), opts=k8s_opts)
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-nodes",
-            metadata={"name": NAME, "labels": dict(PART_OF)},
-            role_ref={
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": nodes_role.metadata.name,
-            },
-            subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}],
-            opts=k8s_opts,
-        )
-        events = k8s.rbac.v1.Role(f"{name}-events", **events_role(), opts=k8s_opts)
-        k8s.rbac.v1.RoleBinding(
-            f"{name}-events",
-            metadata={"name": NAME, "namespace": EVENTS_NAMESPACE, "labels": dict(PART_OF)},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": events.metadata.name},
-            subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}],
-            opts=k8s_opts,
+            cluster_role(),
+            args.waits_for,
         )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
@@ -170,7 +146,7 @@ class NodeFence(pulumi.ComponentResource):
                 parent=self,
                 provider=args.provider,
                 # Its credentials exist before its first round.
-                depends_on=[*args.waits_for, account, self.association],
+                depends_on=[*args.waits_for, identity.account, identity.association],
             ),
         )
         self.register_outputs({"afterSeconds": args.after_seconds})
