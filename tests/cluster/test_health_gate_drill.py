@@ -16,16 +16,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from support.charts import helm_template
+from support.cluster.cloud import REGION, auto_scaling_group
 from support.cluster.harness import CLUSTER_GROUP
 from support.cluster.kwok import node_object, node_status
 from support.cluster.pods import OperatorPods
 from support.cluster.stacks import PREBUILT_IMAGE
 from support.paths import shared_dir
-from support.ports import unused_port
 from trainer import health_checks as hc
 
 from components.health_gate import (
@@ -87,7 +85,6 @@ GATE_NODE = Node(
     allocatable={"cpu": 4000, "memory": 16},
 )
 GATED = GatedGroup(GROUP, "burnIn", "p5.48xlarge", catalog_instance("p5.48xlarge"), False, 3, 2, 0.8)
-REGION = "us-east-1"
 RECORDED = Path(__file__).parents[1] / "workload" / "recorded" / "health"
 RBAC = "rbac.authorization.k8s.io/v1"
 
@@ -98,35 +95,8 @@ def recorded(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def aws():
-    port = unused_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    cloud = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-    }
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
-    )
-    ec2 = session.client("ec2", endpoint_url=cloud["AWS_ENDPOINT_URL"])
-    autoscaling = session.client("autoscaling", endpoint_url=cloud["AWS_ENDPOINT_URL"])
-    image = ec2.describe_images()["Images"][0]["ImageId"]
-    ec2.create_launch_template(LaunchTemplateName="gated", LaunchTemplateData={"ImageId": image})
-    autoscaling.create_auto_scaling_group(
-        AutoScalingGroupName="gpu-gated",
-        LaunchTemplate={"LaunchTemplateName": "gated"},
-        MinSize=0,
-        MaxSize=3,
-        DesiredCapacity=3,
-        AvailabilityZones=[f"{REGION}a"],
-    )
-    (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["gpu-gated"])[
-        "AutoScalingGroups"
-    ]
-    yield cloud, autoscaling, [i["InstanceId"] for i in group["Instances"]]
-    server.stop()
+    with auto_scaling_group("gpu-gated", 3, 0) as cloud:
+        yield cloud.env, cloud.autoscaling, cloud.instances
 
 
 @pytest.fixture(scope="module")

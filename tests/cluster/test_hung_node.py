@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import signal
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
+from support.cluster.cloud import REGION, auto_scaling_group
 from support.cluster.harness import CLUSTER_GROUP
 from support.cluster.kwok import KWOK_ANNOTATION, node_object, node_status, start_kwok
 from support.cluster.pods import OperatorPods
 from support.cluster.stacks import PREBUILT_IMAGE
-from support.ports import unused_port
 
 from components.jobs.pods import Checkpoints
 from components.jobs.training_runtime import RuntimeArgs, job_set_spec, runtime_spec
@@ -62,7 +60,6 @@ AFTER_SECONDS = 30  # the fence's bound in this drill (the stack's default is 18
 # From the hang: the lifecycle controller's grace (50 s), the pods' toleration (60 s), the fence's
 # bound and round (15 s), pod GC's period (20 s), the gang's restart; with margin.
 WITHIN_SECONDS = 480
-REGION = "us-east-1"
 RUNTIME = runtime_spec(
     RuntimeArgs(system_placement("m6i.large", 2, 8, None, POOL), Checkpoints(), None, None, None)
 )
@@ -75,36 +72,8 @@ JOBSET = "jobset.x-k8s.io/v1alpha2"
 @pytest.fixture(scope="module")
 def aws():
     """moto's server, with one Auto Scaling group of three instances: the GPU nodes'."""
-    port = unused_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    cloud = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-    }
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
-    )
-    ec2 = session.client("ec2", endpoint_url=cloud["AWS_ENDPOINT_URL"])
-    autoscaling = session.client("autoscaling", endpoint_url=cloud["AWS_ENDPOINT_URL"])
-    image = ec2.describe_images()["Images"][0]["ImageId"]
-    ec2.create_launch_template(
-        LaunchTemplateName="gpu", LaunchTemplateData={"ImageId": image, "InstanceType": "p5.48xlarge"}
-    )
-    autoscaling.create_auto_scaling_group(
-        AutoScalingGroupName="gpu-p5",
-        LaunchTemplate={"LaunchTemplateName": "gpu"},
-        MinSize=3,
-        MaxSize=3,
-        DesiredCapacity=3,
-        AvailabilityZones=[f"{REGION}a"],
-    )
-    # By name: moto keeps one account per process, which another module's server shares.
-    (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["gpu-p5"])["AutoScalingGroups"]
-    yield cloud, ec2, [i["InstanceId"] for i in group["Instances"]]
-    server.stop()
+    with auto_scaling_group("gpu-p5", 3, 3) as cloud:
+        yield cloud.env, cloud.ec2, cloud.instances
 
 
 @pytest.fixture(scope="module")
