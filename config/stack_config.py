@@ -172,9 +172,7 @@ class StackConfig:
             return None  # its autoscaler has no such flag (config/checks.py keeps burn-ins inside 15 min)
         pull = image_pull_minutes(image_compressed_gb(self.image.base_image))
         gates = [
-            pull + self.burn_in_minutes(g)
-            for g in self.gpu_node_groups
-            if self.autoscaled(g) and self.burn_in_minutes(g)
+            pull + m for g in self.gpu_node_groups if self.autoscaled(g) and (m := self.burn_in_minutes(g))
         ]
         return autoscaler_startup_minutes(gates)
 

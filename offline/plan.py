@@ -142,6 +142,7 @@ def health_lines(cfg) -> list[str]:
     if not groups:
         return []
     pull = image_pull_minutes(image_compressed_gb(cfg.image.base_image))
+    by_name = {g.name: g for g in cfg.gpu_node_groups}
     lines = ["Node health gate (gpuNodeGroups[].health):"]
     for g in groups:
         if g.mode != "burnIn":
@@ -160,7 +161,7 @@ def health_lines(cfg) -> list[str]:
             if published
             else "all-reduce recorded, its floor calibrated from the group's first 3 healthy nodes"
         )
-        price = cfg.gpu_node_groups[[x.name for x in cfg.gpu_node_groups].index(g.name)].hourly_usd
+        price = by_name[g.name].hourly_usd
         cost = f", ~${price * minutes / 60:.2f} a node" if price else ""
         pair = "; with a fresh partner, a two-node all-reduce over EFA" if g.efa and g.nodes >= 2 else ""
         lines.append(

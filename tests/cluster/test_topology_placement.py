@@ -75,6 +75,17 @@ def on_cluster(cluster, operators, case):
     cluster.remove_nodes(laid["nodes"])
 
 
+def the_workload(cluster, namespace: str) -> dict:
+    """The job's Kueue Workload ({} until Kueue made it)."""
+    found = cluster.objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+    return found[0] if found else {}
+
+
+def gang_pods(cluster, namespace: str) -> list:
+    selector = f"jobset.sigs.k8s.io/jobset-name={JOB}"
+    return cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+
 def tried(workload: dict) -> bool:
     """Kueue has tried to fit it: its QuotaReserved condition says why not."""
     conditions = (workload.get("status") or {}).get("conditions") or []
@@ -136,31 +147,29 @@ def test_kueue_places_the_gang_where_the_plan_says(cluster, on_cluster, case):
     (job,) = [o for o in on_cluster["objects"] if o["kind"] in JOB_KINDS]
     namespace = job["metadata"]["namespace"]
 
-    def workload() -> dict:
-        found = cluster.objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
-        return found[0] if found else {}
-
     if not chain.fits:
         assert chain.broken.startswith("topology: "), chain.line()
-        cluster.wait("Kueue tried to fit the gang", lambda: tried(workload()), 120)
+        cluster.wait("Kueue tried to fit the gang", lambda: tried(the_workload(cluster, namespace)), 120)
         assert JOB not in admitted_jobs(cluster.objects, namespace), (
             f"the plan says {chain.line()}, but Kueue admitted it"
         )
         return
     cluster.wait("the gang admitted", lambda: JOB in admitted_jobs(cluster.objects, namespace), 120)
     # Placed by topology-aware scheduling (the PodSet's assignment names its domains), not by chance.
-    (assignment,) = workload()["status"]["admission"]["podSetAssignments"]
+    (assignment,) = the_workload(cluster, namespace)["status"]["admission"]["podSetAssignments"]
     assert assignment.get("topologyAssignment"), assignment
 
-    def pods() -> list:
-        selector = f"jobset.sigs.k8s.io/jobset-name={JOB}"
-        return cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
-
     cluster.wait(
-        "the gang's pods bound", lambda: len(pods()) == 2 and all(p.spec.node_name for p in pods()), 120
+        "the gang's pods bound",
+        lambda: (
+            len(gang_pods(cluster, namespace)) == 2
+            and all(p.spec.node_name for p in gang_pods(cluster, namespace))
+        ),
+        120,
     )
     domains = {
-        cluster.core.read_node(p.spec.node_name).metadata.labels[network_layer_label(level)] for p in pods()
+        cluster.core.read_node(p.spec.node_name).metadata.labels[network_layer_label(level)]
+        for p in gang_pods(cluster, namespace)
     }
     assert len(domains) == 1, f"the plan says {chain.line()}, but Kueue spread the gang over {domains}"
 
@@ -186,15 +195,17 @@ def test_kueue_places_a_gang_only_on_nodes_that_passed_the_health_gate(cluster, 
     namespace = job["metadata"]["namespace"]
     cluster.wait("the gang admitted", lambda: JOB in admitted_jobs(cluster.objects, namespace), 120)
 
-    def pods() -> list:
-        selector = f"jobset.sigs.k8s.io/jobset-name={JOB}"
-        return cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
-
     cluster.wait(
-        "the gang's pods bound", lambda: len(pods()) == 2 and all(p.spec.node_name for p in pods()), 120
+        "the gang's pods bound",
+        lambda: (
+            len(gang_pods(cluster, namespace)) == 2
+            and all(p.spec.node_name for p in gang_pods(cluster, namespace))
+        ),
+        120,
     )
     domains = {
-        cluster.core.read_node(p.spec.node_name).metadata.labels[network_layer_label(level)] for p in pods()
+        cluster.core.read_node(p.spec.node_name).metadata.labels[network_layer_label(level)]
+        for p in gang_pods(cluster, namespace)
     }
     assert domains == {"nn-block-b"}, f"the gang landed on {domains}, nodes still in their burn-in among them"
 
@@ -207,12 +218,8 @@ def test_kueue_places_a_gang_only_on_nodes_that_passed_the_health_gate(cluster, 
     failed = {"key": HEALTH_FAILED_TAINT_KEY, "value": "REBOOT", "effect": "NoExecute"}
     cluster.core.patch_node(bad, {"spec": {"taints": [*(plain(t) for t in node.spec.taints or []), failed]}})
 
-    def workload() -> dict:
-        found = cluster.objects.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
-        return found[0] if found else {}
-
     def evicted() -> bool:
-        conditions = (workload().get("status") or {}).get("conditions") or []
+        conditions = (the_workload(cluster, namespace).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Evicted" and c["status"] == "True" for c in conditions)
 
     cluster.wait("Kueue evicting the gang off the failed node", evicted, 120)
@@ -226,7 +233,7 @@ def test_kueue_places_a_gang_only_on_nodes_that_passed_the_health_gate(cluster, 
 
     def readmitted_to_block_a() -> bool:
         """Admitted again, its topology assignment naming the first block's nodes only."""
-        status = workload().get("status") or {}
+        status = the_workload(cluster, namespace).get("status") or {}
         admitted = any(
             c["type"] == "Admitted" and c["status"] == "True" for c in status.get("conditions") or []
         )

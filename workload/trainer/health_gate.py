@@ -71,6 +71,7 @@ PAIR_RANK_ANNOTATION = "trainstack.dev/pair-rank"
 # A node waits this long for another fresh node of its group, then is let in on its own steps.
 PAIR_WAIT_SECONDS = 180
 PAIR_PORT = 29500
+PAIR_DEADLINE_SECONDS = 900
 # The floor a burn-in was given and where it came from, on its pod: the verdict names both.
 FLOOR_ANNOTATION = "trainstack.dev/floor-gbps"
 FLOOR_SOURCE_ANNOTATION = "trainstack.dev/floor-source"
@@ -196,6 +197,53 @@ def node_key(node: str) -> str:
     return node if len(node) <= 63 else hashlib.sha256(node.encode()).hexdigest()[:63]
 
 
+def with_devices(group: Group) -> dict:
+    """What a step that drives the node's GPUs and EFA devices asks for: all of them."""
+    devices = {GPU_RESOURCE: str(group.gpus), **({EFA_RESOURCE: str(group.efa)} if group.efa else {})}
+    return {"requests": {"cpu": "1", "memory": "4Gi", **devices}, "limits": {"memory": "64Gi", **devices}}
+
+
+def bound_pod(
+    name: str, node: str, step: str, namespace: str, annotations: dict[str, str], deadline: int, spec: dict
+) -> dict:
+    """A burn-in pod bound to its node: through the startup and GPU taints, and kept there to be read
+    after the failed taint; `spec` its volumes and containers."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": POD_NAME,
+                "app.kubernetes.io/part-of": "trainstack",
+                POD_NODE_LABEL: node_key(node),
+                POD_STEP_LABEL: step,
+            },
+            "annotations": annotations,
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": deadline,
+            "tolerations": [STARTUP_TOLERATION, GPU_TOLERATION, FAILED_TOLERATION],
+            "automountServiceAccountToken": False,
+            **spec,
+        },
+    }
+
+
+def floor_annotations(floor_gbps: float | None, source: str) -> dict[str, str]:
+    return {FLOOR_ANNOTATION: str(floor_gbps or ""), FLOOR_SOURCE_ANNOTATION: source}
+
+
+def given_floor(pod: dict) -> tuple[float | None, str]:
+    """The floor a burn-in pod was given and where it came from."""
+    given = pod["metadata"].get("annotations") or {}
+    figure = given.get(FLOOR_ANNOTATION)
+    return (float(figure) if figure else None), given.get(FLOOR_SOURCE_ANNOTATION, "")
+
+
 def burn_in_pod(
     node: str,
     group: Group,
@@ -207,12 +255,8 @@ def burn_in_pod(
 ) -> dict:
     """The steps as init containers, in order: the kubelet starts each only after the one before
     exited 0, so a fatal step ends the burn-in there."""
-    devices = {GPU_RESOURCE: str(group.gpus), **({EFA_RESOURCE: str(group.efa)} if group.efa else {})}
     small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
-    with_devices = {
-        "requests": {"cpu": "1", "memory": "4Gi", **devices},
-        "limits": {"memory": "64Gi", **devices},
-    }
+    devices = with_devices(group)
     results = [{"name": "results", "mountPath": RESULTS}]
     checks = ["python", "-m", "trainer.burn_in", "checks", "--gpus", str(group.gpus)]
     checks += ["--efa", str(group.efa)] if group.efa else []
@@ -227,56 +271,38 @@ def burn_in_pod(
         'for i in $(seq 60); do dcgmi discovery --host "$HOST_IP" -l >/dev/null 2>&1 && break; sleep 5; done; '
         f'dcgmi diag -r {group.dcgm_level} -j --host "$HOST_IP" > {RESULTS}/dcgm.json; exit 0'
     )
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(node),
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/name": POD_NAME,
-                "app.kubernetes.io/part-of": "trainstack",
-                POD_NODE_LABEL: node_key(node),
-                POD_STEP_LABEL: "node",
+    spec = {
+        "volumes": [{"name": "results", "emptyDir": {}}],
+        "initContainers": [
+            # The kernel's log (/dev/kmsg) is the node's only to a privileged container.
+            {
+                "name": "checks",
+                "image": image,
+                "command": checks,
+                "securityContext": {"privileged": True},
+                "resources": devices,
             },
-            "annotations": {FLOOR_ANNOTATION: str(floor_gbps or ""), FLOOR_SOURCE_ANNOTATION: source},
-        },
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "activeDeadlineSeconds": group.deadline_seconds,
-            "tolerations": [STARTUP_TOLERATION, GPU_TOLERATION, FAILED_TOLERATION],
-            "automountServiceAccountToken": False,
-            "volumes": [{"name": "results", "emptyDir": {}}],
-            "initContainers": [
-                # The kernel's log (/dev/kmsg) is the node's only to a privileged container.
-                {
-                    "name": "checks",
-                    "image": image,
-                    "command": checks,
-                    "securityContext": {"privileged": True},
-                    "resources": with_devices,
-                },
-                {
-                    "name": "dcgm",
-                    "image": dcgm_image,
-                    "command": ["/bin/sh", "-c", dcgm],
-                    "env": [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}],
-                    "volumeMounts": results,
-                    "resources": small,
-                },
-                {
-                    "name": "dcgm-verdict",
-                    "image": image,
-                    "command": dcgm_verdict,
-                    "volumeMounts": results,
-                    "resources": small,
-                },
-                {"name": "nccl", "image": image, "command": nccl, "resources": with_devices},
-            ],
-            "containers": [{"name": "done", "image": image, "command": ["true"], "resources": small}],
-        },
+            {
+                "name": "dcgm",
+                "image": dcgm_image,
+                "command": ["/bin/sh", "-c", dcgm],
+                "env": [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}],
+                "volumeMounts": results,
+                "resources": small,
+            },
+            {
+                "name": "dcgm-verdict",
+                "image": image,
+                "command": dcgm_verdict,
+                "volumeMounts": results,
+                "resources": small,
+            },
+            {"name": "nccl", "image": image, "command": nccl, "resources": devices},
+        ],
+        "containers": [{"name": "done", "image": image, "command": ["true"], "resources": small}],
     }
+    annotations = floor_annotations(floor_gbps, source)
+    return bound_pod(pod_name(node), node, "node", namespace, annotations, group.deadline_seconds, spec)
 
 
 def pair_pod_name(node: str) -> str:
@@ -297,7 +323,6 @@ def pair_pod(
     """One of the two pods of a two-node all-reduce over EFA: trainer.preflight under torchrun, rank 0
     on `node` serving the rendezvous at its own address, rank 1 on the other node joining it
     (`master`, rank 0's pod address). Rank 0 writes the report the gate judges."""
-    devices = {GPU_RESOURCE: str(group.gpus), EFA_RESOURCE: str(group.efa)}
     command = ["torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", "--node-rank", str(rank)]
     command += ["--master-addr", master or "$(POD_IP)", "--master-port", str(PAIR_PORT)]
     command += [
@@ -312,46 +337,24 @@ def pair_pod(
     command += ["--min-bus-bandwidth", str(floor_gbps)] if floor_gbps else []
     env = [{"name": k, "value": v} for k, v in sorted(group.efa_env.items())]
     env += [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pair_pod_name(node),
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/name": POD_NAME,
-                "app.kubernetes.io/part-of": "trainstack",
-                POD_NODE_LABEL: node_key(node),
-                POD_STEP_LABEL: "pair",
-            },
-            "annotations": {
-                FLOOR_ANNOTATION: str(floor_gbps or ""),
-                FLOOR_SOURCE_ANNOTATION: source,
-                PAIR_PARTNER_ANNOTATION: partner,
-                PAIR_RANK_ANNOTATION: str(rank),
-            },
-        },
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "activeDeadlineSeconds": 900,
-            "tolerations": [STARTUP_TOLERATION, GPU_TOLERATION, FAILED_TOLERATION],
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "pair",
-                    "image": image,
-                    "command": command,
-                    "env": env,
-                    "ports": [{"containerPort": PAIR_PORT, "name": "rendezvous"}],
-                    "resources": {
-                        "requests": {"cpu": "1", "memory": "4Gi", **devices},
-                        "limits": {"memory": "64Gi", **devices},
-                    },
-                }
-            ],
-        },
+    spec = {
+        "containers": [
+            {
+                "name": "pair",
+                "image": image,
+                "command": command,
+                "env": env,
+                "ports": [{"containerPort": PAIR_PORT, "name": "rendezvous"}],
+                "resources": with_devices(group),
+            }
+        ]
     }
+    annotations = {
+        **floor_annotations(floor_gbps, source),
+        PAIR_PARTNER_ANNOTATION: partner,
+        PAIR_RANK_ANNOTATION: str(rank),
+    }
+    return bound_pod(pair_pod_name(node), node, "pair", namespace, annotations, PAIR_DEADLINE_SECONDS, spec)
 
 
 def pair_verdict(first: dict, second: dict | None) -> Verdict | None:
@@ -559,13 +562,16 @@ class Gate:
     def _floors_path(self, name: str = "") -> str:
         return f"/api/v1/namespaces/{self.namespace}/configmaps" + (f"/{name}" if name else "")
 
-    def figures(self) -> dict[str, list[float]]:
+    def _floors(self) -> tuple[dict | None, dict[str, list[float]]]:
+        """The ConfigMap as it is (None before the first figure) and its figures by group."""
         found = self.kube.get(self._floors_path(self.floors))
-        return {g: json.loads(v) for g, v in ((found or {}).get("data") or {}).items()}
+        return found, {g: json.loads(v) for g, v in ((found or {}).get("data") or {}).items()}
+
+    def figures(self) -> dict[str, list[float]]:
+        return self._floors()[1]
 
     def record(self, group: str, figure: float) -> None:
-        found = self.kube.get(self._floors_path(self.floors))
-        data = {g: json.loads(v) for g, v in ((found or {}).get("data") or {}).items()}
+        found, data = self._floors()
         data[group] = calibrated(data.get(group, []), figure)
         body = {
             "apiVersion": "v1",
@@ -608,25 +614,21 @@ class Gate:
             return said
         if PAIR_SINCE_ANNOTATION in (node["metadata"].get("annotations") or {}):
             return said  # passed its own steps: pair_round has it
-        pod = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}")
+        pod = self._pod(pod_name(name))
         if pod is None:
             said.append(self.start(node, group_name, group, self.figures().get(group_name, []), now))
             return said
         verdict = verdict_of(pod)
         if verdict is None:
             return said
-        given = pod["metadata"].get("annotations") or {}
-        floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
-        annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
+        annotation = result_annotation(verdict, *given_floor(pod), now)
         if verdict.passed and group.pairs:
             said.append(self.hold(node, group_name, verdict, annotation, now))
         elif verdict.passed:
             self.kube.patch_node(node, passed_patch(node, annotation))
             if verdict.bus_gbps:
                 self.record(group_name, verdict.bus_gbps)
-            self.kube.call(
-                "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
-            )
+            self._delete(pod_name(name))
             self.kube.node_event(
                 node, "TrainstackHealthPassed", f"burn-in {verdict.summary}", EVENT_COMPONENT, "Normal"
             )
@@ -638,8 +640,17 @@ class Gate:
         return said
 
     # -- two fresh nodes of an EFA group --------------------------------------------------------
+    def _pods_path(self, name: str = "") -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods" + (f"/{urllib.parse.quote(name)}" if name else "")
+
     def _pod(self, name: str) -> dict | None:
-        return self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(name)}")
+        return self.kube.get(self._pods_path(name))
+
+    def _create(self, pod: dict) -> None:
+        self.kube.call("POST", self._pods_path(), pod)
+
+    def _delete(self, name: str) -> None:
+        self.kube.call("DELETE", self._pods_path(name))
 
     def hold(self, node: dict, group_name: str, verdict: Verdict, annotation: str, now: datetime) -> str:
         """A node of an EFA group that passed its own steps waits, still tainted, for a fresh partner."""
@@ -652,9 +663,7 @@ class Gate:
             PAIR_SINCE_ANNOTATION: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         self.kube.patch_node(node, [{"op": "add", "path": "/metadata/annotations", "value": annotations}])
-        self.kube.call(
-            "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod_name(name))}"
-        )
+        self._delete(pod_name(name))
         return f"node {name} passed its own steps; waiting up to {PAIR_WAIT_SECONDS} s for a fresh partner"
 
     def pair_round(self, group_name: str, group: Group, nodes: list[dict], now: datetime) -> list[str]:
@@ -679,17 +688,11 @@ class Gate:
                 if partner in by_name:
                     busy.add(n["metadata"]["name"])
                 else:  # the partner failed, left or was let in: this one may pair again
-                    self.kube.call(
-                        "DELETE",
-                        f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(first['metadata']['name'])}",
-                    )
+                    self._delete(first["metadata"]["name"])
                 continue
             busy.add(n["metadata"]["name"])
             if partner not in by_name:  # the partner failed or left: the pair ends, a new one may form
-                self.kube.call(
-                    "DELETE",
-                    f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(first['metadata']['name'])}",
-                )
+                self._delete(first["metadata"]["name"])
                 continue
             busy.add(partner)
             said += self.run_pair(n, by_name[partner], first, group_name, group, nodes, now)
@@ -704,7 +707,7 @@ class Gate:
                 first["metadata"]["name"], second["metadata"]["name"], 0, group, self.image, self.namespace,
                 floor_gbps, source, None,
             )  # fmt: skip
-            self.kube.call("POST", f"/api/v1/namespaces/{self.namespace}/pods", pod)
+            self._create(pod)
             said.append(
                 f"nodes {first['metadata']['name']} and {second['metadata']['name']}: two-node all-reduce started "
                 f"(floor {floor_gbps or 'none'}: {source})"
@@ -740,36 +743,29 @@ class Gate:
             and address
             and (first.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ):
-            given = first["metadata"]["annotations"]
-            floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
             pod = pair_pod(
                 partner["metadata"]["name"], node["metadata"]["name"], 1, group, self.image, self.namespace,
-                floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), address,
+                *given_floor(first), address,
             )  # fmt: skip
-            self.kube.call("POST", f"/api/v1/namespaces/{self.namespace}/pods", pod)
+            self._create(pod)
             return []
         verdict = pair_verdict(first, second)
         if verdict is None:
             return []
         if second is None:  # rank 0 ended before its partner ran: it alone failed
-            given = first["metadata"]["annotations"]
-            annotation = result_annotation(verdict, None, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
+            _, source = given_floor(first)
+            annotation = result_annotation(verdict, None, source, now)
             return [
                 self.fail(node, nodes, group_name, group, verdict.severity, verdict.summary, now, annotation)
             ]
-        given = first["metadata"]["annotations"]
-        floor_gbps = float(given[FLOOR_ANNOTATION]) if given.get(FLOOR_ANNOTATION) else None
-        annotation = result_annotation(verdict, floor_gbps, given.get(FLOOR_SOURCE_ANNOTATION, ""), now)
+        annotation = result_annotation(verdict, *given_floor(first), now)
         said = []
         if verdict.passed:
             if verdict.bus_gbps:
                 self.record(f"{group_name}.pair", verdict.bus_gbps)
             for n, pod in ((node, first), (partner, second)):
                 self.kube.patch_node(n, passed_patch(n, annotation))
-                self.kube.call(
-                    "DELETE",
-                    f"/api/v1/namespaces/{self.namespace}/pods/{urllib.parse.quote(pod['metadata']['name'])}",
-                )
+                self._delete(pod["metadata"]["name"])
                 said.append(f"node {n['metadata']['name']} passed: {verdict.summary}")
         else:
             for n in (node, partner):
@@ -812,7 +808,7 @@ class Gate:
             )
         floor_gbps, source = floor(figures, group)
         pod = burn_in_pod(name, group, self.image, self.dcgm_image, self.namespace, floor_gbps, source)
-        self.kube.call("POST", f"/api/v1/namespaces/{self.namespace}/pods", pod)
+        self._create(pod)
         return f"node {name}: burn-in started (DCGM level {group.dcgm_level}, all-reduce floor {floor_gbps or 'none'}: {source})"
 
     def fail(
